@@ -1,0 +1,55 @@
+# Herald: `make demo` runs the whole system on this machine; `make test` runs every test.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+.PHONY: demo up down status test test-unit test-integration test-e2e lint bench services install clean
+
+demo: install services   ## install what is missing, start the stack, send a 50,000-device campaign
+	$(BIN)/python -m devstack demo
+
+up: install services     ## start the stack (nx-27017, FCM emulator, api, dispatcher, 2 senders, scheduler)
+	$(BIN)/python -m devstack up
+
+down:                    ## stop the stack gracefully (SIGTERM, then wait)
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m devstack down; fi
+
+status:
+	@$(BIN)/python -m devstack status
+
+test: install services   ## the whole suite: unit, integration, end to end
+	$(BIN)/python -m pytest tests
+
+test-unit: install
+	$(BIN)/python -m pytest tests/unit
+
+test-integration: install services
+	$(BIN)/python -m pytest tests/integration
+
+test-e2e: install services
+	$(BIN)/python -m pytest tests/e2e
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: install services  ## transport and pipeline benchmarks (see bench/README.md)
+	$(BIN)/python -m bench.transport
+	$(BIN)/python -m bench.pipeline
+
+services:                ## RabbitMQ and Redis from the distribution, installed/started if missing
+	@bash deploy/local/ensure-services.sh
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@bash deploy/local/ensure-services.sh
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+clean: down
+	rm -rf .run .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Makes sure RabbitMQ and Redis answer on 127.0.0.1, installing them from the distribution's
+# packages (Debian/Ubuntu) and starting them if needed. Safe to run again: it changes nothing
+# on a machine where both already answer.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {  # name port seconds
+  for _ in $(seq 1 "$3"); do port_open "$2" && return 0; sleep 1; done
+  echo "ensure-services: $1 did not come up on port $2" >&2
+  return 1
+}
+
+has_systemd() { [ "$(ps -p 1 -o comm= 2>/dev/null)" = "systemd" ]; }
+
+missing=()
+command -v rabbitmq-server >/dev/null 2>&1 || missing+=(rabbitmq-server)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "ensure-services: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi
+
+if ! port_open 6379; then
+  echo "ensure-services: starting Redis"
+  if has_systemd; then $SUDO systemctl start redis-server; else
+    $SUDO mkdir -p /var/lib/redis /var/log/redis
+    $SUDO redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+      --dir /var/lib/redis --logfile /var/log/redis/herald.log
+  fi
+  wait_port Redis 6379 30
+fi
+
+if ! port_open 5672; then
+  echo "ensure-services: starting RabbitMQ"
+  if has_systemd; then $SUDO systemctl start rabbitmq-server; else $SUDO rabbitmq-server -detached; fi
+  wait_port RabbitMQ 5672 90
+  $SUDO rabbitmqctl await_startup >/dev/null
+fi

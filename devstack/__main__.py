@@ -1,0 +1,88 @@
+"""``python -m devstack up|down|status|demo``: the local stack behind ``make up/down/demo``.
+
+The processes run detached, each in its own session, with logs in ``.run/logs``; their PIDs are
+kept in ``.run/stack.json`` so ``down`` can SIGTERM exactly them (services first, then the FCM
+emulator and nx-27017), waiting for each to finish its graceful stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from devstack import demo
+from devstack.processes import pid_alive, terminate_pid
+from devstack.stack import REPO, Stack, StackConfig
+
+RUN_DIR = REPO / ".run"
+STATE = RUN_DIR / "stack.json"
+METRICS_PORTS = {"dispatcher": "9101", "scheduler-1": "9103", "sender-1": "9111",
+                 "sender-2": "9112"}
+STOP_TIMEOUT_S = 30.0
+
+
+def _running() -> dict[str, int]:
+    if not STATE.exists():
+        return {}
+    pids: dict[str, int] = json.loads(STATE.read_text())
+    return {name: pid for name, pid in pids.items() if pid_alive(pid)}
+
+
+def up() -> int:
+    if _running():
+        print("herald: the stack is already up (make down stops it)")
+        return 0
+    config = StackConfig(run_dir=RUN_DIR)
+    stack = Stack(config)
+    try:
+        stack.start_mongodb()
+        stack.start_emulator()
+        stack.start_service("api")
+        stack.start_service("dispatcher", HERALD_METRICS_PORT=METRICS_PORTS["dispatcher"])
+        for name in ("sender-1", "sender-2"):
+            stack.start_service("sender", name, HERALD_METRICS_PORT=METRICS_PORTS[name])
+        stack.start_service("scheduler", "scheduler-1",
+                            HERALD_METRICS_PORT=METRICS_PORTS["scheduler-1"])
+    except Exception:
+        stack.stop()
+        raise
+    STATE.write_text(json.dumps({name: p.pid for name, p in stack.processes.items()}, indent=2))
+    print(f"herald: up. API {config.api_url} (docs at {config.api_url}/docs), "
+          f"FCM emulator {config.fcm_url}, logs in {RUN_DIR / 'logs'}")
+    return 0
+
+
+def down() -> int:
+    pids = _running()
+    order = sorted(pids, key=lambda name: (name == "mongodb", name == "fcm-emulator"))
+    for name in order:
+        terminate_pid(pids[name], STOP_TIMEOUT_S)
+        print(f"herald: stopped {name}")
+    STATE.unlink(missing_ok=True)
+    return 0
+
+
+def status() -> int:
+    running = _running()
+    for name, pid in running.items():
+        print(f"{name:<14} pid {pid}")
+    if not running:
+        print("herald: the stack is down")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
+    parser.add_argument("command", choices=["up", "down", "status", "demo"])
+    parser.add_argument("--devices", type=int, default=50_000)
+    args = parser.parse_args()
+    if args.command == "demo":
+        up()
+        config = StackConfig(run_dir=RUN_DIR)
+        return demo.run(config.api_url, config.fcm_url, args.devices)
+    return {"up": up, "down": down, "status": status}[args.command]()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""A whole Herald stack as local processes: nx-27017 (MongoDB wire server), the FCM emulator,
+and the four services. Used by ``make up``/``make demo`` and by the end-to-end tests, which each
+start their own stack with their own database, vhost and ports.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pymongo import MongoClient
+from pymongo.errors import PyMongoError
+
+from devstack.processes import (
+    ManagedProcess,
+    http_ok,
+    port_open,
+    python_module,
+    spawn,
+    wait_until,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+SERVICE_MODULES = {
+    "api": "services.api",
+    "dispatcher": "services.dispatcher",
+    "sender": "services.sender",
+    "scheduler": "services.scheduler",
+}
+
+
+@dataclass
+class StackConfig:
+    run_dir: Path
+    database: str = "herald"
+    mongodb_port: int = 27017
+    start_mongodb: bool = True
+    rabbitmq_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    fcm_port: int = 8681
+    api_port: int = 8000
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def mongodb_url(self) -> str:
+        return f"mongodb://127.0.0.1:{self.mongodb_port}/{self.database}?directConnection=true"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def fcm_url(self) -> str:
+        return f"http://127.0.0.1:{self.fcm_port}"
+
+    def service_env(self, **overrides: str) -> dict[str, str]:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("HERALD_")}
+        env.update({
+            "HERALD_MONGODB_URL": self.mongodb_url,
+            "HERALD_RABBITMQ_URL": self.rabbitmq_url,
+            "HERALD_REDIS_URL": self.redis_url,
+            "HERALD_FCM_ENDPOINT": self.fcm_url,
+            "HERALD_FCM_PROJECT_ID": "herald-local",
+            "HERALD_API_PORT": str(self.api_port),
+            "PYTHONUNBUFFERED": "1",
+        })
+        env.update(self.extra_env)
+        env.update(overrides)
+        return env
+
+
+class Stack:
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self.processes: dict[str, ManagedProcess] = {}
+        self._logs = config.run_dir / "logs"
+
+    def start_mongodb(self) -> ManagedProcess:
+        """nx-27017 on its own SQLite directory, PID file and log (it refuses to share them)."""
+        run = self.config.run_dir
+        (run / "mongodb").mkdir(parents=True, exist_ok=True)
+        nx = Path(sys.executable).parent / "nx-27017"
+        process = self._spawn("mongodb", [
+            str(nx), "--data-dir", str(run / "mongodb"), "--host", "127.0.0.1",
+            "-p", str(self.config.mongodb_port), "--pid-file", str(run / "nx-27017.pid"),
+            "--log-file", str(run / "logs" / "nx-27017.internal.log")], os.environ.copy())
+        wait_until(self._mongodb_answers, 30, "nx-27017 to answer", process=process)
+        return process
+
+    def _mongodb_answers(self) -> bool:
+        if not port_open(self.config.mongodb_port):
+            return False
+        try:
+            with MongoClient(self.config.mongodb_url, serverSelectionTimeoutMS=500) as client:
+                client.admin.command("ping")
+        except PyMongoError:
+            return False
+        return True
+
+    def start_emulator(self) -> ManagedProcess:
+        process = self._spawn("fcm-emulator", python_module(
+            "fcm_emulator", "--port", str(self.config.fcm_port)), os.environ.copy())
+        wait_until(lambda: http_ok(f"{self.config.fcm_url}/healthz"), 20,
+                   "the FCM emulator", process=process)
+        return process
+
+    def start_service(self, service: str, name: str | None = None,
+                      **env: str) -> ManagedProcess:
+        """Start one service; the api is waited for until ready, the others until healthy."""
+        name = name or service
+        overrides = {"HERALD_METRICS_PORT": "0", **env}
+        process = self._spawn(name, python_module(SERVICE_MODULES[service]),
+                              self.config.service_env(**overrides))
+        if service == "api":
+            wait_until(lambda: http_ok(f"{self.config.api_url}/readyz"), 60, "the api",
+                       process=process)
+        return process
+
+    def start(self, senders: int = 2, schedulers: int = 1) -> None:
+        if self.config.start_mongodb:
+            self.start_mongodb()
+        self.start_emulator()
+        self.start_service("api")
+        self.start_service("dispatcher")
+        for index in range(1, senders + 1):
+            self.start_service("sender", f"sender-{index}")
+        for index in range(1, schedulers + 1):
+            self.start_service("scheduler", f"scheduler-{index}")
+
+    def stop(self, timeout_s: float = 30.0) -> dict[str, int | None]:
+        """SIGTERM every process, services first and the stores last; their exit codes."""
+        order = sorted(self.processes, key=lambda n: (n == "mongodb", n == "fcm-emulator"))
+        return {name: self.processes[name].terminate(timeout_s) for name in order}
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> ManagedProcess:
+        process = spawn(name, argv, env, self._logs, cwd=REPO)
+        self.processes[name] = process
+        return process

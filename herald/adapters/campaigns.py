@@ -1,0 +1,156 @@
+"""Campaign documents in MongoDB. Every status change is a conditional ``findOneAndUpdate``.
+
+A campaign document carries its content, its audience, its live counters, the dispatcher's lease
+and cursor checkpoint, and, once asked, the cancel record:
+
+    {_id, name, title, body, image_url, data, audience | retarget, chunk_size, rate_per_s,
+     status, counts: {targeted, sent, failed}, progress: {chunks_published, chunks_done},
+     dispatch: {owner, lease_until, until, next_seq, done},
+     cancel: {requested_at, reason, requested_by, expected_pods, acks, acknowledged_at} | null,
+     created_at, due_at, started_at, finished_at, updated_at, schedule_id, source}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from bson import ObjectId
+from bson.errors import InvalidId
+from pymongo import DESCENDING, ReturnDocument
+
+from herald import names
+from herald.adapters.mongo import Database, Document
+from herald.domain.status import Status, Transition, sources_for, target_of
+
+
+def object_id(campaign_id: str | ObjectId) -> ObjectId | None:
+    """The ObjectId behind an id from a URL or a message, or ``None`` when it is not one."""
+    if isinstance(campaign_id, ObjectId):
+        return campaign_id
+    try:
+        return ObjectId(campaign_id)
+    except (InvalidId, TypeError):
+        return None
+
+
+class CampaignStore:
+    def __init__(self, db: Database) -> None:
+        self._campaigns = db[names.CAMPAIGNS]
+
+    async def insert(self, document: Document) -> None:
+        await self._campaigns.insert_one(document)
+
+    async def get(self, campaign_id: str | ObjectId) -> Document | None:
+        oid = object_id(campaign_id)
+        return None if oid is None else await self._campaigns.find_one({"_id": oid})
+
+    async def page(self, statuses: Iterable[Status] | None, before: ObjectId | None,
+                   limit: int) -> list[Document]:
+        """Newest first, ``limit`` campaigns created before the campaign ``before``."""
+        query: dict[str, Any] = {}
+        if statuses:
+            query["status"] = {"$in": [s.value for s in statuses]}
+        if before is not None:
+            query["_id"] = {"$lt": before}
+        cursor = self._campaigns.find(query).sort("_id", DESCENDING).limit(limit)
+        return await cursor.to_list()
+
+    async def with_status(self, status: Status, limit: int = 100) -> list[Document]:
+        cursor = self._campaigns.find({"status": status.value}).sort("_id", 1).limit(limit)
+        return await cursor.to_list()
+
+    async def transition(self, campaign_id: str | ObjectId, transition: Transition, now: datetime,
+                         *, also_set: Mapping[str, Any] | None = None,
+                         where: Mapping[str, Any] | None = None) -> Document | None:
+        """Apply ``transition`` if the campaign's status allows it; the updated document, or None.
+
+        The status test and the write are one atomic operation, so of two racing transitions
+        exactly one wins, whatever the order in which they read the campaign.
+        """
+        oid = object_id(campaign_id)
+        if oid is None:
+            return None
+        query = {"_id": oid, "status": {"$in": [s.value for s in sources_for(transition)]},
+                 **(where or {})}
+        update = {"$set": {"status": target_of(transition).value, "updated_at": now,
+                           **(also_set or {})}}
+        return await self._campaigns.find_one_and_update(
+            query, update, return_document=ReturnDocument.AFTER)
+
+    async def fire_due(self, now: datetime, pod_id: str) -> Document | None:
+        """Move the longest-overdue scheduled campaign to ``pending``; None if none is due."""
+        return await self._campaigns.find_one_and_update(
+            {"status": {"$in": [s.value for s in sources_for(Transition.FIRE)]},
+             "due_at": {"$lte": now}},
+            {"$set": {"status": target_of(Transition.FIRE).value, "fired_at": now,
+                      "fired_by": pod_id, "updated_at": now}},
+            sort=[("due_at", 1)], return_document=ReturnDocument.AFTER)
+
+    async def claim_for_dispatch(self, campaign_id: str | None, pod_id: str, now: datetime,
+                                 lease_until: datetime) -> Document | None:
+        """Take a pending campaign, or one whose dispatcher's lease ran out, for paging."""
+        lease = {"dispatch.owner": pod_id, "dispatch.lease_until": lease_until}
+        target: dict[str, Any] = {} if campaign_id is None else {"_id": object_id(campaign_id)}
+        if campaign_id is not None and target["_id"] is None:
+            return None
+        fresh = await self._campaigns.find_one_and_update(
+            {**target, "status": {"$in": [s.value for s in sources_for(Transition.CLAIM)]},
+             "due_at": {"$lte": now}},
+            {"$set": {"status": target_of(Transition.CLAIM).value, "started_at": now,
+                      "updated_at": now, **lease}},
+            sort=[("_id", 1)], return_document=ReturnDocument.AFTER)
+        if fresh is not None:
+            return fresh
+        return await self._campaigns.find_one_and_update(
+            {**target, "status": Status.IN_PROGRESS.value, "dispatch.done": False,
+             "dispatch.lease_until": {"$lt": now}},
+            {"$set": {"updated_at": now, **lease}, "$inc": {"dispatch.takeovers": 1}},
+            sort=[("_id", 1)], return_document=ReturnDocument.AFTER)
+
+    async def fix_dispatch_bound(self, campaign_id: ObjectId, pod_id: str,
+                                 until: Any) -> Document | None:
+        """Record the last device ``_id`` the campaign may reach, once, before the first chunk."""
+        await self._campaigns.update_one(
+            {"_id": campaign_id, "dispatch.owner": pod_id, "dispatch.until": None},
+            {"$set": {"dispatch.until": until}})
+        return await self._campaigns.find_one({"_id": campaign_id})
+
+    async def checkpoint(self, campaign_id: ObjectId, pod_id: str, seq: int, size: int,
+                         lease_until: datetime) -> bool:
+        """Count chunk ``seq`` as published and extend the lease; False if the lease was lost."""
+        result = await self._campaigns.update_one(
+            {"_id": campaign_id, "dispatch.owner": pod_id, "dispatch.next_seq": seq},
+            {"$set": {"dispatch.next_seq": seq + 1, "dispatch.lease_until": lease_until},
+             "$inc": {"counts.targeted": size, "progress.chunks_published": 1}})
+        return result.modified_count == 1
+
+    async def finish_dispatch(self, campaign_id: ObjectId, pod_id: str,
+                              now: datetime) -> Document | None:
+        return await self._campaigns.find_one_and_update(
+            {"_id": campaign_id, "dispatch.owner": pod_id, "dispatch.done": False},
+            {"$set": {"dispatch.done": True, "dispatch.lease_until": now, "updated_at": now}},
+            return_document=ReturnDocument.AFTER)
+
+    async def release_dispatch(self, campaign_id: ObjectId, pod_id: str, now: datetime) -> None:
+        """Give the lease up (graceful stop): another dispatcher resumes at once."""
+        await self._campaigns.update_one(
+            {"_id": campaign_id, "dispatch.owner": pod_id},
+            {"$set": {"dispatch.lease_until": now}})
+
+    async def add_counts(self, campaign_id: str, sent: int, failed: int) -> None:
+        if sent or failed:
+            await self._campaigns.update_one(
+                {"_id": ObjectId(campaign_id)},
+                {"$inc": {"counts.sent": sent, "counts.failed": failed}})
+
+    async def count_chunk_done(self, campaign_id: str) -> Document | None:
+        return await self._campaigns.find_one_and_update(
+            {"_id": ObjectId(campaign_id)}, {"$inc": {"progress.chunks_done": 1}},
+            return_document=ReturnDocument.AFTER)
+
+    async def add_cancel_ack(self, campaign_id: str, pod_id: str) -> None:
+        await self._campaigns.update_one(
+            {"_id": ObjectId(campaign_id), "status": Status.CANCELLING.value},
+            {"$addToSet": {"cancel.acks": pod_id}})

@@ -1,0 +1,110 @@
+"""Chunks (the frozen recipient lists a dispatcher published) and deliveries (what FCM answered).
+
+A chunk document is written before its message is published and never changes its recipients:
+
+    {_id: "<campaign>:<seq>", campaign_id, seq, recipients: [{token, user_id}], size, cursor,
+     status: pending | done | cancelled | dead, attempts, sent, failed, created_at, finished_at}
+
+A delivery document is written after each FCM batch of a chunk, and only ever inserted, so
+recording an outcome is one cheap write and a crash can at worst lose the batch in flight:
+
+    {campaign_id, seq, pod, at, sent, failed, results: [{token, user_id, outcome, error}]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pymongo import ReturnDocument
+from pymongo.asynchronous.cursor import AsyncCursor
+from pymongo.errors import DuplicateKeyError
+
+from herald import names
+from herald.adapters.mongo import Database, Document
+
+
+class ChunkStatus(StrEnum):
+    PENDING = "pending"
+    DONE = "done"  # every recipient sent or failed
+    CANCELLED = "cancelled"  # cut short by a cancel; the rest stays unsent
+    DEAD = "dead"  # dead-lettered; the unrecorded rest counts as failed
+
+
+def chunk_id(campaign_id: str, seq: int) -> str:
+    return f"{campaign_id}:{seq:08d}"
+
+
+class ChunkStore:
+    def __init__(self, db: Database) -> None:
+        self._chunks = db[names.CHUNKS]
+
+    async def create(self, campaign_id: str, seq: int, recipients: list[dict[str, Any]],
+                     cursor: Any, now: datetime) -> Document:
+        """Write chunk ``seq``; if a previous owner already wrote it, that one stands."""
+        document = {"_id": chunk_id(campaign_id, seq), "campaign_id": campaign_id, "seq": seq,
+                    "recipients": recipients, "size": len(recipients), "cursor": cursor,
+                    "status": ChunkStatus.PENDING.value, "attempts": 0, "sent": 0, "failed": 0,
+                    "created_at": now, "finished_at": None}
+        try:
+            await self._chunks.insert_one(document)
+        except DuplicateKeyError:
+            existing = await self.get(campaign_id, seq)
+            assert existing is not None
+            return existing
+        return document
+
+    async def get(self, campaign_id: str, seq: int) -> Document | None:
+        return await self._chunks.find_one({"_id": chunk_id(campaign_id, seq)})
+
+    async def begin_attempt(self, campaign_id: str, seq: int) -> Document | None:
+        """Count one more attempt at the chunk; its state before this attempt."""
+        return await self._chunks.find_one_and_update(
+            {"_id": chunk_id(campaign_id, seq)}, {"$inc": {"attempts": 1}},
+            projection={"recipients": 0}, return_document=ReturnDocument.BEFORE)
+
+    async def finish(self, campaign_id: str, seq: int, status: ChunkStatus, sent: int,
+                     failed: int, now: datetime) -> bool:
+        """Close a pending chunk; True only for the one caller that closed it."""
+        result = await self._chunks.update_one(
+            {"_id": chunk_id(campaign_id, seq), "status": ChunkStatus.PENDING.value},
+            {"$set": {"status": status.value, "sent": sent, "failed": failed,
+                      "finished_at": now}})
+        return result.modified_count == 1
+
+    def in_order(self, campaign_id: str, *, with_recipients: bool = True) -> AsyncCursor[Document]:
+        projection = None if with_recipients else {"recipients": 0}
+        return self._chunks.find({"campaign_id": campaign_id}, projection).sort("seq", 1)
+
+    async def last(self, campaign_id: str) -> Document | None:
+        return await self._chunks.find_one({"campaign_id": campaign_id}, {"recipients": 0},
+                                           sort=[("seq", -1)])
+
+    async def count_finished(self, campaign_id: str) -> int:
+        return await self._chunks.count_documents(
+            {"campaign_id": campaign_id, "status": {"$ne": ChunkStatus.PENDING.value}})
+
+
+class DeliveryStore:
+    def __init__(self, db: Database) -> None:
+        self._deliveries = db[names.DELIVERIES]
+
+    async def record(self, campaign_id: str, seq: int, pod_id: str,
+                     results: Sequence[dict[str, Any]], now: datetime) -> None:
+        sent = sum(1 for r in results if r["outcome"] == "sent")
+        await self._deliveries.insert_one({
+            "campaign_id": campaign_id, "seq": seq, "pod": pod_id, "at": now,
+            "sent": sent, "failed": len(results) - sent, "results": list(results)})
+
+    async def recorded_tokens(self, campaign_id: str, seq: int) -> dict[str, str]:
+        """Token → outcome of everything recorded for chunk ``seq`` so far."""
+        recorded: dict[str, str] = {}
+        async for doc in self._deliveries.find({"campaign_id": campaign_id, "seq": seq}):
+            recorded.update((r["token"], r["outcome"]) for r in doc["results"])
+        return recorded
+
+    def in_order(self, campaign_id: str) -> AsyncCursor[Document]:
+        return (self._deliveries.find({"campaign_id": campaign_id})
+                .sort([("seq", 1), ("_id", 1)]).batch_size(200))

@@ -1,0 +1,64 @@
+"""MongoDB connection and indexes, through PyMongo's asyncio API (the successor of motor).
+
+Schema notes that hold on MongoDB and on the nx-27017 wire server used for development:
+- ``_id`` of devices, campaigns and schedules is an ObjectId; references between documents
+  (``campaign_id`` of a chunk, ``schedule_id`` of a campaign...) are stored as hex strings.
+- No index contains ``_id`` next to other keys, and arrays updated with ``$addToSet`` are created
+  empty when their document is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient
+from pymongo.asynchronous.database import AsyncDatabase
+
+from herald import names
+from herald.settings import Settings
+
+Document = dict[str, Any]
+Database = AsyncDatabase[Document]
+
+
+def connect(settings: Settings, app_name: str) -> AsyncMongoClient[Document]:
+    """Client for the stack's MongoDB; it connects lazily, on first use."""
+    return AsyncMongoClient(
+        settings.mongodb_url,
+        tz_aware=True,
+        appname=app_name,
+        serverSelectionTimeoutMS=5_000,
+    )
+
+
+def database(client: AsyncMongoClient[Document], settings: Settings) -> Database:
+    return client[settings.mongodb_database]
+
+
+INDEXES: dict[str, list[tuple[list[tuple[str, int]], dict[str, Any]]]] = {
+    names.DEVICES: [
+        ([("token", ASCENDING)], {"unique": True, "name": "token_unique"}),
+        ([("user_id", ASCENDING)], {"name": "user_id"}),
+    ],
+    names.CAMPAIGNS: [
+        ([("status", ASCENDING), ("created_at", DESCENDING)], {"name": "status_created"}),
+        ([("status", ASCENDING), ("due_at", ASCENDING)], {"name": "status_due"}),
+        ([("schedule_id", ASCENDING)], {"name": "schedule_id"}),
+    ],
+    names.CHUNKS: [
+        ([("campaign_id", ASCENDING), ("seq", ASCENDING)], {"name": "campaign_seq"}),
+    ],
+    names.DELIVERIES: [
+        ([("campaign_id", ASCENDING), ("seq", ASCENDING)], {"name": "campaign_seq"}),
+    ],
+    names.SCHEDULES: [
+        ([("state", ASCENDING), ("next_run_at", ASCENDING)], {"name": "state_next_run"}),
+    ],
+}
+
+
+async def ensure_indexes(db: Database) -> None:
+    """Create the indexes Herald's queries rely on (idempotent; every service may call it)."""
+    for collection, indexes in INDEXES.items():
+        for keys, options in indexes:
+            await db[collection].create_index(keys, **options)

@@ -1,0 +1,93 @@
+"""RabbitMQ topology and publishing, through FastStream (aio-pika underneath).
+
+Work queues are quorum queues: replicated on a cluster, with a delivery limit as the last guard
+against a message that kills every consumer it reaches. Herald also counts attempts itself (in the
+chunk's MongoDB document), because RabbitMQ 3.10 and 4.x count redeliveries differently.
+"""
+
+from __future__ import annotations
+
+from faststream.rabbit import ExchangeType, QueueType, RabbitBroker, RabbitExchange, RabbitQueue
+from faststream.rabbit.schemas.queue import ClassicQueueArgs, QuorumQueueArgs
+
+from herald import names
+from herald.domain.messages import CancelCampaign, DispatchCampaign, SendChunk
+from herald.settings import Settings
+
+QUEUE_DELIVERY_LIMIT = 20
+"""Broker-side backstop; Herald's own attempt limit (``HERALD_CHUNK_MAX_ATTEMPTS``) acts first."""
+
+CANCEL_EXCHANGE = RabbitExchange(names.CANCEL_EXCHANGE, type=ExchangeType.FANOUT, durable=True)
+DEAD_LETTER_EXCHANGE = RabbitExchange(
+    names.DEAD_LETTER_EXCHANGE, type=ExchangeType.DIRECT, durable=True
+)
+
+
+def _work_queue(name: str, dead_letter_key: str) -> RabbitQueue:
+    arguments: QuorumQueueArgs = {
+        "x-delivery-limit": QUEUE_DELIVERY_LIMIT,
+        "x-dead-letter-exchange": names.DEAD_LETTER_EXCHANGE,
+        "x-dead-letter-routing-key": dead_letter_key,
+    }
+    return RabbitQueue(name, queue_type=QueueType.QUORUM, durable=True, arguments=arguments)
+
+
+CHUNKS_QUEUE = _work_queue(names.CHUNKS_QUEUE, names.DEAD_CHUNKS_ROUTING_KEY)
+DISPATCH_QUEUE = _work_queue(names.DISPATCH_QUEUE, names.DEAD_MESSAGES_ROUTING_KEY)
+DEAD_CHUNKS_QUEUE = RabbitQueue(
+    names.DEAD_CHUNKS_QUEUE, queue_type=QueueType.QUORUM, durable=True,
+    routing_key=names.DEAD_CHUNKS_ROUTING_KEY,
+)
+DEAD_MESSAGES_QUEUE = RabbitQueue(
+    names.DEAD_MESSAGES_QUEUE, queue_type=QueueType.QUORUM, durable=True,
+    routing_key=names.DEAD_MESSAGES_ROUTING_KEY,
+)
+
+
+def pod_cancel_queue(pod_id: str) -> RabbitQueue:
+    """The pod's own queue on the cancel fanout: gone when the pod's connection goes."""
+    arguments: ClassicQueueArgs = {
+        "x-dead-letter-exchange": names.DEAD_LETTER_EXCHANGE,
+        "x-dead-letter-routing-key": names.DEAD_MESSAGES_ROUTING_KEY,
+    }
+    return RabbitQueue(names.pod_cancel_queue(pod_id), durable=False, exclusive=True,
+                       auto_delete=True, arguments=arguments)
+
+
+def make_broker(settings: Settings, *, graceful_timeout_s: float | None = None) -> RabbitBroker:
+    """Broker for the stack's vhost (taken from the URL), with publisher confirms."""
+    return RabbitBroker(
+        settings.rabbitmq_url,
+        graceful_timeout=graceful_timeout_s,
+        reconnect_interval=1.0,
+        logger=None,
+    )
+
+
+async def declare_topology(broker: RabbitBroker) -> None:
+    """Declare every durable exchange and queue (idempotent; each service does it at start)."""
+    await broker.declare_exchange(CANCEL_EXCHANGE)
+    dead_letters = await broker.declare_exchange(DEAD_LETTER_EXCHANGE)
+    for queue in (DEAD_CHUNKS_QUEUE, DEAD_MESSAGES_QUEUE):
+        declared = await broker.declare_queue(queue)
+        await declared.bind(dead_letters, routing_key=queue.routing_key)
+    await broker.declare_queue(CHUNKS_QUEUE)
+    await broker.declare_queue(DISPATCH_QUEUE)
+
+
+class Bus:
+    """Publishes Herald's commands; every publish waits for the broker's confirm."""
+
+    def __init__(self, broker: RabbitBroker) -> None:
+        self._broker = broker
+
+    async def send_chunk(self, message: SendChunk) -> None:
+        await self._broker.publish(message, queue=CHUNKS_QUEUE, persist=True)
+
+    async def request_dispatch(self, campaign_id: str) -> None:
+        await self._broker.publish(
+            DispatchCampaign(campaign_id=campaign_id), queue=DISPATCH_QUEUE, persist=True
+        )
+
+    async def broadcast_cancel(self, message: CancelCampaign) -> None:
+        await self._broker.publish(message, exchange=CANCEL_EXCHANGE)

@@ -1,0 +1,104 @@
+"""A token bucket in Redis shared by every sender: the fleet never exceeds FCM's quota.
+
+One atomic Lua script refills the bucket from Redis' own clock (so senders' clocks do not matter)
+and grants up to the tokens asked for. Senders ask for a whole batch at once, so the cost is one
+round trip per batch, not per message. A 429 from FCM drains the bucket below zero for its
+``Retry-After``, which pauses every sender, not only the one that was pushed back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from redis.asyncio import Redis
+
+from herald.names import RedisKeys
+from herald.observability import RATE_LIMIT_WAIT_SECONDS
+
+# KEYS[1] bucket; ARGV: rate per second, capacity, tokens wanted (0 = only apply a penalty),
+# penalty seconds. Returns {granted, wait_ms}.
+_TAKE = """
+local rate = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2])
+local wanted = tonumber(ARGV[3])
+local penalty_s = tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(state[1]) or capacity
+local at = tonumber(state[2]) or now
+tokens = math.min(capacity, tokens + (now - at) * rate)
+if penalty_s > 0 then
+  tokens = math.min(tokens, -penalty_s * rate)
+end
+local granted = 0
+if wanted > 0 and tokens >= 1 then
+  granted = math.min(wanted, math.floor(tokens))
+  tokens = tokens - granted
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(1000 * (capacity / rate + penalty_s)) + 60000)
+local wait_ms = 0
+if granted < wanted then
+  wait_ms = math.ceil(1000 * (math.min(wanted - granted, capacity) - tokens) / rate)
+end
+return {granted, wait_ms}
+"""
+
+
+class TokenBucket:
+    """``rate_per_s`` tokens a second, bursting to one second's worth, shared through Redis."""
+
+    def __init__(self, redis: Redis, key: str, rate_per_s: float) -> None:
+        self._redis = redis
+        self._key = key
+        self._rate = rate_per_s
+        self._capacity = max(1.0, rate_per_s)
+        self._script = redis.register_script(_TAKE)
+
+    async def take(self, wanted: int, stop: asyncio.Event | None = None) -> int:
+        """Wait until ``wanted`` tokens are granted (fewer if ``stop`` is set meanwhile)."""
+        granted = 0
+        started = time.monotonic()
+        while granted < wanted and not (stop is not None and stop.is_set()):
+            got, wait_ms = await self._script(
+                keys=[self._key], args=[self._rate, self._capacity, wanted - granted, 0])
+            granted += int(got)
+            if granted < wanted:
+                await _sleep_unless(stop, max(int(wait_ms), 1) / 1000)
+        RATE_LIMIT_WAIT_SECONDS.inc(time.monotonic() - started)
+        return granted
+
+    async def penalize(self, seconds: float) -> None:
+        """Empty the bucket for ``seconds``: every sender waits (FCM asked us to back off)."""
+        await self._script(keys=[self._key], args=[self._rate, self._capacity, 0, seconds])
+
+
+async def _sleep_unless(stop: asyncio.Event | None, seconds: float) -> None:
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+class RateLimits:
+    """The project-wide FCM bucket, plus one bucket per campaign that asks for its own cap."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys, project_rate_per_min: int) -> None:
+        self._redis = redis
+        self._keys = keys
+        self.project = TokenBucket(redis, keys.rate_bucket("fcm"), project_rate_per_min / 60)
+        self._campaigns: dict[str, TokenBucket] = {}
+
+    def for_campaign(self, campaign_id: str, rate_per_s: int | None) -> TokenBucket | None:
+        if rate_per_s is None:
+            return None
+        bucket = self._campaigns.get(campaign_id)
+        if bucket is None:
+            bucket = TokenBucket(self._redis, self._keys.rate_bucket(f"campaign:{campaign_id}"),
+                                 rate_per_s)
+            self._campaigns[campaign_id] = bucket
+        return bucket

@@ -1,0 +1,99 @@
+"""Coordination through Redis: cancel flags with a TTL, and pod heartbeats.
+
+Redis holds nothing that cannot be lost: a flag only speeds up what MongoDB's campaign status
+already says, and a heartbeat is rewritten every few seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+import orjson
+import redis.asyncio as aioredis
+
+from herald.names import RedisKeys
+from herald.settings import Settings
+
+Redis = aioredis.Redis
+
+
+def connect(settings: Settings) -> Redis:
+    """Client for the stack's Redis (database chosen by the URL); connects on first use."""
+    return aioredis.Redis.from_url(
+        settings.redis_url,
+        socket_connect_timeout=5,
+        socket_timeout=5,
+        health_check_interval=10,
+        retry_on_timeout=True,
+    )
+
+
+class CancelFlags:
+    """``cancel:<campaign>`` keys: the cancel intent, for pods that missed the broadcast.
+
+    The TTL (``HERALD_CANCEL_FLAG_TTL_S``, a week by default) is longer than any campaign runs,
+    so a redelivered chunk found days later still sees its campaign cancelled; after that the
+    campaign's own status in MongoDB answers.
+    """
+
+    def __init__(self, redis: Redis, keys: RedisKeys, ttl_s: int) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._ttl_s = ttl_s
+
+    async def raise_flag(self, campaign_id: str) -> None:
+        await self._redis.set(self._keys.cancel_flag(campaign_id), b"1", ex=self._ttl_s)
+
+    async def is_raised(self, campaign_id: str) -> bool:
+        return bool(await self._redis.exists(self._keys.cancel_flag(campaign_id)))
+
+    async def count(self) -> int:
+        """Number of live flags (a gauge: it should stay small if the TTL works)."""
+        found = 0
+        async for _ in self._redis.scan_iter(match=self._keys.cancel_flag_pattern(), count=500):
+            found += 1
+        return found
+
+
+@dataclass(frozen=True)
+class PodBeat:
+    """What a pod says about itself every heartbeat."""
+
+    id: str
+    service: str
+    host: str
+    pid: int
+    version: str
+    started_at: float
+    beat_at: float = 0.0
+    metrics_port: int | None = None
+    campaigns: list[str] = field(default_factory=list)
+    """Campaigns this pod is working on right now."""
+
+
+class PodRegistry:
+    """Heartbeats: one key per pod, rewritten every interval, expiring after missed beats."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys, ttl_s: float) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._ttl_ms = int(ttl_s * 1000)
+
+    async def beat(self, pod: PodBeat) -> None:
+        stamped = PodBeat(**{**asdict(pod), "beat_at": time.time()})
+        await self._redis.set(self._keys.pod(pod.id), orjson.dumps(asdict(stamped)),
+                              px=self._ttl_ms)
+
+    async def remove(self, pod_id: str) -> None:
+        await self._redis.delete(self._keys.pod(pod_id))
+
+    async def live(self, services: Iterable[str] | None = None) -> list[PodBeat]:
+        wanted = set(services) if services is not None else None
+        keys = [k async for k in self._redis.scan_iter(match=self._keys.pod_pattern(), count=500)]
+        if not keys:
+            return []
+        beats = [PodBeat(**orjson.loads(raw)) for raw in await self._redis.mget(keys) if raw]
+        return sorted((b for b in beats if wanted is None or b.service in wanted),
+                      key=lambda b: (b.service, b.id))

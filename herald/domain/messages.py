@@ -1,0 +1,50 @@
+"""Messages Herald puts on RabbitMQ. JSON on the wire, validated on the way in.
+
+``CancelCampaign`` is a public contract: other teams publish it with their own tools to
+``herald.cancel``. It is versioned and tolerant of fields it does not know, so a newer publisher
+never breaks an older pod; anything it cannot act on is dead-lettered with a log line.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from herald.domain.types import ObjectIdStr, Token, UserId
+
+
+class CancelCampaign(BaseModel):
+    """Command: stop campaign ``campaign_id`` everywhere (published to the fanout exchange)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    campaign_id: ObjectIdStr
+    reason: str | None = Field(default=None, max_length=500)
+    requested_by: str | None = Field(default=None, max_length=200)
+    version: Literal[1] = 1
+
+
+class DispatchCampaign(BaseModel):
+    """Command: page the audience of ``campaign_id`` into chunks (a hint; MongoDB decides)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    campaign_id: ObjectIdStr
+
+
+class Recipient(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token: Token
+    user_id: UserId | None = None
+
+
+class SendChunk(BaseModel):
+    """Command: send campaign ``campaign_id`` to these recipients, chunk number ``seq``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    campaign_id: ObjectIdStr
+    seq: int = Field(ge=0)
+    recipients: list[Recipient] = Field(min_length=1, max_length=10_000)

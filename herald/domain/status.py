@@ -1,0 +1,105 @@
+"""Campaign lifecycle: the statuses and the one table of transitions between them.
+
+Every status change in Herald is a conditional update "set status to T where status is one of S";
+``sources_for`` gives S for a transition, so a finishing sender can never overwrite ``cancelling``
+with ``completed`` (seed 001, case 2) and a cancel can never resurrect a finished campaign.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    SCHEDULED = "scheduled"
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    FINALIZING = "finalizing"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+    MISSED = "missed"
+
+
+class Transition(StrEnum):
+    """Named status changes; each is allowed only from the sources listed in ``TRANSITIONS``."""
+
+    FIRE = "fire"  # a scheduled campaign is due
+    CLAIM = "claim"  # a dispatcher starts paging the audience
+    FINALIZE = "finalize"  # every chunk is recorded
+    COMPLETE = "complete"  # final counts are written
+    FAIL = "fail"
+    RETRY = "retry"  # an operator re-runs a failed campaign
+    CANCEL_AT_ONCE = "cancel_at_once"  # nothing was sent yet
+    BEGIN_CANCEL = "begin_cancel"  # work is in flight: stop it first
+    CONFIRM_CANCEL = "confirm_cancel"  # every pod has stopped
+    MISS = "miss"  # overdue beyond the misfire grace
+
+
+TRANSITIONS: dict[Transition, tuple[frozenset[Status], Status]] = {
+    Transition.FIRE: (frozenset({Status.SCHEDULED}), Status.PENDING),
+    Transition.CLAIM: (frozenset({Status.PENDING}), Status.IN_PROGRESS),
+    Transition.FINALIZE: (frozenset({Status.IN_PROGRESS}), Status.FINALIZING),
+    Transition.COMPLETE: (frozenset({Status.FINALIZING}), Status.COMPLETED),
+    Transition.FAIL: (
+        frozenset({Status.SCHEDULED, Status.PENDING, Status.IN_PROGRESS, Status.FINALIZING}),
+        Status.FAILED,
+    ),
+    Transition.RETRY: (frozenset({Status.FAILED}), Status.PENDING),
+    Transition.CANCEL_AT_ONCE: (frozenset({Status.SCHEDULED, Status.PENDING}), Status.CANCELLED),
+    Transition.BEGIN_CANCEL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING}), Status.CANCELLING),
+    Transition.CONFIRM_CANCEL: (frozenset({Status.CANCELLING}), Status.CANCELLED),
+    Transition.MISS: (frozenset({Status.SCHEDULED}), Status.MISSED),
+}
+
+TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.MISSED})
+ACTIVE = frozenset({Status.IN_PROGRESS, Status.FINALIZING})
+"""Statuses in which pods may be sending."""
+
+
+class InvalidTransition(Exception):
+    """A transition was asked for from a status that does not allow it."""
+
+    def __init__(self, transition: Transition, current: Status) -> None:
+        super().__init__(f"cannot {transition.value} a campaign that is {current.value}")
+        self.transition = transition
+        self.current = current
+
+
+def sources_for(transition: Transition) -> frozenset[Status]:
+    """Statuses from which ``transition`` may be applied."""
+    return TRANSITIONS[transition][0]
+
+
+def target_of(transition: Transition) -> Status:
+    """Status a campaign has after ``transition``."""
+    return TRANSITIONS[transition][1]
+
+
+def apply(transition: Transition, current: Status) -> Status:
+    """The status after ``transition`` from ``current``, or ``InvalidTransition``."""
+    sources, target = TRANSITIONS[transition]
+    if current not in sources:
+        raise InvalidTransition(transition, current)
+    return target
+
+
+class CancelDecision(StrEnum):
+    """What a cancel request means for a campaign in a given status."""
+
+    AT_ONCE = "at_once"  # scheduled/pending: nothing sent, cancelled immediately
+    STOP_PODS = "stop_pods"  # in_progress/finalizing: broadcast, wait for pods to stop
+    ALREADY = "already"  # cancelling/cancelled: idempotent, no second broadcast
+    REFUSE = "refuse"  # completed/failed/missed: nothing left to stop
+
+
+def decide_cancel(current: Status) -> CancelDecision:
+    """Decide how to cancel a campaign in status ``current`` (seed 001's protocol)."""
+    if current in sources_for(Transition.CANCEL_AT_ONCE):
+        return CancelDecision.AT_ONCE
+    if current in sources_for(Transition.BEGIN_CANCEL):
+        return CancelDecision.STOP_PODS
+    if current in (Status.CANCELLING, Status.CANCELLED):
+        return CancelDecision.ALREADY
+    return CancelDecision.REFUSE

@@ -1,0 +1,69 @@
+"""Every name Herald puts on the wire or in a store, in one place.
+
+Queue, exchange, collection and Redis key names are part of the contract with operators (they appear
+in dashboards, in ``rabbitmqctl list_queues`` and in runbooks), so they are never spelled out anywhere
+else in the code.
+"""
+
+from __future__ import annotations
+
+# --- RabbitMQ -------------------------------------------------------------------------------------
+CANCEL_EXCHANGE = "herald.cancel"
+"""Fanout exchange: a cancel message published here reaches every live pod at once."""
+
+DISPATCH_QUEUE = "herald.dispatch"
+"""Work queue of campaigns ready to be paged into chunks (a wake-up hint; MongoDB holds the truth)."""
+
+CHUNKS_QUEUE = "herald.chunks"
+"""Work queue of chunk messages, consumed by senders."""
+
+DEAD_LETTER_EXCHANGE = "herald.dead-letter"
+"""Direct exchange receiving rejected messages, routed by the kind of message."""
+
+DEAD_CHUNKS_QUEUE = "herald.chunks.dead"
+DEAD_CHUNKS_ROUTING_KEY = "chunks"
+
+DEAD_MESSAGES_QUEUE = "herald.dead"
+"""Malformed cancel and dispatch messages land here, for an operator to read."""
+DEAD_MESSAGES_ROUTING_KEY = "malformed"
+
+
+def pod_cancel_queue(pod_id: str) -> str:
+    """Name of a pod's own exclusive queue bound to the cancel exchange."""
+    return f"herald.cancel.{pod_id}"
+
+
+# --- MongoDB collections --------------------------------------------------------------------------
+DEVICES = "devices"
+CAMPAIGNS = "campaigns"
+CHUNKS = "chunks"
+DELIVERIES = "deliveries"
+SCHEDULES = "schedules"
+IDEMPOTENCY_KEYS = "idempotency_keys"
+
+
+# --- Redis keys -----------------------------------------------------------------------------------
+class RedisKeys:
+    """Redis key names, namespaced by stack so several stacks can share one Redis database.
+
+    The namespace is the MongoDB database name: a stack is its database, so keys of two stacks on
+    the same Redis never meet.
+    """
+
+    def __init__(self, namespace: str) -> None:
+        self.prefix = f"herald:{namespace}:"
+
+    def cancel_flag(self, campaign_id: str) -> str:
+        return f"{self.prefix}cancel:{campaign_id}"
+
+    def cancel_flag_pattern(self) -> str:
+        return f"{self.prefix}cancel:*"
+
+    def pod(self, pod_id: str) -> str:
+        return f"{self.prefix}pod:{pod_id}"
+
+    def pod_pattern(self) -> str:
+        return f"{self.prefix}pod:*"
+
+    def rate_bucket(self, scope: str) -> str:
+        return f"{self.prefix}rate:{scope}"

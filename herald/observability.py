@@ -1,0 +1,64 @@
+"""Prometheus metrics and logging, the same in every service.
+
+Metric objects live in the process-wide default registry, as prometheus-client intends; each
+service exposes it on ``/metrics``. Names follow Prometheus conventions (base units, ``_total``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from prometheus_client import Counter, Gauge, Histogram
+
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+# --- sending ---------------------------------------------------------------------------------------
+MESSAGES = Counter("herald_messages_total", "Recipients recorded by senders, by outcome and error",
+                   ["outcome", "error"])
+FCM_REQUEST_SECONDS = Histogram("herald_fcm_request_seconds", "Duration of one FCM request",
+                                buckets=LATENCY_BUCKETS_S)
+FCM_RETRIES = Counter("herald_fcm_retries_total", "FCM requests retried after push-back",
+                      ["error"])
+CHUNKS = Counter("herald_chunks_total", "Chunks finished by senders, by final status", ["status"])
+CHUNKS_DEAD_LETTERED = Counter("herald_chunks_dead_lettered_total",
+                               "Chunks given up on after repeated failures")
+CHUNKS_PUBLISHED = Counter("herald_chunks_published_total", "Chunks published by dispatchers")
+RATE_LIMIT_WAIT_SECONDS = Counter("herald_rate_limit_wait_seconds_total",
+                                  "Time senders waited for the shared FCM rate limit")
+
+# --- campaigns -------------------------------------------------------------------------------------
+CAMPAIGNS_FINISHED = Counter("herald_campaigns_finished_total", "Campaigns reaching a final status",
+                             ["status"])
+
+# --- cancellation (seed 000's four monitoring metrics) ---------------------------------------------
+CANCEL_LATENCY_SECONDS = Histogram(
+    "herald_cancel_latency_seconds",
+    "From the cancel request to the last pod's acknowledgement", buckets=LATENCY_BUCKETS_S)
+CANCEL_SENT_RATIO = Histogram(
+    "herald_cancel_sent_ratio", "Share of the targeted recipients sent before a cancel took effect",
+    buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0))
+CANCEL_FLAGS = Gauge("herald_cancel_flags", "Cancel flags alive in Redis")
+CANCEL_UNMATCHED = Counter(
+    "herald_cancel_unmatched_total",
+    "Cancel messages acted on for a campaign with no matching cancel request (should stay 0)")
+
+# --- pods and scheduling ---------------------------------------------------------------------------
+PODS_LIVE = Gauge("herald_pods_live", "Pods with a fresh heartbeat", ["service"])
+SCHEDULE_LAG_SECONDS = Histogram("herald_schedule_lag_seconds",
+                                 "Actual start minus due instant of scheduled campaigns",
+                                 buckets=LATENCY_BUCKETS_S)
+SCHEDULE_CLAIMS = Counter("herald_schedule_claims_total", "Due runs claimed by this scheduler")
+SCHEDULE_CLAIMS_LOST = Counter("herald_schedule_claims_lost_total",
+                               "Due runs another scheduler replica claimed first")
+SCHEDULE_MISSED = Counter("herald_schedule_missed_total",
+                          "Runs marked missed: overdue beyond the misfire grace")
+
+
+def setup_logging(service: str, level: str) -> None:
+    """One line per event on stderr, with the service name, for ``docker logs`` and journald."""
+    logging.basicConfig(
+        level=level, stream=sys.stderr, force=True,
+        format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s")
+    for noisy in ("aiormq", "aio_pika", "pymongo", "httpx", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,175 @@
+"""The cancellation protocol (seeds 000 and 001), shared by the API and every pod.
+
+Asking (``request``): a conditional status change in MongoDB decides, once, what the cancel
+means; then a Redis flag (for pods that start later or miss the broadcast) and a message on the
+``herald.cancel`` fanout (for every live pod at once). A pod that receives the broadcast calls
+``request`` too, without broadcasting again, so a cancel published by any AMQP tool has the same
+effect as the API call, and repeated cancels are idempotent.
+
+Finishing (``acknowledge``/``try_finalize``): each sender and dispatcher alive at the request
+acknowledges once it has stopped and recorded its in-flight work; when none is left waiting (acked,
+dead, or seen idle by its heartbeat), the campaign becomes ``cancelled`` with exact final counts.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from herald.adapters.mongo import Document
+from herald.adapters.rabbit import Bus
+from herald.adapters.redis import CancelFlags, PodBeat, PodRegistry
+from herald.adapters.stores import Stores
+from herald.clock import utcnow
+from herald.domain.messages import CancelCampaign
+from herald.domain.status import CancelDecision, Status, Transition, decide_cancel
+from herald.observability import (
+    CAMPAIGNS_FINISHED,
+    CANCEL_LATENCY_SECONDS,
+    CANCEL_SENT_RATIO,
+)
+from herald.service_layer.recipients import final_counts
+
+log = logging.getLogger(__name__)
+
+STOPPING_SERVICES = ("sender", "dispatcher")
+"""Services whose pods must confirm they stopped before a campaign counts as cancelled."""
+
+FLAG_REFRESH_S = 1.0
+"""How often a sender re-reads the cancel flag of a campaign it works on (the fallback path)."""
+
+MAX_RACE_RETRIES = 5
+
+
+class CampaignNotFound(LookupError):
+    pass
+
+
+class CannotCancel(Exception):
+    def __init__(self, status: Status) -> None:
+        super().__init__(f"campaign is {status.value}; there is nothing left to cancel")
+        self.status = status
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    decision: CancelDecision
+    campaign: Document
+
+    @property
+    def status(self) -> Status:
+        return Status(self.campaign["status"])
+
+
+class Cancellation:
+    def __init__(self, stores: Stores, flags: CancelFlags, pods: PodRegistry,
+                 bus: Bus | None) -> None:
+        self._stores = stores
+        self._flags = flags
+        self._pods = pods
+        self._bus = bus
+
+    async def request(self, campaign_id: str, reason: str | None, requested_by: str | None,
+                      *, broadcast: bool) -> CancelOutcome:
+        """Cancel ``campaign_id``; raises ``CampaignNotFound`` or ``CannotCancel``."""
+        for _ in range(MAX_RACE_RETRIES):
+            campaign = await self._stores.campaigns.get(campaign_id)
+            if campaign is None:
+                raise CampaignNotFound(campaign_id)
+            outcome = await self._decide(campaign, reason, requested_by, broadcast=broadcast)
+            if outcome is not None:
+                return outcome
+        raise RuntimeError(f"campaign {campaign_id} kept changing status while being cancelled")
+
+    async def _decide(self, campaign: Document, reason: str | None, requested_by: str | None,
+                      *, broadcast: bool) -> CancelOutcome | None:
+        decision = decide_cancel(Status(campaign["status"]))
+        if decision is CancelDecision.REFUSE:
+            raise CannotCancel(Status(campaign["status"]))
+        if decision is CancelDecision.ALREADY:
+            return CancelOutcome(decision, campaign)
+        campaign_id = str(campaign["_id"])
+        record: dict[str, Any] = {
+            "requested_at": utcnow(), "reason": reason, "requested_by": requested_by,
+            "expected_pods": [], "acks": [], "acknowledged_at": None}
+        if decision is CancelDecision.AT_ONCE:
+            updated = await self._cancel_at_once(campaign_id, record)
+        else:
+            updated = await self._begin_cancel(campaign_id, record, broadcast=broadcast)
+        return None if updated is None else CancelOutcome(decision, updated)
+
+    async def _cancel_at_once(self, campaign_id: str, record: dict[str, Any]) -> Document | None:
+        now = record["requested_at"]
+        updated = await self._stores.campaigns.transition(
+            campaign_id, Transition.CANCEL_AT_ONCE, now,
+            also_set={"cancel": {**record, "acknowledged_at": now}, "finished_at": now})
+        if updated is not None:
+            await self._flags.raise_flag(campaign_id)
+            CAMPAIGNS_FINISHED.labels(Status.CANCELLED.value).inc()
+            log.info("campaign %s cancelled before sending", campaign_id)
+        return updated
+
+    async def _begin_cancel(self, campaign_id: str, record: dict[str, Any],
+                            *, broadcast: bool) -> Document | None:
+        live = await self._pods.live(STOPPING_SERVICES)
+        record["expected_pods"] = [pod.id for pod in live]
+        updated = await self._stores.campaigns.transition(
+            campaign_id, Transition.BEGIN_CANCEL, record["requested_at"],
+            also_set={"cancel": record})
+        if updated is None:
+            return None
+        await self._flags.raise_flag(campaign_id)
+        if broadcast and self._bus is not None:
+            await self._bus.broadcast_cancel(CancelCampaign(
+                campaign_id=campaign_id, reason=record["reason"],
+                requested_by=record["requested_by"]))
+        log.info("campaign %s cancelling; waiting for %d pods", campaign_id, len(live))
+        return updated
+
+    async def acknowledge(self, campaign_id: str, pod_id: str) -> None:
+        """This pod stopped sending ``campaign_id`` and recorded what it had in flight."""
+        await self._stores.campaigns.add_cancel_ack(campaign_id, pod_id)
+        await self.try_finalize(campaign_id)
+
+    async def try_finalize(self, campaign_id: str) -> Document | None:
+        """``cancelling → cancelled`` if no pod is still stopping; the cancelled campaign."""
+        campaign = await self._stores.campaigns.get(campaign_id)
+        if campaign is None or campaign["status"] != Status.CANCELLING.value:
+            return None
+        if await self._still_stopping(campaign):
+            return None
+        counts = await final_counts(self._stores, campaign)
+        now = utcnow()
+        cancelled = await self._stores.campaigns.transition(
+            campaign_id, Transition.CONFIRM_CANCEL, now,
+            also_set={**counts.as_document(), "cancel.acknowledged_at": now, "finished_at": now})
+        if cancelled is not None:
+            _observe_cancelled(cancelled["cancel"]["requested_at"], now, counts.sent,
+                               counts.targeted)
+            log.info("campaign %s cancelled: %d of %d sent, %d failed", campaign_id,
+                     counts.sent, counts.targeted, counts.failed)
+        return cancelled
+
+    async def _still_stopping(self, campaign: Document) -> list[str]:
+        cancel = campaign["cancel"]
+        live = {pod.id: pod for pod in await self._pods.live(STOPPING_SERVICES)}
+        idle_after = cancel["requested_at"] + timedelta(seconds=FLAG_REFRESH_S)
+        campaign_id = str(campaign["_id"])
+        return [pod_id for pod_id in cancel["expected_pods"]
+                if pod_id not in cancel["acks"] and pod_id in live
+                and not _seen_idle(live[pod_id], campaign_id, idle_after)]
+
+
+def _seen_idle(pod: PodBeat, campaign_id: str, after: datetime) -> bool:
+    """A heartbeat written after ``after`` shows the pod is not working on the campaign."""
+    return pod.beat_at > after.timestamp() and campaign_id not in pod.campaigns
+
+
+def _observe_cancelled(requested_at: datetime, acknowledged_at: datetime, sent: int,
+                       targeted: int) -> None:
+    CAMPAIGNS_FINISHED.labels(Status.CANCELLED.value).inc()
+    CANCEL_LATENCY_SECONDS.observe((acknowledged_at - requested_at).total_seconds())
+    if targeted:
+        CANCEL_SENT_RATIO.observe(sent / targeted)

@@ -1,0 +1,48 @@
+"""A campaign completes exactly once: when its last chunk is recorded and paging is over.
+
+Senders count finished chunks and the dispatcher marks paging done; whichever of the two writes
+last sees both facts and finalizes. The ``in_progress → finalizing → completed`` transitions are
+conditional, so a campaign that is being cancelled is never marked completed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from herald.adapters.mongo import Document
+from herald.adapters.stores import Stores
+from herald.clock import utcnow
+from herald.domain.status import Transition
+from herald.service_layer.recipients import final_counts
+
+log = logging.getLogger(__name__)
+
+
+def all_chunks_finished(campaign: Document) -> bool:
+    progress = campaign.get("progress", {})
+    return bool(campaign["dispatch"].get("done")) and (
+        progress.get("chunks_done", 0) >= progress.get("chunks_published", 0))
+
+
+async def chunk_finished(stores: Stores, campaign_id: str) -> Document | None:
+    """Count one more finished chunk; finalize if it was the last. The campaign if completed."""
+    campaign = await stores.campaigns.count_chunk_done(campaign_id)
+    if campaign is not None and all_chunks_finished(campaign):
+        return await finalize(stores, campaign_id)
+    return None
+
+
+async def finalize(stores: Stores, campaign_id: str) -> Document | None:
+    """``in_progress → finalizing → completed`` with exact counts; None if someone else did."""
+    finalizing = await stores.campaigns.transition(campaign_id, Transition.FINALIZE, utcnow())
+    if finalizing is None:
+        return None
+    counts = await final_counts(stores, finalizing)
+    now = utcnow()
+    completed = await stores.campaigns.transition(
+        campaign_id, Transition.COMPLETE, now,
+        also_set={**counts.as_document(), "finished_at": now})
+    if completed is not None:
+        log.info("campaign %s completed: %d targeted, %d sent, %d failed", campaign_id,
+                 counts.targeted, counts.sent, counts.failed)
+    return completed

@@ -1,0 +1,188 @@
+"""Who a campaign reaches, and what happened to each of them.
+
+Two questions share this module because each answers part of the other:
+- *recipient sources*: the ordered, resumable stream of recipients a dispatcher pages into chunks
+  (an audience over the device registry, or the unsent recipients of an earlier campaign);
+- *the audit*: per recipient, ``sent``/``failed`` as recorded from FCM's answers, and ``unsent``
+  for everyone targeted (in a chunk, or still in the source past the last chunk) but not recorded.
+Final counts are computed from the audit itself, so the numbers and the lists never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from herald.adapters.mongo import Document
+from herald.adapters.stores import Stores
+from herald.domain.audience import Audience, audience_query
+
+SENT = "sent"
+FAILED = "failed"
+UNSENT = "unsent"
+OUTCOMES = (SENT, FAILED, UNSENT)
+
+
+@dataclass(frozen=True, slots=True)
+class RecipientLine:
+    """One line of the audit."""
+
+    token: str
+    user_id: str | None
+    outcome: str
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"token": self.token, "user_id": self.user_id, "outcome": self.outcome,
+                "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class FinalCounts:
+    targeted: int
+    sent: int
+    failed: int
+
+    def as_document(self) -> dict[str, int]:
+        return {"counts.targeted": self.targeted, "counts.sent": self.sent,
+                "counts.failed": self.failed}
+
+
+class RecipientSource(Protocol):
+    def stream(self, after: Any) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+        """Recipients ``{token, user_id}`` after position ``after``, each with its position."""
+        ...
+
+
+class AudienceSource:
+    """Devices matching an audience, in ``_id`` order, up to the newest device at claim time."""
+
+    def __init__(self, stores: Stores, audience: Audience, until: Any) -> None:
+        self._stores = stores
+        self._query = audience_query(audience)
+        self._until = until
+
+    async def stream(self, after: Any) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+        async for device in self._stores.devices.stream(self._query, after, self._until):
+            yield device["_id"], {"token": device["token"], "user_id": device.get("user_id")}
+
+
+class UnsentOf:
+    """The unsent recipients of a finished campaign, by position in its audit."""
+
+    def __init__(self, stores: Stores, parent: Document) -> None:
+        self._stores = stores
+        self._parent = parent
+
+    async def stream(self, after: Any) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+        position = 0
+        async for line in unsent(self._stores, self._parent):
+            position += 1
+            if after is None or position > after:
+                yield position, {"token": line.token, "user_id": line.user_id}
+
+
+async def source_for(stores: Stores, campaign: Document) -> RecipientSource:
+    retarget = campaign.get("retarget")
+    if retarget:
+        parent = await stores.campaigns.get(retarget["campaign_id"])
+        if parent is None:
+            raise LookupError(f"campaign {retarget['campaign_id']} is gone")
+        return UnsentOf(stores, parent)
+    audience = Audience.model_validate(campaign["audience"])
+    return AudienceSource(stores, audience, campaign["dispatch"].get("until"))
+
+
+def _source_not_exhausted(campaign: Document) -> bool:
+    """The dispatcher started paging but did not reach the end of the source."""
+    dispatch = campaign.get("dispatch") or {}
+    started = dispatch.get("owner") is not None
+    return started and not dispatch.get("done", False)
+
+
+async def _recorded_by_chunk(stores: Stores,
+                             campaign_id: str) -> AsyncIterator[tuple[int, dict[str, dict[str, Any]]]]:
+    """Recorded results grouped by chunk, in chunk order; a token recorded twice counts once."""
+    seq: int | None = None
+    group: dict[str, dict[str, Any]] = {}
+    async for delivery in stores.deliveries.in_order(campaign_id):
+        if delivery["seq"] != seq:
+            if seq is not None:
+                yield seq, group
+            seq, group = delivery["seq"], {}
+        for result in delivery["results"]:
+            group.setdefault(result["token"], result)
+    if seq is not None:
+        yield seq, group
+
+
+async def recorded(stores: Stores, campaign_id: str, outcome: str) -> AsyncIterator[RecipientLine]:
+    """Recipients whose FCM outcome is ``outcome`` (``sent`` or ``failed``)."""
+    async for _, group in _recorded_by_chunk(stores, campaign_id):
+        for result in group.values():
+            if result["outcome"] == outcome:
+                yield RecipientLine(result["token"], result.get("user_id"), outcome,
+                                    result.get("error"))
+
+
+class _Lookahead:
+    """Walks the recorded groups alongside the chunks, both in chunk order."""
+
+    def __init__(self, groups: AsyncIterator[tuple[int, dict[str, dict[str, Any]]]]) -> None:
+        self._groups = groups
+        self._head: tuple[int, dict[str, dict[str, Any]]] | None = None
+        self._done = False
+
+    async def for_chunk(self, seq: int) -> dict[str, dict[str, Any]]:
+        while not self._done and (self._head is None or self._head[0] < seq):
+            self._head = await anext(self._groups, None)
+            self._done = self._head is None
+        if self._head is not None and self._head[0] == seq:
+            return self._head[1]
+        return {}
+
+
+async def unsent(stores: Stores, campaign: Document) -> AsyncIterator[RecipientLine]:
+    """Targeted but neither sent nor failed: the rest of every chunk, then the unpaged source."""
+    campaign_id = str(campaign["_id"])
+    records = _Lookahead(_recorded_by_chunk(stores, campaign_id))
+    cursor = None
+    async for chunk in stores.chunks.in_order(campaign_id):
+        done = await records.for_chunk(chunk["seq"])
+        cursor = chunk["cursor"]
+        for recipient in chunk["recipients"]:
+            if recipient["token"] not in done:
+                yield RecipientLine(recipient["token"], recipient.get("user_id"), UNSENT)
+    if _source_not_exhausted(campaign):
+        source = await source_for(stores, campaign)
+        async for _, recipient in source.stream(after=cursor):
+            yield RecipientLine(recipient["token"], recipient.get("user_id"), UNSENT)
+
+
+async def audit(stores: Stores, campaign: Document, outcome: str) -> AsyncIterator[RecipientLine]:
+    """The audit of ``campaign`` for one outcome."""
+    if outcome == UNSENT:
+        async for line in unsent(stores, campaign):
+            yield line
+    else:
+        async for line in recorded(stores, str(campaign["_id"]), outcome):
+            yield line
+
+
+async def final_counts(stores: Stores, campaign: Document) -> FinalCounts:
+    """Exact counts from the records: targeted is every chunk plus what the source still holds."""
+    campaign_id = str(campaign["_id"])
+    targeted, cursor = 0, None
+    async for chunk in stores.chunks.in_order(campaign_id, with_recipients=False):
+        targeted += chunk["size"]
+        cursor = chunk["cursor"]
+    if _source_not_exhausted(campaign):
+        source = await source_for(stores, campaign)
+        targeted += sum([1 async for _ in source.stream(after=cursor)])
+    sent = failed = 0
+    async for _, group in _recorded_by_chunk(stores, campaign_id):
+        for result in group.values():
+            sent += result["outcome"] == SENT
+            failed += result["outcome"] == FAILED
+    return FinalCounts(targeted=targeted, sent=sent, failed=failed)

@@ -1,0 +1,101 @@
+"""Every error the API returns is JSON: ``{"error": {"code", "message", "details"?}}``.
+
+Codes are stable and machine-readable; messages are for people. Nothing internal (stack traces,
+driver messages) ever reaches a client: unexpected failures are logged and answered with a 500
+that names no internals.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from herald.domain.payload import PayloadTooLarge
+from herald.domain.timing import AmbiguousTime
+from herald.service_layer.campaigns import (
+    IdempotencyInFlight,
+    IdempotencyMismatch,
+    NotRetargetable,
+    SendAtInPast,
+)
+from herald.service_layer.cancellation import CampaignNotFound, CannotCancel
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def error_response(status: int, code: str, message: str,
+                   details: list[dict[str, Any]] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if details is not None:
+        body["details"] = details
+    return JSONResponse({"error": body}, status_code=status)
+
+
+def not_found(campaign_id: str) -> ApiError:
+    return ApiError(404, "campaign_not_found", f"no campaign {campaign_id}")
+
+
+DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
+    CampaignNotFound: (404, "campaign_not_found"),
+    CannotCancel: (409, "not_cancellable"),
+    NotRetargetable: (409, "not_retargetable"),
+    SendAtInPast: (422, "send_at_in_past"),
+    AmbiguousTime: (422, "ambiguous_time"),
+    IdempotencyMismatch: (422, "idempotency_key_reused"),
+    IdempotencyInFlight: (409, "idempotency_key_in_flight"),
+}
+
+
+def _validation_details(exc: RequestValidationError) -> tuple[str, list[dict[str, Any]]]:
+    code = "validation_error"
+    details = []
+    for error in exc.errors():
+        if isinstance((error.get("ctx") or {}).get("error"), PayloadTooLarge):
+            code = "payload_too_large"
+        details.append({"loc": list(error.get("loc", ())), "msg": error.get("msg"),
+                        "type": error.get("type")})
+    return code, details
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        code, details = _validation_details(exc)
+        message = details[0]["msg"] if len(details) == 1 else f"{len(details)} invalid fields"
+        return error_response(422, code, str(message), details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    for error_type, (status, code) in DOMAIN_ERRORS.items():
+        app.add_exception_handler(error_type, _domain_handler(status, code))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", "internal error; see the server log")
+
+
+def _domain_handler(status: int, code: str) -> Any:
+    async def handler(_: Request, exc: Exception) -> JSONResponse:
+        return error_response(status, code, str(exc))
+    return handler

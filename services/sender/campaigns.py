@@ -1,0 +1,66 @@
+"""What a sender needs to know about the campaigns whose chunks it receives, cached.
+
+A campaign's content never changes once it is sending, so it is read from MongoDB once per pod.
+Whether it was cancelled is answered from memory (the broadcast), and, at most once a second per
+campaign, from its Redis flag, for the cancel this pod might have missed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from herald.domain.payload import MessageTemplate, build_payload
+from herald.domain.status import ACTIVE, Status
+from herald.runtime import Pod
+from herald.service_layer.cancellation import FLAG_REFRESH_S
+
+CACHE_SIZE = 1000
+
+
+@dataclass
+class CampaignInfo:
+    template: MessageTemplate
+    rate_per_s: int | None
+    flag_checked_at: float = field(default_factory=time.monotonic)
+
+
+class CampaignCache:
+    def __init__(self, pod: Pod) -> None:
+        self._pod = pod
+        self._entries: OrderedDict[str, CampaignInfo] = OrderedDict()
+
+    async def get(self, campaign_id: str) -> CampaignInfo | None:
+        """The campaign's sending info; None if it is unknown or no longer sending."""
+        info = self._entries.get(campaign_id)
+        if info is not None:
+            self._entries.move_to_end(campaign_id)
+            return info
+        campaign = await self._pod.stores.campaigns.get(campaign_id)
+        if campaign is None:
+            return None
+        status = Status(campaign["status"])
+        if status in (Status.CANCELLING, Status.CANCELLED):
+            self._pod.learn_cancel(campaign_id)
+        if status not in ACTIVE:
+            return None
+        payload = build_payload(campaign["title"], campaign["body"], campaign.get("data") or {},
+                                campaign.get("image_url"))
+        info = CampaignInfo(MessageTemplate(payload), campaign.get("rate_per_s"))
+        self._entries[campaign_id] = info
+        if len(self._entries) > CACHE_SIZE:
+            self._entries.popitem(last=False)
+        return info
+
+    async def is_cancelled(self, campaign_id: str) -> bool:
+        """Known cancelled here, or flagged in Redis (read at most once a second)."""
+        if self._pod.watch.is_cancelled(campaign_id):
+            return True
+        info = self._entries.get(campaign_id)
+        now = time.monotonic()
+        if info is not None and now - info.flag_checked_at < FLAG_REFRESH_S:
+            return False
+        if info is not None:
+            info.flag_checked_at = now
+        return await self._pod.is_cancelled(campaign_id)

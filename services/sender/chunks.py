@@ -1,0 +1,143 @@
+"""Sending a chunk: skip what an earlier attempt recorded, send the rest batch by batch, record
+each batch before the next, and close the chunk (which may complete the campaign).
+
+The chunk message is acknowledged only after its outcomes are recorded, so a sender that dies
+loses nothing: RabbitMQ redelivers the chunk and the next sender skips the recorded recipients.
+At worst the batch that was on the wire when the sender died is sent twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from enum import Enum
+
+from faststream.rabbit.annotations import RabbitMessage
+
+from herald.adapters.chunks import ChunkStatus
+from herald.adapters.fcm import TOKEN_IS_DEAD
+from herald.adapters.rate_limit import RateLimits
+from herald.clock import utcnow
+from herald.domain.messages import Recipient, SendChunk
+from herald.observability import CHUNKS, MESSAGES
+from herald.runtime import Pod
+from herald.service_layer.completion import chunk_finished
+from herald.service_layer.recipients import FAILED, SENT
+from services.sender.campaigns import CampaignCache, CampaignInfo
+from services.sender.delivery import BatchResult, BatchSender
+
+log = logging.getLogger(__name__)
+
+
+class Verdict(Enum):
+    ACK = "ack"  # recorded, or nothing to do: the message is settled
+    ABORT = "abort"  # the delivery's channel died: RabbitMQ redelivers, nothing to settle
+    POISON = "poison"  # failed too often: dead-letter it
+    REPUBLISH = "republish"  # took too long for one delivery: hand the rest on as a new message
+
+
+@dataclass
+class Tally:
+    sent: int = 0
+    failed: int = 0
+    stopped: bool = False
+
+
+class ChunkSender:
+    def __init__(self, pod: Pod, cache: CampaignCache, batches: BatchSender,
+                 limits: RateLimits) -> None:
+        self._pod = pod
+        self._cache = cache
+        self._batches = batches
+        self._limits = limits
+        self._settings = pod.settings
+
+    async def process(self, chunk: SendChunk, message: RabbitMessage) -> Verdict:
+        campaign_id = chunk.campaign_id
+        if await self._cache.is_cancelled(campaign_id):
+            CHUNKS.labels("dropped").inc()
+            return Verdict.ACK
+        info = await self._cache.get(campaign_id)
+        if info is None:
+            CHUNKS.labels("dropped").inc()
+            return Verdict.ACK
+        before = await self._pod.stores.chunks.begin_attempt(campaign_id, chunk.seq)
+        if before is None or before["status"] != ChunkStatus.PENDING.value:
+            return Verdict.ACK
+        if before["attempts"] >= self._settings.chunk_max_attempts:
+            log.error("chunk %s:%d failed %d times; dead-lettering it", campaign_id, chunk.seq,
+                      before["attempts"])
+            return Verdict.POISON
+        async with self._pod.tracker.working_on(campaign_id):
+            return await self._send(chunk, info, before["attempts"] > 0, message)
+
+    async def _send(self, chunk: SendChunk, info: CampaignInfo, retried: bool,
+                    message: RabbitMessage) -> Verdict:
+        stores, campaign_id = self._pod.stores, chunk.campaign_id
+        recorded = (await stores.deliveries.recorded_tokens(campaign_id, chunk.seq)
+                    if retried else {})
+        tally = Tally(sent=sum(o == SENT for o in recorded.values()),
+                      failed=sum(o == FAILED for o in recorded.values()))
+        todo = [r for r in chunk.recipients if r.token not in recorded]
+        verdict = await self._send_batches(chunk, info, todo, tally, message)
+        if verdict is not Verdict.ACK:
+            return verdict
+        status = ChunkStatus.CANCELLED if tally.stopped else ChunkStatus.DONE
+        if await stores.chunks.finish(campaign_id, chunk.seq, status, tally.sent, tally.failed,
+                                      utcnow()):
+            CHUNKS.labels(status.value).inc()
+            if status is ChunkStatus.DONE:
+                await chunk_finished(stores, campaign_id)
+        return Verdict.ACK
+
+    async def _send_batches(self, chunk: SendChunk, info: CampaignInfo, todo: list[Recipient],
+                            tally: Tally, message: RabbitMessage) -> Verdict:
+        size = self._settings.sender_batch_size
+        started = time.monotonic()
+        campaign_bucket = self._limits.for_campaign(chunk.campaign_id, info.rate_per_s)
+        for start in range(0, len(todo), size):
+            if message.raw_message.channel.is_closed:
+                return Verdict.ABORT
+            if time.monotonic() - started > self._settings.chunk_budget_s:
+                return Verdict.REPUBLISH
+            if await self._cache.is_cancelled(chunk.campaign_id):
+                tally.stopped = True
+                return Verdict.ACK
+            result = await self._batches.send(
+                info.template, todo[start:start + size],
+                self._pod.watch.event(chunk.campaign_id), campaign_bucket)
+            await self._record(chunk, result, tally)
+            if result.stopped:
+                tally.stopped = True
+                return Verdict.ACK
+        return Verdict.ACK
+
+    async def _record(self, chunk: SendChunk, result: BatchResult, tally: Tally) -> None:
+        """Write the batch's outcomes; then the campaign's live counters and dead tokens."""
+        if not result.outcomes:
+            return
+        stores, now = self._pod.stores, utcnow()
+        rows = [{"token": o.recipient.token, "user_id": o.recipient.user_id,
+                 "outcome": SENT if o.sent else FAILED,
+                 "error": None if o.sent else o.error.value if o.error else None}
+                for o in result.outcomes]
+        await stores.deliveries.record(chunk.campaign_id, chunk.seq, self._pod.id, rows, now)
+        sent = sum(o.sent for o in result.outcomes)
+        tally.sent += sent
+        tally.failed += len(rows) - sent
+        await stores.campaigns.add_counts(chunk.campaign_id, sent, len(rows) - sent)
+        for error in TOKEN_IS_DEAD:
+            dead = [o.recipient.token for o in result.outcomes if o.error is error]
+            if dead:
+                await stores.devices.mark_invalid(dead, error.value, now)
+        _count_outcomes(rows)
+
+
+def _count_outcomes(rows: list[dict[str, str | None]]) -> None:
+    counts: dict[tuple[str, str], int] = {}
+    for row in rows:
+        key = (str(row["outcome"]), row["error"] or "")
+        counts[key] = counts.get(key, 0) + 1
+    for (outcome, error), n in counts.items():
+        MESSAGES.labels(outcome, error).inc(n)

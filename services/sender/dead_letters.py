@@ -1,0 +1,67 @@
+"""Chunks RabbitMQ gave up on (``herald.chunks.dead``): their unrecorded recipients count as
+failed, so the campaign still finishes and its numbers still add up."""
+
+from __future__ import annotations
+
+import logging
+
+from faststream.rabbit.annotations import RabbitMessage
+from pydantic import ValidationError
+
+from herald import names
+from herald.adapters import rabbit
+from herald.adapters.chunks import ChunkStatus
+from herald.clock import utcnow
+from herald.domain.messages import SendChunk
+from herald.observability import CHUNKS, CHUNKS_DEAD_LETTERED, MESSAGES
+from herald.runtime import Pod
+from herald.service_layer.completion import chunk_finished
+from herald.service_layer.recipients import FAILED, SENT
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTERED = "HERALD_DEAD_LETTERED"
+"""Error recorded for recipients of a chunk that could not be processed."""
+
+
+class DeadChunks:
+    def __init__(self, pod: Pod) -> None:
+        self._pod = pod
+
+    async def handle(self, message: RabbitMessage) -> None:
+        try:
+            chunk = SendChunk.model_validate_json(message.body)
+        except ValidationError:
+            log.error("malformed chunk message moved to %s: %r", names.DEAD_MESSAGES_QUEUE,
+                      message.body[:500])
+            await self._pod.broker.publish(
+                message.body, exchange=rabbit.DEAD_LETTER_EXCHANGE,
+                routing_key=names.DEAD_MESSAGES_ROUTING_KEY, persist=True)
+            await message.ack()
+            return
+        await self._settle(chunk)
+        await message.ack()
+
+    async def _settle(self, chunk: SendChunk) -> None:
+        stores, campaign_id = self._pod.stores, chunk.campaign_id
+        recorded = await stores.deliveries.recorded_tokens(campaign_id, chunk.seq)
+        rest = [r for r in chunk.recipients if r.token not in recorded]
+        sent = sum(o == SENT for o in recorded.values())
+        failed = len(recorded) - sent
+        cancelled = await self._pod.is_cancelled(campaign_id)
+        now = utcnow()
+        if rest and not cancelled:
+            await stores.deliveries.record(campaign_id, chunk.seq, self._pod.id, [
+                {"token": r.token, "user_id": r.user_id, "outcome": FAILED, "error": DEAD_LETTERED}
+                for r in rest], now)
+            await stores.campaigns.add_counts(campaign_id, 0, len(rest))
+            MESSAGES.labels(FAILED, DEAD_LETTERED).inc(len(rest))
+            failed += len(rest)
+        status = ChunkStatus.CANCELLED if cancelled else ChunkStatus.DEAD
+        CHUNKS_DEAD_LETTERED.inc()
+        log.error("chunk %s:%d dead-lettered; %d recipients recorded as failed", campaign_id,
+                  chunk.seq, 0 if cancelled else len(rest))
+        if await stores.chunks.finish(campaign_id, chunk.seq, status, sent, failed, now):
+            CHUNKS.labels(status.value).inc()
+            if status is ChunkStatus.DEAD:
+                await chunk_finished(stores, campaign_id)

@@ -1,0 +1,77 @@
+"""Composition root of the sender: FCM client, rate limits, and the chunk consumers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from faststream import AckPolicy
+from faststream.rabbit import Channel
+from faststream.rabbit.annotations import RabbitMessage
+from pydantic import ValidationError
+
+from herald.adapters import fcm, rabbit
+from herald.adapters.rate_limit import RateLimits
+from herald.domain.messages import SendChunk
+from herald.runtime import Pod, Worker
+from services.sender.campaigns import CampaignCache
+from services.sender.chunks import ChunkSender, Verdict
+from services.sender.dead_letters import DeadChunks
+from services.sender.delivery import BatchSender
+
+log = logging.getLogger(__name__)
+
+REDELIVERY_PAUSE_S = 1.0
+"""Pause before handing back a chunk that failed for a reason other than FCM (e.g. MongoDB down)."""
+
+
+class Sender(Worker):
+    def __init__(self, pod: Pod) -> None:
+        self._pod = pod
+        settings = pod.settings
+        self._session = fcm.open_session(settings)
+        client = fcm.FcmClient(self._session, settings, fcm.access_tokens(settings))
+        limits = RateLimits(pod.redis, pod.keys, settings.fcm_rate_per_min)
+        batches = BatchSender(client, settings.sender_concurrency, settings.fcm_max_retries,
+                              limits.project)
+        self._chunks = ChunkSender(pod, CampaignCache(pod), batches, limits)
+        self._dead = DeadChunks(pod)
+        pod.broker.subscriber(
+            rabbit.CHUNKS_QUEUE, channel=Channel(prefetch_count=settings.sender_prefetch),
+            ack_policy=AckPolicy.MANUAL)(self._on_chunk)
+        pod.broker.subscriber(
+            rabbit.DEAD_CHUNKS_QUEUE, channel=Channel(prefetch_count=1),
+            ack_policy=AckPolicy.MANUAL)(self._dead.handle)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def _on_chunk(self, message: RabbitMessage) -> None:
+        try:
+            chunk = SendChunk.model_validate_json(message.body)
+        except ValidationError as exc:
+            log.error("malformed chunk message dead-lettered: %s", exc.errors(include_url=False))
+            await message.reject(requeue=False)
+            return
+        try:
+            verdict = await self._chunks.process(chunk, message)
+        except Exception:
+            log.exception("chunk %s:%d failed; handing it back", chunk.campaign_id, chunk.seq)
+            await asyncio.sleep(REDELIVERY_PAUSE_S)
+            await message.nack(requeue=True)
+            return
+        await self._settle(verdict, chunk, message)
+
+    async def _settle(self, verdict: Verdict, chunk: SendChunk, message: RabbitMessage) -> None:
+        if verdict is Verdict.ACK:
+            await message.ack()
+        elif verdict is Verdict.POISON:
+            await message.reject(requeue=False)
+        elif verdict is Verdict.REPUBLISH:
+            await self._pod.bus.send_chunk(chunk)
+            await message.ack()
+        # Verdict.ABORT: the channel is gone; RabbitMQ has already requeued the message.
+
+
+def build(pod: Pod) -> Sender:
+    return Sender(pod)
