@@ -60,5 +60,5 @@ def setup_logging(service: str, level: str) -> None:
     logging.basicConfig(
         level=level, stream=sys.stderr, force=True,
         format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s")
-    for noisy in ("aiormq", "aio_pika", "pymongo", "httpx", "uvicorn.access"):
+    for noisy in ("aiormq", "aio_pika", "pymongo", "httpx", "uvicorn.access", "herald.amqp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass
 
 import uvloop
 from aiohttp import web
-from faststream import AckPolicy
 from faststream.rabbit.annotations import RabbitMessage
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
@@ -135,8 +134,8 @@ class Pod:
         self.metrics_port: int | None = None
         self._acknowledges = acknowledges_cancels
         self._background: list[asyncio.Task[None]] = []
-        self.broker.subscriber(rabbit.pod_cancel_queue(self.identity.id), rabbit.CANCEL_EXCHANGE,
-                               ack_policy=AckPolicy.MANUAL)(self._on_cancel_message)
+        rabbit.consume(self.broker, rabbit.pod_cancel_queue(self.identity.id),
+                       self._on_cancel_message, exchange=rabbit.CANCEL_EXCHANGE)
 
     @property
     def id(self) -> str:
@@ -232,8 +231,12 @@ class Pod:
             log.warning("cancel message for %s matches no cancellable campaign: %s",
                         command.campaign_id, exc)
             return
-        if acknowledge and outcome.status is Status.CANCELLING:
+        if outcome.status is not Status.CANCELLING:
+            return
+        if acknowledge:
             await self._acknowledge_when_idle(command.campaign_id)
+        else:  # nothing to stop here; finish the cancel at once if no pod has to confirm
+            await self.cancellation.try_finalize(command.campaign_id)
 
 
 async def serve_health_and_metrics(pod: Pod, port: int) -> web.AppRunner:

@@ -24,7 +24,8 @@ PositiveInt = Annotated[int, Field(gt=0)]
 
 def _require_scheme(url: str, schemes: tuple[str, ...], name: str) -> str:
     parts = urlsplit(url)
-    if parts.scheme not in schemes or not parts.hostname:
+    located = parts.hostname or (parts.scheme == "unix" and parts.path)
+    if parts.scheme not in schemes or not located:
         wanted = " or ".join(f"{s}://host..." for s in schemes)
         raise ValueError(f"{name} must look like {wanted}, got {url!r}")
     return url
@@ -98,7 +99,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _credentials_for_google(self) -> Settings:
-        if self.fcm_endpoint == GOOGLE_FCM_ENDPOINT and self.fcm_credentials is None:
+        google = urlsplit(GOOGLE_FCM_ENDPOINT).hostname
+        if urlsplit(self.fcm_endpoint).hostname == google and self.fcm_credentials is None:
             raise ValueError(
                 "HERALD_FCM_CREDENTIALS (a service-account JSON file) is required when "
                 "HERALD_FCM_ENDPOINT is Google's; point HERALD_FCM_ENDPOINT at an emulator otherwise"

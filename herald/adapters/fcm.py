@@ -10,11 +10,14 @@ the error model are FCM's documented REST contract (projects.messages.send), enc
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -22,6 +25,8 @@ import orjson
 from herald.settings import Settings
 
 FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
+MAX_RETRY_AFTER_S = 3600.0
+_DELAY_SECONDS = re.compile(r"-?\d{1,9}(\.\d+)?")
 
 
 class FcmError(StrEnum):
@@ -87,33 +92,48 @@ SENT = SendResult()
 
 
 def parse_error(status: int, body: bytes) -> FcmError:
-    """Map an FCM error answer to its error code, as FCM documents it."""
-    try:
-        error = orjson.loads(body).get("error", {})
-    except (orjson.JSONDecodeError, AttributeError):
-        error = {}
-    for detail in error.get("details") or ():
+    """Map an FCM error answer to its error code, as FCM documents it.
+
+    Any body (a proxy's HTML page, JSON of another shape) falls back to the HTTP status, and
+    every 5xx without a recognised code is treated as ``UNAVAILABLE``, which is retried.
+    """
+    error = _error_object(body)
+    details = error.get("details")
+    for detail in details if isinstance(details, list) else ():
         code = detail.get("errorCode") if isinstance(detail, dict) else None
         if isinstance(code, str) and code in FcmError.__members__:
             return FcmError(code)
     by_status = _BY_GRPC_STATUS.get(str(error.get("status")))
     if by_status is not None:
         return by_status
-    return _BY_HTTP_STATUS.get(status, FcmError.UNSPECIFIED_ERROR)
+    if status in _BY_HTTP_STATUS:
+        return _BY_HTTP_STATUS[status]
+    return FcmError.UNAVAILABLE if status >= 500 else FcmError.UNSPECIFIED_ERROR
+
+
+def _error_object(body: bytes) -> dict[str, Any]:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    return error if isinstance(error, dict) else {}
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """``Retry-After`` in seconds, whether given as a number or as an HTTP date."""
+    """``Retry-After`` in seconds, given as delay-seconds or as an HTTP date (RFC 9110)."""
     if not value:
         return None
+    value = value.strip()
+    if _DELAY_SECONDS.fullmatch(value):
+        return min(max(0.0, float(value)), MAX_RETRY_AFTER_S)
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+        moment = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
+    if moment.tzinfo is None:  # "-0000": the date is in UTC, no local time involved
+        moment = moment.replace(tzinfo=UTC)
+    return min(max(0.0, moment.timestamp() - time.time()), MAX_RETRY_AFTER_S)
 
 
 class AccessTokens:

@@ -7,7 +7,21 @@ chunk's MongoDB document), because RabbitMQ 3.10 and 4.x count redeliveries diff
 
 from __future__ import annotations
 
-from faststream.rabbit import ExchangeType, QueueType, RabbitBroker, RabbitExchange, RabbitQueue
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from faststream import AckPolicy
+from faststream.message import StreamMessage
+from faststream.rabbit import (
+    Channel,
+    ExchangeType,
+    QueueType,
+    RabbitBroker,
+    RabbitExchange,
+    RabbitQueue,
+)
+from faststream.rabbit.message import RabbitMessage
 from faststream.rabbit.schemas.queue import ClassicQueueArgs, QuorumQueueArgs
 
 from herald import names
@@ -60,8 +74,29 @@ def make_broker(settings: Settings, *, graceful_timeout_s: float | None = None) 
         settings.rabbitmq_url,
         graceful_timeout=graceful_timeout_s,
         reconnect_interval=1.0,
-        logger=None,
+        logger=logging.getLogger("herald.amqp"),
     )
+
+
+async def undecoded(message: StreamMessage[Any]) -> bytes:
+    """A FastStream decoder that leaves the body as bytes.
+
+    Herald validates every message in its handler, so a malformed one is rejected (dead-lettered)
+    with a log line; decoding inside the framework would fail before the handler runs and leave
+    the message unsettled.
+    """
+    return message.body
+
+
+Handler = Callable[[RabbitMessage], Awaitable[None]]
+
+
+def consume(broker: RabbitBroker, queue: RabbitQueue, handler: Handler, *,
+            exchange: RabbitExchange | None = None, prefetch: int | None = None) -> None:
+    """Register ``handler`` on ``queue``; it settles (acks, rejects) every message itself."""
+    channel = Channel(prefetch_count=prefetch) if prefetch is not None else None
+    broker.subscriber(queue, exchange, channel=channel, ack_policy=AckPolicy.MANUAL,
+                      decoder=undecoded)(handler)
 
 
 async def declare_topology(broker: RabbitBroker) -> None:

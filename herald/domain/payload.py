@@ -15,15 +15,15 @@ from pydantic import AfterValidator, Field, StrictStr
 MAX_PAYLOAD_BYTES = 4096
 """FCM's limit on a message's payload (notification plus data), in bytes of JSON."""
 
-DATA_KEY_PATTERN = re.compile(r"^[a-z][A-Za-z0-9]{0,127}$")
+DATA_KEY_PATTERN = re.compile(r"[a-z][A-Za-z0-9]{0,127}")
 RESERVED_DATA_KEYS = frozenset({"from", "notification", "message_type", "collapse_key"})
 RESERVED_DATA_PREFIXES = ("google", "gcm")
 
 
 def _app_data_key(key: str) -> str:
-    if not DATA_KEY_PATTERN.match(key):
+    if not DATA_KEY_PATTERN.fullmatch(key):
         hint = _camel_case(key)
-        suggestion = f" (did you mean {hint!r}?)" if DATA_KEY_PATTERN.match(hint) else ""
+        suggestion = f" (did you mean {hint!r}?)" if DATA_KEY_PATTERN.fullmatch(hint) else ""
         raise ValueError(f"data key {key!r} must be camelCase like 'landingUrl'{suggestion}")
     if key in RESERVED_DATA_KEYS or key.startswith(RESERVED_DATA_PREFIXES):
         raise ValueError(f"data key {key!r} is reserved by FCM")

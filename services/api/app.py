@@ -9,7 +9,6 @@ from collections import Counter
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
-from prometheus_client import make_asgi_app
 
 from herald.observability import CANCEL_FLAGS, PODS_LIVE
 from herald.runtime import VERSION, Pod
@@ -41,7 +40,6 @@ def create_app(settings: Settings) -> FastAPI:
     errors.install(app)
     for module in (devices, campaigns, ops):
         app.include_router(module.router)
-    app.mount("/metrics", make_asgi_app())
     return app
 
 

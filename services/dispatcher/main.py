@@ -12,8 +12,6 @@ import asyncio
 import logging
 from datetime import timedelta
 
-from faststream import AckPolicy
-from faststream.rabbit import Channel
 from faststream.rabbit.annotations import RabbitMessage
 from pydantic import ValidationError
 
@@ -34,8 +32,7 @@ class Dispatcher(Worker):
         self._pod = pod
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stopping = False
-        pod.broker.subscriber(rabbit.DISPATCH_QUEUE, channel=Channel(prefetch_count=10),
-                              ack_policy=AckPolicy.MANUAL)(self._on_dispatch)
+        rabbit.consume(pod.broker, rabbit.DISPATCH_QUEUE, self._on_dispatch, prefetch=10)
 
     async def start(self) -> None:
         self._pod.spawn(self._sweep_loop(), "sweep")

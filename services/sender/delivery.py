@@ -44,7 +44,7 @@ class BatchResult:
 
 def backoff_s(attempt: int, retry_after_s: float | None) -> float:
     """Exponential backoff with full jitter, never shorter than FCM's ``Retry-After``."""
-    jittered = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** attempt))
+    jittered = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(attempt, 32)))
     return max(retry_after_s or 0.0, jittered)
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from faststream import AckPolicy
-from faststream.rabbit import Channel
 from faststream.rabbit.annotations import RabbitMessage
 from pydantic import ValidationError
 
@@ -36,12 +34,9 @@ class Sender(Worker):
                               limits.project)
         self._chunks = ChunkSender(pod, CampaignCache(pod), batches, limits)
         self._dead = DeadChunks(pod)
-        pod.broker.subscriber(
-            rabbit.CHUNKS_QUEUE, channel=Channel(prefetch_count=settings.sender_prefetch),
-            ack_policy=AckPolicy.MANUAL)(self._on_chunk)
-        pod.broker.subscriber(
-            rabbit.DEAD_CHUNKS_QUEUE, channel=Channel(prefetch_count=1),
-            ack_policy=AckPolicy.MANUAL)(self._dead.handle)
+        rabbit.consume(pod.broker, rabbit.CHUNKS_QUEUE, self._on_chunk,
+                       prefetch=settings.sender_prefetch)
+        rabbit.consume(pod.broker, rabbit.DEAD_CHUNKS_QUEUE, self._dead.handle, prefetch=1)
 
     async def close(self) -> None:
         await self._session.close()

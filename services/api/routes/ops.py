@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from herald.runtime import pod_summary
 from services.api.deps import Services
@@ -53,3 +54,9 @@ async def list_pods(services: Services) -> dict[str, Any]:
     return {"pods": [pod_summary(b, settings.heartbeat_ttl_s) for b in beats],
             "heartbeat_interval_s": settings.heartbeat_interval_s,
             "dead_after_missed_beats": settings.heartbeat_misses}
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics() -> Response:
+    """Prometheus exposition of this pod's metrics."""
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

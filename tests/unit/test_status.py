@@ -1,0 +1,168 @@
+"""The campaign lifecycle table in herald/domain/status.py.
+
+The expected table is written out here independently of ``TRANSITIONS`` (it is the documented
+lifecycle), and every (transition, status) pair is checked against it.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from herald.domain.status import (
+    ACTIVE,
+    TERMINAL,
+    TRANSITIONS,
+    CancelDecision,
+    InvalidTransition,
+    Status,
+    Transition,
+    apply,
+    decide_cancel,
+    sources_for,
+    target_of,
+)
+
+S = Status
+T = Transition
+
+EXPECTED: dict[Transition, tuple[set[Status], Status]] = {
+    T.FIRE: ({S.SCHEDULED}, S.PENDING),
+    T.CLAIM: ({S.PENDING}, S.IN_PROGRESS),
+    T.FINALIZE: ({S.IN_PROGRESS}, S.FINALIZING),
+    T.COMPLETE: ({S.FINALIZING}, S.COMPLETED),
+    T.FAIL: ({S.SCHEDULED, S.PENDING, S.IN_PROGRESS, S.FINALIZING}, S.FAILED),
+    T.RETRY: ({S.FAILED}, S.PENDING),
+    T.CANCEL_AT_ONCE: ({S.SCHEDULED, S.PENDING}, S.CANCELLED),
+    T.BEGIN_CANCEL: ({S.IN_PROGRESS, S.FINALIZING}, S.CANCELLING),
+    T.CONFIRM_CANCEL: ({S.CANCELLING}, S.CANCELLED),
+    T.MISS: ({S.SCHEDULED}, S.MISSED),
+}
+
+ALL_PAIRS = list(itertools.product(Transition, Status))
+
+
+def test_expected_table_covers_every_transition() -> None:
+    assert set(EXPECTED) == set(Transition)
+    assert set(TRANSITIONS) == set(Transition)
+
+
+@pytest.mark.parametrize(("transition", "current"), ALL_PAIRS,
+                         ids=[f"{t.value}-from-{s.value}" for t, s in ALL_PAIRS])
+def test_apply_returns_target_exactly_from_allowed_sources(transition: Transition,
+                                                           current: Status) -> None:
+    sources, target = EXPECTED[transition]
+    if current in sources:
+        assert apply(transition, current) is target
+    else:
+        with pytest.raises(InvalidTransition) as caught:
+            apply(transition, current)
+        assert caught.value.transition is transition
+        assert caught.value.current is current
+        assert transition.value in str(caught.value)
+        assert current.value in str(caught.value)
+
+
+@pytest.mark.parametrize("transition", list(Transition))
+def test_sources_for_and_target_of_agree_with_the_lifecycle(transition: Transition) -> None:
+    sources, target = EXPECTED[transition]
+    assert sources_for(transition) == frozenset(sources)
+    assert target_of(transition) is target
+
+
+def _run(start: Status, *transitions: Transition) -> list[Status]:
+    path = [start]
+    for transition in transitions:
+        path.append(apply(transition, path[-1]))
+    return path
+
+
+def test_happy_path_scheduled_to_completed() -> None:
+    path = _run(S.SCHEDULED, T.FIRE, T.CLAIM, T.FINALIZE, T.COMPLETE)
+    assert path == [S.SCHEDULED, S.PENDING, S.IN_PROGRESS, S.FINALIZING, S.COMPLETED]
+
+
+@pytest.mark.parametrize("active", [S.IN_PROGRESS, S.FINALIZING])
+def test_active_campaign_cancels_through_cancelling(active: Status) -> None:
+    assert _run(active, T.BEGIN_CANCEL, T.CONFIRM_CANCEL) == [active, S.CANCELLING, S.CANCELLED]
+
+
+@pytest.mark.parametrize("idle", [S.SCHEDULED, S.PENDING])
+def test_idle_campaign_cancels_at_once(idle: Status) -> None:
+    assert apply(T.CANCEL_AT_ONCE, idle) is S.CANCELLED
+
+
+@pytest.mark.parametrize("idle", [S.SCHEDULED, S.PENDING])
+def test_idle_campaign_cannot_begin_a_pod_stopping_cancel(idle: Status) -> None:
+    with pytest.raises(InvalidTransition):
+        apply(T.BEGIN_CANCEL, idle)
+
+
+@pytest.mark.parametrize("final", [S.COMPLETED, S.CANCELLED, S.MISSED])
+@pytest.mark.parametrize("transition", list(Transition))
+def test_nothing_leaves_completed_cancelled_or_missed(transition: Transition, final: Status) -> None:
+    with pytest.raises(InvalidTransition):
+        apply(transition, final)
+
+
+@pytest.mark.parametrize("transition", list(Transition))
+def test_only_retry_leaves_failed(transition: Transition) -> None:
+    if transition is T.RETRY:
+        assert apply(transition, S.FAILED) is S.PENDING
+    else:
+        with pytest.raises(InvalidTransition):
+            apply(transition, S.FAILED)
+
+
+def test_finishing_sender_never_overwrites_cancelling_with_completed() -> None:
+    """Seed 001, case 2: the conditional update for COMPLETE must not match ``cancelling``."""
+    assert S.CANCELLING not in sources_for(T.COMPLETE)
+    with pytest.raises(InvalidTransition):
+        apply(T.COMPLETE, S.CANCELLING)
+
+
+@pytest.mark.parametrize("transition", [t for t in Transition if t is not T.CONFIRM_CANCEL])
+def test_cancelling_only_moves_on_to_cancelled(transition: Transition) -> None:
+    with pytest.raises(InvalidTransition):
+        apply(transition, S.CANCELLING)
+
+
+def test_terminal_and_active_sets() -> None:
+    assert frozenset({S.COMPLETED, S.FAILED, S.CANCELLED, S.MISSED}) == TERMINAL
+    assert frozenset({S.IN_PROGRESS, S.FINALIZING}) == ACTIVE
+
+
+EXPECTED_CANCEL = {
+    S.SCHEDULED: CancelDecision.AT_ONCE,
+    S.PENDING: CancelDecision.AT_ONCE,
+    S.IN_PROGRESS: CancelDecision.STOP_PODS,
+    S.FINALIZING: CancelDecision.STOP_PODS,
+    S.CANCELLING: CancelDecision.ALREADY,
+    S.CANCELLED: CancelDecision.ALREADY,
+    S.COMPLETED: CancelDecision.REFUSE,
+    S.FAILED: CancelDecision.REFUSE,
+    S.MISSED: CancelDecision.REFUSE,
+}
+
+
+def test_cancel_decisions_cover_every_status() -> None:
+    assert set(EXPECTED_CANCEL) == set(Status)
+
+
+@pytest.mark.parametrize(("current", "decision"), list(EXPECTED_CANCEL.items()))
+def test_decide_cancel(current: Status, decision: CancelDecision) -> None:
+    assert decide_cancel(current) is decision
+
+
+@pytest.mark.parametrize("current", list(Status))
+def test_cancel_decision_matches_the_transition_it_will_use(current: Status) -> None:
+    decision = decide_cancel(current)
+    if decision is CancelDecision.AT_ONCE:
+        assert apply(T.CANCEL_AT_ONCE, current) is S.CANCELLED
+    elif decision is CancelDecision.STOP_PODS:
+        assert apply(T.BEGIN_CANCEL, current) is S.CANCELLING
+    else:
+        for transition in (T.CANCEL_AT_ONCE, T.BEGIN_CANCEL):
+            with pytest.raises(InvalidTransition):
+                apply(transition, current)
