@@ -1,0 +1,63 @@
+"""End-to-end fixtures: every service a separate process, started the way `make up` starts them,
+each test with its own database, vhost, Redis namespace and ports; one nx-27017 per session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from pymongo import MongoClient
+
+from devstack.processes import free_port
+from devstack.stack import Stack, StackConfig
+from fcm_emulator.client import EmulatorClient
+from tests.e2e.harness import Api
+from tests.support import create_vhost, delete_vhost, unique_name
+
+
+@pytest.fixture(scope="session")
+def mongodb_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    run_dir: Path = tmp_path_factory.mktemp("e2e-mongodb")
+    stack = Stack(StackConfig(run_dir=run_dir, mongodb_port=free_port()))
+    stack.start_mongodb()
+    yield stack.config.mongodb_port
+    stack.stop(timeout_s=10)
+
+
+@pytest.fixture
+def stack(mongodb_port: int, tmp_path: Path) -> Iterator[Stack]:
+    """A private stack; the test starts the processes it needs (``stack.start()`` for all)."""
+    database, vhost = unique_name(), unique_name()
+    config = StackConfig(
+        run_dir=tmp_path, database=database, mongodb_port=mongodb_port, start_mongodb=False,
+        rabbitmq_url=create_vhost(vhost), redis_url="redis://127.0.0.1:6379/0",
+        fcm_port=free_port(), api_port=free_port(),
+        extra_env={"HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
+                   "HERALD_LEASE_S": "3", "HERALD_GRACE_PERIOD_S": "10"})
+    running = Stack(config)
+    yield running
+    running.stop(timeout_s=15)
+    delete_vhost(vhost)
+    with MongoClient(config.mongodb_url) as client:
+        client.drop_database(database)
+    store = redis.Redis.from_url(config.redis_url)
+    keys = list(store.scan_iter(match=f"herald:{database}:*"))
+    if keys:
+        store.delete(*keys)
+    store.close()
+
+
+@pytest.fixture
+def api(stack: Stack) -> Iterator[Api]:
+    client = Api(stack.config.api_url)
+    yield client
+    client.http.close()
+
+
+@pytest.fixture
+def emulator(stack: Stack) -> Iterator[EmulatorClient]:
+    client = EmulatorClient(stack.config.fcm_url)
+    yield client
+    client.close()

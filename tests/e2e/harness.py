@@ -1,0 +1,86 @@
+"""What end-to-end tests do over and over: import devices, run a campaign, read the audit."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import orjson
+
+from fcm_emulator.client import EmulatorClient, Received
+from tests.support import wait_for
+
+TERMINAL = {"completed", "failed", "cancelled", "missed"}
+
+
+class Api:
+    def __init__(self, base_url: str) -> None:
+        self.http = httpx.Client(base_url=base_url, timeout=60.0)
+
+    def import_devices(self, devices: list[dict[str, Any]]) -> None:
+        for start in range(0, len(devices), 10_000):
+            response = self.http.post("/v1/devices/bulk",
+                                      json={"devices": devices[start:start + 10_000]})
+            response.raise_for_status()
+
+    def create_campaign(self, **body: Any) -> str:
+        response = self.http.post("/v1/campaigns", json={"title": "Hello", "body": "World", **body})
+        assert response.status_code == 202, response.text
+        return str(response.json()["id"])
+
+    def campaign(self, campaign_id: str) -> dict[str, Any]:
+        response = self.http.get(f"/v1/campaigns/{campaign_id}")
+        response.raise_for_status()
+        return dict(response.json())
+
+    def wait_until(self, campaign_id: str, statuses: set[str],
+                   timeout_s: float = 60.0) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            campaign = self.campaign(campaign_id)
+            return campaign if campaign["status"] in statuses else None
+        return wait_for(reached, timeout_s, f"campaign {campaign_id} to reach {statuses}")
+
+    def wait_finished(self, campaign_id: str, timeout_s: float = 60.0) -> dict[str, Any]:
+        return self.wait_until(campaign_id, TERMINAL, timeout_s)
+
+    def audit(self, campaign_id: str, outcome: str) -> list[dict[str, Any]]:
+        response = self.http.get(f"/v1/campaigns/{campaign_id}/recipients",
+                                 params={"outcome": outcome})
+        response.raise_for_status()
+        return [orjson.loads(line) for line in response.content.splitlines()]
+
+    def audit_tokens(self, campaign_id: str, outcome: str) -> list[str]:
+        return [line["token"] for line in self.audit(campaign_id, outcome)]
+
+
+def devices(count: int, *, push_disabled_every: int = 5, unregistered_every: int = 33,
+            invalid_every: int = 101, prefix: str = "d") -> list[dict[str, Any]]:
+    """Synthetic devices; some with push disabled, some whose token FCM will refuse."""
+    out = []
+    for i in range(count):
+        token = f"{prefix}{i:06d}-" + "x" * 120
+        if i % unregistered_every == 0:
+            token = "unregistered-" + token
+        elif i % invalid_every == 0:
+            token = "invalid-" + token
+        out.append({"token": token, "user_id": f"user-{i}", "platform": "android",
+                    "push_enabled": i % push_disabled_every != 1})
+    return out
+
+
+def accepted(received: list[Received]) -> Counter[str]:
+    return Counter(r.token for r in received if r.accepted)
+
+
+def requests_per_token(emulator: EmulatorClient) -> Counter[str]:
+    return Counter(r.token for r in emulator.received())
+
+
+def dead(token: str) -> bool:
+    return token.startswith(("unregistered-", "invalid-"))
+
+
+def elapsed_since(started: float) -> float:
+    return time.monotonic() - started

@@ -1,0 +1,157 @@
+"""A sender pod, in this process, against real RabbitMQ, Redis, the MongoDB wire server and the
+FCM emulator: chunks in, FCM requests out, outcomes recorded, campaigns completed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aio_pika
+import pytest
+
+from fcm_emulator.client import EmulatorClient
+from herald import names
+from herald.adapters.mongo import Document
+from herald.clock import utcnow
+from herald.domain.status import Status
+from herald.runtime import Pod
+from herald.service_layer.recipients import SENT
+from herald.settings import Settings
+from services.sender.dead_letters import DEAD_LETTERED
+from services.sender.main import Sender
+from tests.integration.test_campaign_store import campaign
+
+
+@pytest.fixture
+async def sender(broker_settings: Settings, db: Any, redis: Any) -> AsyncIterator[Pod]:
+    pod = Pod("sender", broker_settings, acknowledges_cancels=True)
+    worker = Sender(pod)
+    await pod.start()
+    await worker.start()
+    yield pod
+    await worker.stop()
+    await pod.stop()
+    await worker.close()
+
+
+async def eventually(probe: Any, timeout_s: float = 10.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        value = await probe()
+        if value:
+            return value
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+async def sending_campaign(pod: Pod, chunks: list[list[str]], **overrides: Any) -> Document:
+    """A campaign as a dispatcher leaves it: in progress, paged, chunks written."""
+    document = campaign(status=Status.IN_PROGRESS.value, **overrides)
+    document["dispatch"].update(owner="dispatcher", done=True, next_seq=len(chunks))
+    document["progress"]["chunks_published"] = len(chunks)
+    document["counts"]["targeted"] = sum(map(len, chunks))
+    await pod.stores.campaigns.insert(document)
+    for seq, tokens in enumerate(chunks):
+        await pod.stores.chunks.create(str(document["_id"]), seq,
+                                       [{"token": t, "user_id": None} for t in tokens], None, utcnow())
+    return document
+
+
+async def publish_chunks(pod: Pod, document: Document, chunks: list[list[str]]) -> None:
+    from herald.domain.messages import Recipient, SendChunk
+    for seq, tokens in enumerate(chunks):
+        await pod.bus.send_chunk(SendChunk(campaign_id=str(document["_id"]), seq=seq,
+                                           recipients=[Recipient(token=t) for t in tokens]))
+
+
+async def finished(pod: Pod, campaign_id: str) -> Document | None:
+    stored = await pod.stores.campaigns.get(campaign_id)
+    return stored if stored and stored["status"] == Status.COMPLETED.value else None
+
+
+async def test_chunks_are_sent_recorded_and_complete_the_campaign(
+        sender: Pod, emulator: EmulatorClient) -> None:
+    chunks = [[f"ok-{s}-{i}" for i in range(300)] + [f"unregistered-{s}", f"invalid-{s}"]
+              for s in range(3)]
+    document = await sending_campaign(sender, chunks)
+    await sender.stores.devices.upsert(
+        [{"token": t, "platform": "ios"} for chunk in chunks for t in chunk], utcnow())
+    await publish_chunks(sender, document, chunks)
+    done = await eventually(lambda: finished(sender, str(document["_id"])))
+    received = emulator.received()
+    assert sorted(r.token for r in received) == sorted(t for chunk in chunks for t in chunk)
+    assert done["counts"] == {"targeted": 906, "sent": 900, "failed": 6}
+    dead = await sender.stores.devices.find_by_token("unregistered-1")
+    alive = await sender.stores.devices.find_by_token("ok-1-1")
+    assert dead is not None and dead["invalid"] and dead["invalid_reason"] == "UNREGISTERED"
+    assert alive is not None and not alive["invalid"]
+
+
+async def test_a_redelivered_chunk_skips_what_was_already_recorded(
+        sender: Pod, emulator: EmulatorClient) -> None:
+    chunks = [[f"tok-{i}" for i in range(100)]]
+    document = await sending_campaign(sender, chunks)
+    campaign_id = str(document["_id"])
+    await sender.stores.chunks.begin_attempt(campaign_id, 0)  # an earlier attempt died...
+    await sender.stores.deliveries.record(campaign_id, 0, "dead-pod", [  # ...after one batch
+        {"token": f"tok-{i}", "user_id": None, "outcome": SENT, "error": None} for i in range(40)],
+        utcnow())
+    await publish_chunks(sender, document, chunks)
+    done = await eventually(lambda: finished(sender, campaign_id))
+    assert sorted(r.token for r in emulator.received()) == sorted(f"tok-{i}" for i in range(40, 100))
+    assert done["counts"]["sent"] == 100
+
+
+async def test_flaky_tokens_are_retried_until_fcm_accepts_them(
+        sender: Pod, emulator: EmulatorClient) -> None:
+    chunks = [[f"flaky-{i}" for i in range(20)] + [f"fine-{i}" for i in range(20)]]
+    document = await sending_campaign(sender, chunks)
+    await publish_chunks(sender, document, chunks)
+    done = await eventually(lambda: finished(sender, str(document["_id"])))
+    by_error = emulator.stats()["by_error"]
+    assert by_error == {"UNAVAILABLE": 20, "OK": 40}
+    assert done["counts"]["sent"] == 40 and done["counts"]["failed"] == 0
+
+
+async def test_a_chunk_of_a_cancelled_campaign_is_dropped_unsent(
+        sender: Pod, emulator: EmulatorClient) -> None:
+    chunks = [[f"tok-{i}" for i in range(50)]]
+    document = await sending_campaign(sender, chunks)
+    await sender.flags.raise_flag(str(document["_id"]))
+    await publish_chunks(sender, document, chunks)
+    await asyncio.sleep(0.5)
+    chunk = await sender.stores.chunks.get(str(document["_id"]), 0)
+    assert emulator.received() == []
+    assert chunk is not None and chunk["status"] == "pending" and chunk["attempts"] == 0
+
+
+async def test_a_chunk_failing_too_often_is_dead_lettered_and_counted_failed(
+        sender: Pod, emulator: EmulatorClient) -> None:
+    chunks = [[f"tok-{i}" for i in range(30)], [f"other-{i}" for i in range(30)]]
+    document = await sending_campaign(sender, chunks)
+    campaign_id = str(document["_id"])
+    for _ in range(sender.settings.chunk_max_attempts):
+        await sender.stores.chunks.begin_attempt(campaign_id, 0)
+    await publish_chunks(sender, document, chunks)
+    done = await eventually(lambda: finished(sender, campaign_id))
+    failed = [d async for d in sender.stores.deliveries.in_order(campaign_id) if d["seq"] == 0]
+    assert done["counts"] == {"targeted": 60, "sent": 30, "failed": 30}
+    assert {r["error"] for d in failed for r in d["results"]} == {DEAD_LETTERED}
+    assert sorted(r.token for r in emulator.received()) == sorted(chunks[1])
+
+
+async def test_a_malformed_chunk_message_is_dead_lettered_not_lost(
+        sender: Pod, vhost: str) -> None:
+    connection = await aio_pika.connect(vhost)
+    async with connection:
+        channel = await connection.channel()
+        await channel.default_exchange.publish(aio_pika.Message(b'{"campaign_id": 12}'),
+                                               routing_key=names.CHUNKS_QUEUE)
+        dead = await channel.get_queue(names.DEAD_MESSAGES_QUEUE, ensure=False)
+
+        async def arrived() -> aio_pika.abc.AbstractIncomingMessage | None:
+            return await dead.get(fail=False, no_ack=True)
+
+        message = await eventually(arrived)
+    assert message.body == b'{"campaign_id": 12}'
