@@ -21,10 +21,13 @@ missing=()
 command -v rabbitmq-server >/dev/null 2>&1 || missing+=(rabbitmq-server)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+# Debian's docker-compose (v1) only validates docker-compose.yml in the tests (no engine runs
+# here); without --no-install-recommends it would pull in the whole Docker engine.
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "ensure-services: installing ${missing[*]}"
   $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
 if ! port_open 6379; then
