@@ -6,7 +6,6 @@ start their own stack with their own database, vhost and ports.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,12 +77,13 @@ class Stack:
         self._logs = config.run_dir / "logs"
 
     def start_mongodb(self) -> ManagedProcess:
-        """nx-27017 on its own SQLite directory, PID file and log (it refuses to share them)."""
+        """nx-27017 on its own SQLite directory, PID file and log (it refuses to share them),
+        through ``devstack.nx_server``, which corrects how it stores updated dates and flags."""
         run = self.config.run_dir
         (run / "mongodb").mkdir(parents=True, exist_ok=True)
-        nx = Path(sys.executable).parent / "nx-27017"
         process = self._spawn("mongodb", [
-            str(nx), "--data-dir", str(run / "mongodb"), "--host", "127.0.0.1",
+            *python_module("devstack.nx_server"), "--data-dir", str(run / "mongodb"),
+            "--host", "127.0.0.1",
             "-p", str(self.config.mongodb_port), "--pid-file", str(run / "nx-27017.pid"),
             "--log-file", str(run / "logs" / "nx-27017.internal.log")], os.environ.copy())
         wait_until(self._mongodb_answers, 30, "nx-27017 to answer", process=process)

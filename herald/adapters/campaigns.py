@@ -5,6 +5,7 @@ and cursor checkpoint, and, once asked, the cancel record:
 
     {_id, name, title, body, image_url, data, audience | retarget, chunk_size, rate_per_s,
      status, counts: {targeted, sent, failed}, progress: {chunks_published, chunks_done},
+     (live counts grow by whole chunks; final counts are recomputed from the records)
      dispatch: {owner, lease_until, until, next_seq, done},
      cancel: {requested_at, reason, requested_by, expected_pods, acks, acknowledged_at} | null,
      created_at, due_at, started_at, finished_at, updated_at, schedule_id, source}
@@ -139,15 +140,14 @@ class CampaignStore:
             {"_id": campaign_id, "dispatch.owner": pod_id},
             {"$set": {"dispatch.lease_until": now}})
 
-    async def add_counts(self, campaign_id: str, sent: int, failed: int) -> None:
-        if sent or failed:
-            await self._campaigns.update_one(
-                {"_id": ObjectId(campaign_id)},
-                {"$inc": {"counts.sent": sent, "counts.failed": failed}})
-
-    async def count_chunk_done(self, campaign_id: str) -> Document | None:
+    async def count_finished_chunk(self, campaign_id: str, sent: int, failed: int,
+                                   *, done: bool) -> Document | None:
+        """Add a finished chunk's outcomes to the live counts (and to the chunks done, if it
+        was not cut short by a cancel). Each chunk finishes once, so the counts never drift."""
+        increments = {"counts.sent": sent, "counts.failed": failed,
+                      "progress.chunks_done": 1 if done else 0}
         return await self._campaigns.find_one_and_update(
-            {"_id": ObjectId(campaign_id)}, {"$inc": {"progress.chunks_done": 1}},
+            {"_id": ObjectId(campaign_id)}, {"$inc": increments},
             return_document=ReturnDocument.AFTER)
 
     async def add_cancel_ack(self, campaign_id: str, pod_id: str) -> None:

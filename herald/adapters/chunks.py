@@ -6,9 +6,11 @@ A chunk document is written before its message is published and never changes it
      status: pending | done | cancelled | dead, attempts, sent, failed, created_at, finished_at}
 
 A delivery document is written after each FCM batch of a chunk, and only ever inserted, so
-recording an outcome is one cheap write and a crash can at worst lose the batch in flight:
+recording an outcome is one cheap write and a crash can at worst lose the batch in flight. It
+names recipients by their position in the chunk's (immutable) recipient list, which keeps the
+hot path's writes about fifty times smaller than copying tokens:
 
-    {campaign_id, seq, pod, at, sent, failed, results: [{token, user_id, outcome, error}]}
+    {campaign_id, seq, pod, at, sent: [position], failed: [{position, error}]}
 """
 
 from __future__ import annotations
@@ -87,24 +89,39 @@ class ChunkStore:
             {"campaign_id": campaign_id, "status": {"$ne": ChunkStatus.PENDING.value}})
 
 
+Recorded = dict[int, str | None]
+"""Position in the chunk → FCM error, ``None`` meaning sent."""
+
+
+def recorded_in(delivery: Document, into: Recorded) -> Recorded:
+    """Add a delivery document's outcomes to ``into``; the first record of a position wins."""
+    for position in delivery["sent"]:
+        into.setdefault(position, None)
+    for failure in delivery["failed"]:
+        into.setdefault(failure["position"], failure["error"])
+    return into
+
+
 class DeliveryStore:
     def __init__(self, db: Database) -> None:
         self._deliveries = db[names.DELIVERIES]
 
     async def record(self, campaign_id: str, seq: int, pod_id: str,
-                     results: Sequence[dict[str, Any]], now: datetime) -> None:
-        sent = sum(1 for r in results if r["outcome"] == "sent")
+                     outcomes: Sequence[tuple[int, str | None]], now: datetime) -> None:
+        """Record FCM's answers for recipients of chunk ``seq``, by position: (position, error)."""
         await self._deliveries.insert_one({
             "campaign_id": campaign_id, "seq": seq, "pod": pod_id, "at": now,
-            "sent": sent, "failed": len(results) - sent, "results": list(results)})
+            "sent": [position for position, error in outcomes if error is None],
+            "failed": [{"position": position, "error": error}
+                       for position, error in outcomes if error is not None]})
 
-    async def recorded_tokens(self, campaign_id: str, seq: int) -> dict[str, str]:
-        """Token → outcome of everything recorded for chunk ``seq`` so far."""
-        recorded: dict[str, str] = {}
-        async for doc in self._deliveries.find({"campaign_id": campaign_id, "seq": seq}):
-            recorded.update((r["token"], r["outcome"]) for r in doc["results"])
+    async def recorded(self, campaign_id: str, seq: int) -> Recorded:
+        """Everything recorded for chunk ``seq`` so far."""
+        recorded: Recorded = {}
+        async for delivery in self._deliveries.find({"campaign_id": campaign_id, "seq": seq}):
+            recorded_in(delivery, recorded)
         return recorded
 
     def in_order(self, campaign_id: str) -> AsyncCursor[Document]:
         return (self._deliveries.find({"campaign_id": campaign_id})
-                .sort([("seq", 1), ("_id", 1)]).batch_size(200))
+                .sort([("seq", 1), ("_id", 1)]).batch_size(1000))

@@ -24,10 +24,15 @@ def all_chunks_finished(campaign: Document) -> bool:
         progress.get("chunks_done", 0) >= progress.get("chunks_published", 0))
 
 
-async def chunk_finished(stores: Stores, campaign_id: str) -> Document | None:
-    """Count one more finished chunk; finalize if it was the last. The campaign if completed."""
-    campaign = await stores.campaigns.count_chunk_done(campaign_id)
-    if campaign is not None and all_chunks_finished(campaign):
+async def chunk_finished(stores: Stores, campaign_id: str, sent: int, failed: int,
+                         *, done: bool) -> Document | None:
+    """Count a chunk that was just closed; finalize the campaign if it was the last one.
+
+    ``done`` is False for a chunk a cancel cut short: its outcomes count, but the campaign is
+    finished by the cancel, not here. Returns the campaign if this call completed it.
+    """
+    campaign = await stores.campaigns.count_finished_chunk(campaign_id, sent, failed, done=done)
+    if done and campaign is not None and all_chunks_finished(campaign):
         return await finalize(stores, campaign_id)
     return None
 

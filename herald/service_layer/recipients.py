@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from herald.adapters.chunks import Recorded, recorded_in
 from herald.adapters.mongo import Document
 from herald.adapters.stores import Stores
 from herald.domain.audience import Audience, audience_query
@@ -101,40 +102,29 @@ def _source_not_exhausted(campaign: Document) -> bool:
     return started and not dispatch.get("done", False)
 
 
-async def _recorded_by_chunk(stores: Stores,
-                             campaign_id: str) -> AsyncIterator[tuple[int, dict[str, dict[str, Any]]]]:
-    """Recorded results grouped by chunk, in chunk order; a token recorded twice counts once."""
+async def _recorded_by_chunk(stores: Stores, campaign_id: str) -> AsyncIterator[tuple[int, Recorded]]:
+    """Recorded outcomes grouped by chunk, in chunk order; a position recorded twice counts once."""
     seq: int | None = None
-    group: dict[str, dict[str, Any]] = {}
+    group: Recorded = {}
     async for delivery in stores.deliveries.in_order(campaign_id):
         if delivery["seq"] != seq:
             if seq is not None:
                 yield seq, group
             seq, group = delivery["seq"], {}
-        for result in delivery["results"]:
-            group.setdefault(result["token"], result)
+        recorded_in(delivery, group)
     if seq is not None:
         yield seq, group
-
-
-async def recorded(stores: Stores, campaign_id: str, outcome: str) -> AsyncIterator[RecipientLine]:
-    """Recipients whose FCM outcome is ``outcome`` (``sent`` or ``failed``)."""
-    async for _, group in _recorded_by_chunk(stores, campaign_id):
-        for result in group.values():
-            if result["outcome"] == outcome:
-                yield RecipientLine(result["token"], result.get("user_id"), outcome,
-                                    result.get("error"))
 
 
 class _Lookahead:
     """Walks the recorded groups alongside the chunks, both in chunk order."""
 
-    def __init__(self, groups: AsyncIterator[tuple[int, dict[str, dict[str, Any]]]]) -> None:
+    def __init__(self, groups: AsyncIterator[tuple[int, Recorded]]) -> None:
         self._groups = groups
-        self._head: tuple[int, dict[str, dict[str, Any]]] | None = None
+        self._head: tuple[int, Recorded] | None = None
         self._done = False
 
-    async def for_chunk(self, seq: int) -> dict[str, dict[str, Any]]:
+    async def for_chunk(self, seq: int) -> Recorded:
         while not self._done and (self._head is None or self._head[0] < seq):
             self._head = await anext(self._groups, None)
             self._done = self._head is None
@@ -143,31 +133,40 @@ class _Lookahead:
         return {}
 
 
-async def unsent(stores: Stores, campaign: Document) -> AsyncIterator[RecipientLine]:
-    """Targeted but neither sent nor failed: the rest of every chunk, then the unpaged source."""
+_NOTHING = object()
+
+
+def _outcome_of(recorded: Recorded, position: int) -> tuple[str, str | None]:
+    error = recorded.get(position, _NOTHING)
+    if error is _NOTHING:
+        return UNSENT, None
+    return (SENT, None) if error is None else (FAILED, str(error))
+
+
+async def audit(stores: Stores, campaign: Document, outcome: str) -> AsyncIterator[RecipientLine]:
+    """The recipients of ``campaign`` whose outcome is ``outcome``, in chunk order.
+
+    ``unsent`` also covers the part of the source the dispatcher never paged (it stopped early).
+    """
     campaign_id = str(campaign["_id"])
     records = _Lookahead(_recorded_by_chunk(stores, campaign_id))
     cursor = None
     async for chunk in stores.chunks.in_order(campaign_id):
-        done = await records.for_chunk(chunk["seq"])
+        recorded = await records.for_chunk(chunk["seq"])
         cursor = chunk["cursor"]
-        for recipient in chunk["recipients"]:
-            if recipient["token"] not in done:
-                yield RecipientLine(recipient["token"], recipient.get("user_id"), UNSENT)
-    if _source_not_exhausted(campaign):
+        for position, recipient in enumerate(chunk["recipients"]):
+            found, error = _outcome_of(recorded, position)
+            if found == outcome:
+                yield RecipientLine(recipient["token"], recipient.get("user_id"), found, error)
+    if outcome == UNSENT and _source_not_exhausted(campaign):
         source = await source_for(stores, campaign)
         async for _, recipient in source.stream(after=cursor):
             yield RecipientLine(recipient["token"], recipient.get("user_id"), UNSENT)
 
 
-async def audit(stores: Stores, campaign: Document, outcome: str) -> AsyncIterator[RecipientLine]:
-    """The audit of ``campaign`` for one outcome."""
-    if outcome == UNSENT:
-        async for line in unsent(stores, campaign):
-            yield line
-    else:
-        async for line in recorded(stores, str(campaign["_id"]), outcome):
-            yield line
+def unsent(stores: Stores, campaign: Document) -> AsyncIterator[RecipientLine]:
+    """Targeted but neither sent nor failed: the rest of every chunk, then the unpaged source."""
+    return audit(stores, campaign, UNSENT)
 
 
 async def final_counts(stores: Stores, campaign: Document) -> FinalCounts:
@@ -182,7 +181,7 @@ async def final_counts(stores: Stores, campaign: Document) -> FinalCounts:
         targeted += sum([1 async for _ in source.stream(after=cursor)])
     sent = failed = 0
     async for _, group in _recorded_by_chunk(stores, campaign_id):
-        for result in group.values():
-            sent += result["outcome"] == SENT
-            failed += result["outcome"] == FAILED
+        errors = sum(error is not None for error in group.values())
+        sent += len(group) - errors
+        failed += errors
     return FinalCounts(targeted=targeted, sent=sent, failed=failed)

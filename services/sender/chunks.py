@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -19,13 +21,13 @@ from herald.adapters.chunks import ChunkStatus
 from herald.adapters.fcm import TOKEN_IS_DEAD
 from herald.adapters.rate_limit import RateLimits
 from herald.clock import utcnow
-from herald.domain.messages import Recipient, SendChunk
+from herald.domain.messages import SendChunk
 from herald.observability import CHUNKS, MESSAGES
 from herald.runtime import Pod
 from herald.service_layer.completion import chunk_finished
 from herald.service_layer.recipients import FAILED, SENT
 from services.sender.campaigns import CampaignCache, CampaignInfo
-from services.sender.delivery import BatchResult, BatchSender
+from services.sender.delivery import BatchResult, BatchSender, Target
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +77,11 @@ class ChunkSender:
     async def _send(self, chunk: SendChunk, info: CampaignInfo, retried: bool,
                     message: RabbitMessage) -> Verdict:
         stores, campaign_id = self._pod.stores, chunk.campaign_id
-        recorded = (await stores.deliveries.recorded_tokens(campaign_id, chunk.seq)
-                    if retried else {})
-        tally = Tally(sent=sum(o == SENT for o in recorded.values()),
-                      failed=sum(o == FAILED for o in recorded.values()))
-        todo = [r for r in chunk.recipients if r.token not in recorded]
+        recorded = await stores.deliveries.recorded(campaign_id, chunk.seq) if retried else {}
+        failed = sum(error is not None for error in recorded.values())
+        tally = Tally(sent=len(recorded) - failed, failed=failed)
+        todo = [Target(position, r.token) for position, r in enumerate(chunk.recipients)
+                if position not in recorded]
         verdict = await self._send_batches(chunk, info, todo, tally, message)
         if verdict is not Verdict.ACK:
             return verdict
@@ -87,11 +89,11 @@ class ChunkSender:
         if await stores.chunks.finish(campaign_id, chunk.seq, status, tally.sent, tally.failed,
                                       utcnow()):
             CHUNKS.labels(status.value).inc()
-            if status is ChunkStatus.DONE:
-                await chunk_finished(stores, campaign_id)
+            await chunk_finished(stores, campaign_id, tally.sent, tally.failed,
+                                 done=status is ChunkStatus.DONE)
         return Verdict.ACK
 
-    async def _send_batches(self, chunk: SendChunk, info: CampaignInfo, todo: list[Recipient],
+    async def _send_batches(self, chunk: SendChunk, info: CampaignInfo, todo: list[Target],
                             tally: Tally, message: RabbitMessage) -> Verdict:
         size = self._settings.sender_batch_size
         started = time.monotonic()
@@ -118,26 +120,19 @@ class ChunkSender:
         if not result.outcomes:
             return
         stores, now = self._pod.stores, utcnow()
-        rows = [{"token": o.recipient.token, "user_id": o.recipient.user_id,
-                 "outcome": SENT if o.sent else FAILED,
-                 "error": None if o.sent else o.error.value if o.error else None}
-                for o in result.outcomes]
+        rows = [(o.target.position, o.error.value if o.error else None) for o in result.outcomes]
         await stores.deliveries.record(chunk.campaign_id, chunk.seq, self._pod.id, rows, now)
-        sent = sum(o.sent for o in result.outcomes)
-        tally.sent += sent
-        tally.failed += len(rows) - sent
-        await stores.campaigns.add_counts(chunk.campaign_id, sent, len(rows) - sent)
+        failed = sum(error is not None for _, error in rows)
+        tally.sent += len(rows) - failed
+        tally.failed += failed
         for error in TOKEN_IS_DEAD:
-            dead = [o.recipient.token for o in result.outcomes if o.error is error]
+            dead = [o.target.token for o in result.outcomes if o.error is error]
             if dead:
                 await stores.devices.mark_invalid(dead, error.value, now)
-        _count_outcomes(rows)
+        count_outcomes(error for _, error in rows)
 
 
-def _count_outcomes(rows: list[dict[str, str | None]]) -> None:
-    counts: dict[tuple[str, str], int] = {}
-    for row in rows:
-        key = (str(row["outcome"]), row["error"] or "")
-        counts[key] = counts.get(key, 0) + 1
-    for (outcome, error), n in counts.items():
-        MESSAGES.labels(outcome, error).inc(n)
+def count_outcomes(errors: Iterable[str | None]) -> None:
+    """Add recorded outcomes to ``herald_messages_total{outcome, error}``."""
+    for error, n in Counter(errors).items():
+        MESSAGES.labels(SENT if error is None else FAILED, error or "").inc(n)

@@ -13,10 +13,10 @@ from herald.adapters import rabbit
 from herald.adapters.chunks import ChunkStatus
 from herald.clock import utcnow
 from herald.domain.messages import SendChunk
-from herald.observability import CHUNKS, CHUNKS_DEAD_LETTERED, MESSAGES
+from herald.observability import CHUNKS, CHUNKS_DEAD_LETTERED
 from herald.runtime import Pod
 from herald.service_layer.completion import chunk_finished
-from herald.service_layer.recipients import FAILED, SENT
+from services.sender.chunks import count_outcomes
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +44,16 @@ class DeadChunks:
 
     async def _settle(self, chunk: SendChunk) -> None:
         stores, campaign_id = self._pod.stores, chunk.campaign_id
-        recorded = await stores.deliveries.recorded_tokens(campaign_id, chunk.seq)
-        rest = [r for r in chunk.recipients if r.token not in recorded]
-        sent = sum(o == SENT for o in recorded.values())
-        failed = len(recorded) - sent
+        recorded = await stores.deliveries.recorded(campaign_id, chunk.seq)
+        rest = [position for position in range(len(chunk.recipients)) if position not in recorded]
+        failed = sum(error is not None for error in recorded.values())
+        sent = len(recorded) - failed
         cancelled = await self._pod.is_cancelled(campaign_id)
         now = utcnow()
         if rest and not cancelled:
-            await stores.deliveries.record(campaign_id, chunk.seq, self._pod.id, [
-                {"token": r.token, "user_id": r.user_id, "outcome": FAILED, "error": DEAD_LETTERED}
-                for r in rest], now)
-            await stores.campaigns.add_counts(campaign_id, 0, len(rest))
-            MESSAGES.labels(FAILED, DEAD_LETTERED).inc(len(rest))
+            await stores.deliveries.record(campaign_id, chunk.seq, self._pod.id,
+                                           [(position, DEAD_LETTERED) for position in rest], now)
+            count_outcomes([DEAD_LETTERED] * len(rest))
             failed += len(rest)
         status = ChunkStatus.CANCELLED if cancelled else ChunkStatus.DEAD
         CHUNKS_DEAD_LETTERED.inc()
@@ -63,5 +61,5 @@ class DeadChunks:
                   chunk.seq, 0 if cancelled else len(rest))
         if await stores.chunks.finish(campaign_id, chunk.seq, status, sent, failed, now):
             CHUNKS.labels(status.value).inc()
-            if status is ChunkStatus.DEAD:
-                await chunk_finished(stores, campaign_id)
+            await chunk_finished(stores, campaign_id, sent, failed,
+                                 done=status is ChunkStatus.DEAD)

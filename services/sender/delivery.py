@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from herald.adapters.fcm import FcmClient, FcmError, SendResult
 from herald.adapters.rate_limit import TokenBucket
-from herald.domain.messages import Recipient
 from herald.domain.payload import MessageTemplate
 from herald.observability import FCM_REQUEST_SECONDS, FCM_RETRIES
 
@@ -26,8 +25,16 @@ BACKOFF_CAP_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
+class Target:
+    """A recipient to send to, known by its position in the chunk."""
+
+    position: int
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
-    recipient: Recipient
+    target: Target
     error: FcmError | None
 
     @property
@@ -56,10 +63,10 @@ class BatchSender:
         self._max_retries = max_retries
         self._project_bucket = project_bucket
 
-    async def send(self, template: MessageTemplate, recipients: Sequence[Recipient],
+    async def send(self, template: MessageTemplate, targets: Sequence[Target],
                    cancelled: asyncio.Event, campaign_bucket: TokenBucket | None) -> BatchResult:
         outcomes: list[Outcome] = []
-        todo = list(recipients)
+        todo = list(targets)
         for attempt in range(self._max_retries + 1):
             await self._take_tokens(len(todo), campaign_bucket, cancelled)
             results = await asyncio.gather(*(self._send_one(template, r, cancelled)
@@ -78,31 +85,31 @@ class BatchSender:
             await campaign_bucket.take(count, cancelled)
         await self._project_bucket.take(count, cancelled)
 
-    async def _send_one(self, template: MessageTemplate, recipient: Recipient,
+    async def _send_one(self, template: MessageTemplate, target: Target,
                         cancelled: asyncio.Event) -> SendResult | None:
         async with self._slots:
             if cancelled.is_set():
                 return None
             started = time.perf_counter()
-            result = await self._fcm.send(template.body_for(recipient.token))
+            result = await self._fcm.send(template.body_for(target.token))
             FCM_REQUEST_SECONDS.observe(time.perf_counter() - started)
             return result
 
     @staticmethod
-    def _sort(todo: list[Recipient], results: list[SendResult | None], outcomes: list[Outcome],
-              *, final: bool) -> tuple[list[Recipient], float | None]:
+    def _sort(todo: list[Target], results: list[SendResult | None], outcomes: list[Outcome],
+              *, final: bool) -> tuple[list[Target], float | None]:
         """File each answer: an outcome, or another try; the longest ``Retry-After`` seen."""
-        retry: list[Recipient] = []
+        retry: list[Target] = []
         retry_after: float | None = None
-        for recipient, result in zip(todo, results, strict=True):
+        for target, result in zip(todo, results, strict=True):
             if result is None:
                 continue  # cancelled before the request started: unsent
             if result.retryable and not final:
-                retry.append(recipient)
+                retry.append(target)
                 FCM_RETRIES.labels(result.error).inc()
                 retry_after = max(retry_after or 0.0, result.retry_after_s or 0.0) or retry_after
             else:
-                outcomes.append(Outcome(recipient, result.error))
+                outcomes.append(Outcome(target, result.error))
         return retry, retry_after
 
     async def _back_off(self, attempt: int, retry_after_s: float | None,

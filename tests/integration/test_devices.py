@@ -64,8 +64,9 @@ async def test_upsert_does_not_revive_a_retired_token(stores: Stores) -> None:
     await stores.devices.mark_invalid(["tok-00001"], "UNREGISTERED", utcnow())
     await stores.devices.upsert([device(1, locale="fr")], utcnow())
     stored = await stores.devices.find_by_token("tok-00001")
-    # Truthiness, not identity: nx-27017 reads a boolean written by $set back as 1 (README).
-    assert stored is not None and stored["invalid"] and stored["locale"] == "fr"
+    assert stored is not None
+    assert stored["invalid"] is True
+    assert stored["locale"] == "fr"
 
 
 async def test_stream_pages_by_id_range_in_order(stores: Stores) -> None:

@@ -16,7 +16,6 @@ from herald.adapters.mongo import Document
 from herald.clock import utcnow
 from herald.domain.status import Status
 from herald.runtime import Pod
-from herald.service_layer.recipients import SENT
 from herald.settings import Settings
 from services.sender.dead_letters import DEAD_LETTERED
 from services.sender.main import Sender
@@ -94,9 +93,8 @@ async def test_a_redelivered_chunk_skips_what_was_already_recorded(
     document = await sending_campaign(sender, chunks)
     campaign_id = str(document["_id"])
     await sender.stores.chunks.begin_attempt(campaign_id, 0)  # an earlier attempt died...
-    await sender.stores.deliveries.record(campaign_id, 0, "dead-pod", [  # ...after one batch
-        {"token": f"tok-{i}", "user_id": None, "outcome": SENT, "error": None} for i in range(40)],
-        utcnow())
+    await sender.stores.deliveries.record(  # ...after recording one batch
+        campaign_id, 0, "dead-pod", [(position, None) for position in range(40)], utcnow())
     await publish_chunks(sender, document, chunks)
     done = await eventually(lambda: finished(sender, campaign_id))
     assert sorted(r.token for r in emulator.received()) == sorted(f"tok-{i}" for i in range(40, 100))
@@ -137,7 +135,7 @@ async def test_a_chunk_failing_too_often_is_dead_lettered_and_counted_failed(
     done = await eventually(lambda: finished(sender, campaign_id))
     failed = [d async for d in sender.stores.deliveries.in_order(campaign_id) if d["seq"] == 0]
     assert done["counts"] == {"targeted": 60, "sent": 30, "failed": 30}
-    assert {r["error"] for d in failed for r in d["results"]} == {DEAD_LETTERED}
+    assert {f["error"] for d in failed for f in d["failed"]} == {DEAD_LETTERED}
     assert sorted(r.token for r in emulator.received()) == sorted(chunks[1])
 
 
