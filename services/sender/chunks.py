@@ -8,6 +8,7 @@ At worst the batch that was on the wire when the sender died is sent twice.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter
@@ -54,6 +55,9 @@ class ChunkSender:
         self._batches = batches
         self._limits = limits
         self._settings = pod.settings
+        # Chunks are prefetched and prepared concurrently, but only one batch per sender is on
+        # the wire and unrecorded at any time: what a kill -9 can cost in duplicates.
+        self._one_batch_in_flight = asyncio.Lock()
 
     async def process(self, chunk: SendChunk, message: RabbitMessage) -> Verdict:
         campaign_id = chunk.campaign_id
@@ -99,21 +103,30 @@ class ChunkSender:
         started = time.monotonic()
         campaign_bucket = self._limits.for_campaign(chunk.campaign_id, info.rate_per_s)
         for start in range(0, len(todo), size):
-            if message.raw_message.channel.is_closed:
-                return Verdict.ABORT
-            if time.monotonic() - started > self._settings.chunk_budget_s:
-                return Verdict.REPUBLISH
-            if await self._cache.is_cancelled(chunk.campaign_id):
-                tally.stopped = True
-                return Verdict.ACK
-            result = await self._batches.send(
-                info.template, todo[start:start + size],
-                self._pod.watch.event(chunk.campaign_id), campaign_bucket)
-            await self._record(chunk, result, tally)
+            async with self._one_batch_in_flight:
+                verdict = await self._before_batch(chunk, message, started, tally)
+                if verdict is not None:
+                    return verdict
+                result = await self._batches.send(
+                    info.template, todo[start:start + size],
+                    self._pod.watch.event(chunk.campaign_id), campaign_bucket)
+                await self._record(chunk, result, tally)
             if result.stopped:
                 tally.stopped = True
                 return Verdict.ACK
         return Verdict.ACK
+
+    async def _before_batch(self, chunk: SendChunk, message: RabbitMessage, started: float,
+                            tally: Tally) -> Verdict | None:
+        """Whether this chunk may send another batch; the verdict if it must stop here."""
+        if message.raw_message.channel.is_closed:
+            return Verdict.ABORT
+        if time.monotonic() - started > self._settings.chunk_budget_s:
+            return Verdict.REPUBLISH
+        if await self._cache.is_cancelled(chunk.campaign_id):
+            tally.stopped = True
+            return Verdict.ACK
+        return None
 
     async def _record(self, chunk: SendChunk, result: BatchResult, tally: Tally) -> None:
         """Write the batch's outcomes; then the campaign's live counters and dead tokens."""

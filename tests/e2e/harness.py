@@ -55,18 +55,22 @@ class Api:
         return [line["token"] for line in self.audit(campaign_id, outcome)]
 
 
-def devices(count: int, *, push_disabled_every: int = 5, unregistered_every: int = 33,
-            invalid_every: int = 101, prefix: str = "d") -> list[dict[str, Any]]:
-    """Synthetic devices; some with push disabled, some whose token FCM will refuse."""
+def devices(count: int, *, push_disabled_every: int | None = 5,
+            unregistered_every: int | None = 33, invalid_every: int | None = 101,
+            prefix: str = "d") -> list[dict[str, Any]]:
+    """Synthetic devices; every n-th has push disabled or a token FCM refuses (None: none)."""
+    def every(n: int | None, i: int, offset: int = 0) -> bool:
+        return n is not None and i % n == offset
+
     out = []
     for i in range(count):
         token = f"{prefix}{i:06d}-" + "x" * 120
-        if i % unregistered_every == 0:
+        if every(unregistered_every, i):
             token = "unregistered-" + token
-        elif i % invalid_every == 0:
+        elif every(invalid_every, i):
             token = "invalid-" + token
         out.append({"token": token, "user_id": f"user-{i}", "platform": "android",
-                    "push_enabled": i % push_disabled_every != 1})
+                    "push_enabled": not every(push_disabled_every, i, 1)})
     return out
 
 
@@ -84,3 +88,18 @@ def dead(token: str) -> bool:
 
 def elapsed_since(started: float) -> float:
     return time.monotonic() - started
+
+
+def pod_metric(api: Api, service: str, metric: str, **labels: str) -> float:
+    """Sum of a metric's samples over the live pods of ``service`` (each pod's own /metrics)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for pod in api.http.get("/v1/pods").json()["pods"]:
+        if pod["service"] != service:
+            continue
+        text = httpx.get(f"http://127.0.0.1:{pod['metrics_port']}/metrics", timeout=5).text
+        for family in text_string_to_metric_families(text):
+            total += sum(s.value for s in family.samples
+                         if s.name == metric and all(s.labels.get(k) == v for k, v in labels.items()))
+    return total

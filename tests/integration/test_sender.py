@@ -44,9 +44,10 @@ async def eventually(probe: Any, timeout_s: float = 10.0) -> Any:
         await asyncio.sleep(0.05)
 
 
-async def sending_campaign(pod: Pod, chunks: list[list[str]], **overrides: Any) -> Document:
-    """A campaign as a dispatcher leaves it: in progress, paged, chunks written."""
-    document = campaign(status=Status.IN_PROGRESS.value, **overrides)
+async def sending_campaign(pod: Pod, chunks: list[list[str]],
+                           status: Status = Status.IN_PROGRESS) -> Document:
+    """A campaign as a dispatcher leaves it: paged, chunks written."""
+    document = campaign(status=status.value)
     document["dispatch"].update(owner="dispatcher", done=True, next_seq=len(chunks))
     document["progress"]["chunks_published"] = len(chunks)
     document["counts"]["targeted"] = sum(map(len, chunks))
@@ -122,6 +123,21 @@ async def test_a_chunk_of_a_cancelled_campaign_is_dropped_unsent(
     chunk = await sender.stores.chunks.get(str(document["_id"]), 0)
     assert emulator.received() == []
     assert chunk is not None and chunk["status"] == "pending" and chunk["attempts"] == 0
+
+
+async def test_a_redelivered_chunk_of_a_campaign_cancelled_while_this_pod_was_away_is_dropped(
+        sender: Pod, emulator: EmulatorClient) -> None:
+    """No broadcast reached this pod and no flag is set: the campaign's status still stops it."""
+    chunks = [[f"tok-{i}" for i in range(50)]]
+    document = await sending_campaign(sender, chunks, status=Status.CANCELLING)
+    await sender.stores.chunks.begin_attempt(str(document["_id"]), 0)  # a dead sender's attempt
+    await publish_chunks(sender, document, chunks)
+
+    async def learned() -> bool:
+        return sender.watch.is_cancelled(str(document["_id"]))
+
+    await eventually(learned)
+    assert emulator.received() == []
 
 
 async def test_a_chunk_failing_too_often_is_dead_lettered_and_counted_failed(
