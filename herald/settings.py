@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     sweep_interval_s: PositiveFloat = 1.0
 
     # Scheduler.
-    scheduler_poll_s: PositiveFloat = 1.0
+    scheduler_poll_s: PositiveFloat = 0.5
     misfire_grace_s: PositiveFloat = 300.0
 
     @field_validator("mongodb_url")

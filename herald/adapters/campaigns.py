@@ -20,6 +20,7 @@ from typing import Any
 from bson import ObjectId
 from bson.errors import InvalidId
 from pymongo import DESCENDING, ReturnDocument
+from pymongo.errors import DuplicateKeyError
 
 from herald import names
 from herald.adapters.mongo import Database, Document
@@ -80,14 +81,34 @@ class CampaignStore:
         return await self._campaigns.find_one_and_update(
             query, update, return_document=ReturnDocument.AFTER)
 
-    async def fire_due(self, now: datetime, pod_id: str) -> Document | None:
-        """Move the longest-overdue scheduled campaign to ``pending``; None if none is due."""
+    async def insert_run(self, document: Document) -> Document:
+        """Insert a schedule's run; if its ``run_key`` exists already, the earlier run stands."""
+        try:
+            await self._campaigns.insert_one(document)
+        except DuplicateKeyError:
+            earlier = await self._campaigns.find_one({"run_key": document["run_key"]})
+            assert earlier is not None
+            return earlier
+        return document
+
+    async def due_scheduled(self, now: datetime, limit: int = 100) -> list[Document]:
+        cursor = self._campaigns.find({"status": Status.SCHEDULED.value, "due_at": {"$lte": now}})
+        return await cursor.sort("due_at", 1).limit(limit).to_list()
+
+    async def next_scheduled_due(self) -> datetime | None:
+        earliest = await self._campaigns.find_one(
+            {"status": Status.SCHEDULED.value}, {"due_at": 1}, sort=[("due_at", 1)])
+        return earliest["due_at"] if earliest else None
+
+    async def patch_scheduled(self, campaign_id: str, changes: Mapping[str, Any],
+                              now: datetime) -> Document | None:
+        """Change a campaign only while it is still ``scheduled``; the result, or None."""
+        oid = object_id(campaign_id)
+        if oid is None:
+            return None
         return await self._campaigns.find_one_and_update(
-            {"status": {"$in": [s.value for s in sources_for(Transition.FIRE)]},
-             "due_at": {"$lte": now}},
-            {"$set": {"status": target_of(Transition.FIRE).value, "fired_at": now,
-                      "fired_by": pod_id, "updated_at": now}},
-            sort=[("due_at", 1)], return_document=ReturnDocument.AFTER)
+            {"_id": oid, "status": Status.SCHEDULED.value},
+            {"$set": {**changes, "updated_at": now}}, return_document=ReturnDocument.AFTER)
 
     async def claim_for_dispatch(self, campaign_id: str | None, pod_id: str, now: datetime,
                                  lease_until: datetime) -> Document | None:

@@ -9,6 +9,7 @@ from herald.adapters.chunks import ChunkStore, DeliveryStore
 from herald.adapters.devices import DeviceStore
 from herald.adapters.idempotency import IdempotencyKeys
 from herald.adapters.mongo import Database
+from herald.adapters.schedules import ScheduleStore
 
 
 @dataclass(frozen=True)
@@ -18,8 +19,10 @@ class Stores:
     chunks: ChunkStore
     deliveries: DeliveryStore
     idempotency: IdempotencyKeys
+    schedules: ScheduleStore
 
     @classmethod
     def on(cls, db: Database) -> Stores:
         return cls(devices=DeviceStore(db), campaigns=CampaignStore(db), chunks=ChunkStore(db),
-                   deliveries=DeliveryStore(db), idempotency=IdempotencyKeys(db))
+                   deliveries=DeliveryStore(db), idempotency=IdempotencyKeys(db),
+                   schedules=ScheduleStore(db))

@@ -6,13 +6,14 @@ Requests forbid unknown fields: a misspelt option is an error, never silently ig
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, model_validator
 
 from herald.domain.audience import Audience, Platform
 from herald.domain.payload import DataMap, build_payload, check_payload_size
 from herald.domain.status import Status
+from herald.domain.timing import validate_cron
 from herald.domain.types import (
     AttributeName,
     Locale,
@@ -77,15 +78,93 @@ class Content(Strict):
         return build_payload(self.title, self.body, self.data, image)
 
 
-class CampaignCreate(Content):
+class CampaignTemplate(Content):
+    """What a campaign sends, and to whom: a campaign's body, or each run of a schedule."""
+
     name: str | None = Field(default=None, max_length=200)
     audience: Audience = Field(default_factory=Audience)
     chunk_size: int = Field(default=DEFAULT_CHUNK_SIZE, ge=1, le=5000)
     rate_per_s: int | None = Field(default=None, gt=0, le=1_000_000,
                                    description="Optional cap for this campaign alone")
+
+
+class CampaignCreate(CampaignTemplate):
     send_at: datetime | None = Field(
-        default=None, description="ISO 8601 with an offset, or local time with `timezone`")
+        default=None, description="ISO 8601 with an offset, or local time with `timezone`; "
+                                  "omitted: send now")
     timezone: TimezoneName | None = None
+
+
+class CampaignPatch(Strict):
+    """Changes to a campaign that is still ``scheduled``; omitted fields stay as they are."""
+
+    name: str | None = Field(default=None, max_length=200)
+    title: str | None = Field(default=None, min_length=1, max_length=1000)
+    body: str | None = Field(default=None, min_length=1, max_length=4000)
+    image_url: AnyHttpUrl | None = None
+    data: DataMap | None = None
+    audience: Audience | None = None
+    send_at: datetime | None = None
+    timezone: TimezoneName | None = None
+
+
+class ScheduleCreate(Strict):
+    name: str | None = Field(default=None, max_length=200)
+    template: CampaignTemplate
+    cron: str = Field(description="Five-field cron, matched in `timezone`, e.g. '0 9 * * MON'")
+    timezone: TimezoneName = Field(description="IANA timezone of the cron expression")
+    misfire_grace_s: int | None = Field(
+        default=None, ge=0, le=7 * 24 * 3600,
+        description="A run found overdue by more than this is marked missed, not sent late")
+
+    @model_validator(mode="after")
+    def _valid_cron(self) -> ScheduleCreate:
+        validate_cron(self.cron)
+        return self
+
+
+class SchedulePatch(Strict):
+    name: str | None = Field(default=None, max_length=200)
+    state: Literal["active", "paused"] | None = None
+    template: CampaignTemplate | None = None
+    cron: str | None = None
+    timezone: TimezoneName | None = None
+    misfire_grace_s: int | None = Field(default=None, ge=0, le=7 * 24 * 3600)
+
+    @model_validator(mode="after")
+    def _valid_cron(self) -> SchedulePatch:
+        if self.cron is not None:
+            validate_cron(self.cron)
+        return self
+
+
+class ScheduleRun(BaseModel):
+    occurrence: datetime
+    outcome: Literal["fired", "missed"]
+    campaign_id: str | None
+    reason: str | None
+    recorded_at: datetime
+
+
+class ScheduleView(BaseModel):
+    id: str
+    name: str | None
+    state: Literal["active", "paused", "ended"]
+    cron: str
+    timezone: str
+    template: dict[str, Any]
+    misfire_grace_s: int
+    next_run_at: datetime | None
+    next_run_local: str | None
+    runs: list[ScheduleRun]
+    missed_total: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class SchedulePage(BaseModel):
+    items: list[ScheduleView]
+    next_cursor: str | None
 
 
 class CampaignCreated(BaseModel):
@@ -121,6 +200,7 @@ class CampaignView(BaseModel):
     counts: Counts
     created_at: datetime
     due_at: datetime | None
+    fired_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
     cancel: CancelInfo | None

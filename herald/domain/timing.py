@@ -1,31 +1,91 @@
-"""Instants from user input. Everything is stored in UTC; a timezone only interprets input.
+"""Instants from user input, and recurrence. Everything is stored in UTC; a timezone only
+interprets input (a local ``send_at``) and recurrence (``0 9 * * MON`` in ``Asia/Seoul``).
 
 The container's own timezone never matters: nothing here reads the local clock or ``TZ``.
+
+Daylight saving, the way a person reads a wall clock (and the way cron implementations do):
+- a local time that does not exist (skipped by a spring-forward) means the first instant after
+  the gap: 02:30 on the spring-forward day in New York is 03:00 EDT;
+- a local time that happens twice (fall-back) means its first occurrence, once.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
+
+from croniter import croniter
+
+MAX_OCCURRENCES_SCANNED = 100_000
 
 
 class AmbiguousTime(ValueError):
     pass
 
 
-def to_utc(moment: datetime, timezone: str | None) -> datetime:
-    """``moment`` as UTC: an aware time as is, a naive one read in the IANA ``timezone``.
+class InvalidCron(ValueError):
+    pass
 
-    A naive time that does not exist in ``timezone`` (skipped by a spring-forward) moves forward
-    by the gap, the instant a person means by it; a repeated one (fall-back) takes its first
-    occurrence.
-    """
+
+def to_utc(moment: datetime, timezone: str | None) -> datetime:
+    """``moment`` as UTC: an aware time as is, a naive one read in the IANA ``timezone``."""
     if moment.tzinfo is not None:
         if timezone is not None:
             raise AmbiguousTime("give either an offset in send_at or a timezone, not both")
         return moment.astimezone(UTC)
     if timezone is None:
         raise AmbiguousTime("send_at without an offset needs a timezone, e.g. 'Asia/Seoul'")
-    # fold=0 (PEP 495) reads a skipped time with the offset before the gap, which lands after
-    # it, and a repeated time as its first occurrence.
-    return moment.replace(tzinfo=ZoneInfo(timezone), fold=0).astimezone(UTC)
+    return local_to_utc(moment, ZoneInfo(timezone))
+
+
+def local_to_utc(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The UTC instant of wall-clock time ``wall`` (naive) in ``zone``, per the DST rules above."""
+    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    if first.astimezone(zone).replace(tzinfo=None) == wall:
+        return first  # exists; fold=0 is the first of two occurrences when it repeats
+    return _end_of_gap(wall.replace(tzinfo=zone, fold=1).astimezone(UTC), first, zone)
+
+
+def _end_of_gap(before: datetime, after: datetime, zone: ZoneInfo) -> datetime:
+    """The instant the clocks jumped, between two instants on either side of it (bisection)."""
+    offset_before = before.astimezone(zone).utcoffset()
+    while after - before > timedelta(seconds=1):
+        middle = before + (after - before) / 2
+        if middle.astimezone(zone).utcoffset() == offset_before:
+            before = middle
+        else:
+            after = middle
+    return after.replace(microsecond=0)
+
+
+def validate_cron(expression: str) -> str:
+    """A five-field cron expression (minute hour day-of-month month day-of-week)."""
+    if len(expression.split()) != 5 or not croniter.is_valid(expression):
+        raise InvalidCron(f"{expression!r} is not a five-field cron expression, e.g. '0 9 * * MON'")
+    return expression
+
+
+def next_occurrence(expression: str, timezone: str, after: datetime) -> datetime:
+    """The first occurrence of ``expression`` in ``timezone`` strictly after ``after`` (UTC).
+
+    Cron fields are matched against local wall-clock times, each matching wall time once.
+    """
+    zone = ZoneInfo(timezone)
+    wall = after.astimezone(zone).replace(tzinfo=None)
+    matches = croniter(expression, wall)
+    for _ in range(MAX_OCCURRENCES_SCANNED):
+        candidate = local_to_utc(matches.get_next(datetime), zone)
+        if candidate > after:
+            return candidate
+    raise InvalidCron(f"{expression!r} has no occurrence after {after.isoformat()}")
+
+
+def occurrences_until(expression: str, timezone: str, first: datetime, now: datetime,
+                      limit: int = 1000) -> list[datetime]:
+    """Occurrences from ``first`` (itself an occurrence) up to ``now``, at most ``limit``."""
+    found: list[datetime] = []
+    current = first
+    while current <= now and len(found) < limit:
+        found.append(current)
+        current = next_occurrence(expression, timezone, current)
+    return found

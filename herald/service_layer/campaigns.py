@@ -16,9 +16,10 @@ from herald.adapters.mongo import Document
 from herald.adapters.rabbit import Bus
 from herald.adapters.stores import Stores
 from herald.clock import utcnow
-from herald.domain.api import CampaignCreate, RetargetRequest
+from herald.domain.api import CampaignCreate, CampaignPatch, Content, RetargetRequest
 from herald.domain.status import TERMINAL, Status
 from herald.domain.timing import to_utc
+from herald.service_layer.recipients import NOT_SENT, UNSENT_ONLY
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,18 @@ class IdempotencyInFlight(Exception):
 class NotRetargetable(Exception):
     def __init__(self, status: Status) -> None:
         super().__init__(f"campaign is {status.value}; retarget it once it has finished")
+        self.status = status
+
+
+class NotRetryable(Exception):
+    def __init__(self, status: Status) -> None:
+        super().__init__(f"campaign is {status.value}; only a failed campaign can be retried")
+        self.status = status
+
+
+class NotEditable(Exception):
+    def __init__(self, status: Status) -> None:
+        super().__init__(f"campaign is {status.value}; only a scheduled campaign can be changed")
         self.status = status
 
 
@@ -118,13 +131,28 @@ class CampaignCreator:
             return None
         if Status(parent["status"]) not in TERMINAL:
             raise NotRetargetable(Status(parent["status"]))
-        now = utcnow()
+        return await self._follow_up(parent, request, UNSENT_ONLY, "retarget")
+
+    async def retry(self, parent_id: str) -> Document | None:
+        """Re-run a ``failed`` campaign for everyone it did not reach: unsent, or failed for a
+        reason other than their token (seed 002's manual retry). None if unknown."""
+        parent = await self._stores.campaigns.get(parent_id)
+        if parent is None:
+            return None
+        if parent["status"] != Status.FAILED.value:
+            raise NotRetryable(Status(parent["status"]))
+        return await self._follow_up(parent, RetargetRequest(), NOT_SENT, "retry")
+
+    async def _follow_up(self, parent: Document, request: RetargetRequest, outcome: str,
+                         source: str) -> Document:
+        now, parent_id = utcnow(), str(parent["_id"])
         document = new_campaign_document(
             content=_content(request, parent),
-            name=request.name or f"{parent.get('name') or parent_id} (retarget)",
-            audience=None, retarget={"campaign_id": parent_id, "outcome": "unsent"},
+            name=request.name or f"{parent.get('name') or parent_id} ({source})",
+            audience=None, retarget={"campaign_id": parent_id, "outcome": outcome},
             chunk_size=request.chunk_size or parent["chunk_size"],
-            rate_per_s=parent.get("rate_per_s"), due_at=now, now=now, source="retarget")
+            rate_per_s=parent.get("rate_per_s"), due_at=now, now=now, source=source,
+            schedule_id=parent.get("schedule_id"))
         await self.launch(document)
         return document
 
@@ -159,3 +187,24 @@ class CampaignCreator:
                 return None
             await asyncio.sleep(0.05)
         raise IdempotencyInFlight(key)
+
+
+async def edit_scheduled(stores: Stores, campaign_id: str, patch: CampaignPatch) -> Document | None:
+    """Change the time or content of a campaign that has not fired yet; None if unknown."""
+    current = await stores.campaigns.get(campaign_id)
+    if current is None:
+        return None
+    if current["status"] != Status.SCHEDULED.value:
+        raise NotEditable(Status(current["status"]))
+    changes = patch.model_dump(exclude_unset=True, mode="json", by_alias=True,
+                               exclude={"send_at", "timezone"})
+    merged = {key: changes.get(key, current.get(key)) for key in ("title", "body", "data", "image_url")}
+    Content.model_validate(merged)  # the merged content must still fit FCM's limits
+    if patch.send_at is not None:
+        changes["due_at"] = _due_at(CampaignCreate(title="-", body="-", send_at=patch.send_at,
+                                                   timezone=patch.timezone), utcnow())
+    updated = await stores.campaigns.patch_scheduled(campaign_id, changes, utcnow())
+    if updated is None:  # it fired (or was cancelled) between our read and our write
+        latest = await stores.campaigns.get(campaign_id)
+        raise NotEditable(Status(latest["status"] if latest else Status.SCHEDULED))
+    return updated

@@ -13,6 +13,7 @@ from herald.adapters.mongo import Document
 from herald.adapters.stores import Stores
 from herald.clock import utcnow
 from herald.domain.status import Transition
+from herald.observability import CAMPAIGNS_FINISHED
 from herald.service_layer.recipients import final_counts
 
 log = logging.getLogger(__name__)
@@ -38,16 +39,27 @@ async def chunk_finished(stores: Stores, campaign_id: str, sent: int, failed: in
 
 
 async def finalize(stores: Stores, campaign_id: str) -> Document | None:
-    """``in_progress → finalizing → completed`` with exact counts; None if someone else did."""
+    """``in_progress → finalizing → completed`` with exact counts; None if someone else did.
+
+    A campaign some recipients of which failed for a reason other than their own token (FCM
+    quota or outage beyond the retries, a chunk dead-lettered) ends ``failed`` instead, with
+    the reason, so an operator sees it and can retry exactly those recipients.
+    """
     finalizing = await stores.campaigns.transition(campaign_id, Transition.FINALIZE, utcnow())
     if finalizing is None:
         return None
     counts = await final_counts(stores, finalizing)
     now = utcnow()
-    completed = await stores.campaigns.transition(
-        campaign_id, Transition.COMPLETE, now,
-        also_set={**counts.as_document(), "finished_at": now})
-    if completed is not None:
-        log.info("campaign %s completed: %d targeted, %d sent, %d failed", campaign_id,
-                 counts.targeted, counts.sent, counts.failed)
-    return completed
+    transition, error = Transition.COMPLETE, None
+    if counts.failed_not_by_token:
+        transition = Transition.FAIL
+        error = (f"{counts.failed_not_by_token} recipients failed for reasons other than their "
+                 "token (see the failed audit); POST .../retry sends to them again")
+    finished = await stores.campaigns.transition(
+        campaign_id, transition, now,
+        also_set={**counts.as_document(), "finished_at": now, "error": error})
+    if finished is not None:
+        CAMPAIGNS_FINISHED.labels(finished["status"]).inc()
+        log.info("campaign %s %s: %d targeted, %d sent, %d failed", campaign_id,
+                 finished["status"], counts.targeted, counts.sent, counts.failed)
+    return finished

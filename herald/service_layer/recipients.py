@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from herald.adapters.chunks import Recorded, recorded_in
+from herald.adapters.fcm import TOKEN_IS_DEAD
 from herald.adapters.mongo import Document
 from herald.adapters.stores import Stores
 from herald.domain.audience import Audience, audience_query
@@ -23,6 +24,11 @@ SENT = "sent"
 FAILED = "failed"
 UNSENT = "unsent"
 OUTCOMES = (SENT, FAILED, UNSENT)
+
+UNSENT_ONLY = "unsent"
+"""A follow-up's source: the parent's recipients that were never sent (retarget)."""
+NOT_SENT = "not_sent"
+"""A follow-up's source: unsent, or failed for a reason other than their token (retry)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +50,16 @@ class FinalCounts:
     targeted: int
     sent: int
     failed: int
+    failed_not_by_token: int = 0
+    """Failures a retry could fix (quota, outages, dead-lettered chunks), not dead tokens."""
 
     def as_document(self) -> dict[str, int]:
         return {"counts.targeted": self.targeted, "counts.sent": self.sent,
                 "counts.failed": self.failed}
+
+
+TOKEN_ERRORS = frozenset(error.value for error in TOKEN_IS_DEAD)
+"""Failures that say the device's token is dead: sending again would fail again."""
 
 
 class RecipientSource(Protocol):
@@ -70,18 +82,28 @@ class AudienceSource:
 
 
 class UnsentOf:
-    """The unsent recipients of a finished campaign, by position in its audit."""
+    """Recipients a finished campaign did not reach, by position in its audit: the unsent ones,
+    and with ``include_failed`` also those that failed for a reason other than their token."""
 
-    def __init__(self, stores: Stores, parent: Document) -> None:
+    def __init__(self, stores: Stores, parent: Document, *, include_failed: bool = False) -> None:
         self._stores = stores
         self._parent = parent
+        self._include_failed = include_failed
 
     async def stream(self, after: Any) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
         position = 0
-        async for line in unsent(self._stores, self._parent):
+        async for line in self._not_reached():
             position += 1
             if after is None or position > after:
                 yield position, {"token": line.token, "user_id": line.user_id}
+
+    async def _not_reached(self) -> AsyncIterator[RecipientLine]:
+        if self._include_failed:
+            async for line in audit(self._stores, self._parent, FAILED):
+                if line.error not in TOKEN_ERRORS:
+                    yield line
+        async for line in unsent(self._stores, self._parent):
+            yield line
 
 
 async def source_for(stores: Stores, campaign: Document) -> RecipientSource:
@@ -90,7 +112,7 @@ async def source_for(stores: Stores, campaign: Document) -> RecipientSource:
         parent = await stores.campaigns.get(retarget["campaign_id"])
         if parent is None:
             raise LookupError(f"campaign {retarget['campaign_id']} is gone")
-        return UnsentOf(stores, parent)
+        return UnsentOf(stores, parent, include_failed=retarget["outcome"] == NOT_SENT)
     audience = Audience.model_validate(campaign["audience"])
     return AudienceSource(stores, audience, campaign["dispatch"].get("until"))
 
@@ -179,9 +201,11 @@ async def final_counts(stores: Stores, campaign: Document) -> FinalCounts:
     if _source_not_exhausted(campaign):
         source = await source_for(stores, campaign)
         targeted += sum([1 async for _ in source.stream(after=cursor)])
-    sent = failed = 0
+    sent = failed = retryable = 0
     async for _, group in _recorded_by_chunk(stores, campaign_id):
-        errors = sum(error is not None for error in group.values())
-        sent += len(group) - errors
-        failed += errors
-    return FinalCounts(targeted=targeted, sent=sent, failed=failed)
+        errors = [error for error in group.values() if error is not None]
+        sent += len(group) - len(errors)
+        failed += len(errors)
+        retryable += sum(error not in TOKEN_ERRORS for error in errors)
+    return FinalCounts(targeted=targeted, sent=sent, failed=failed,
+                       failed_not_by_token=retryable)

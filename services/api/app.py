@@ -16,7 +16,7 @@ from herald.service_layer.campaigns import CampaignCreator
 from herald.settings import Settings
 from services.api import errors
 from services.api.deps import AppServices
-from services.api.routes import campaigns, devices, ops
+from services.api.routes import campaigns, devices, ops, schedules
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="Herald", version=VERSION, lifespan=lifespan,
                   summary="Mass push-notification campaigns through FCM, stoppable mid-flight.")
     errors.install(app)
-    for module in (devices, campaigns, ops):
+    for module in (devices, campaigns, schedules, ops):
         app.include_router(module.router)
     return app
 

@@ -20,10 +20,13 @@ from herald.domain.timing import AmbiguousTime
 from herald.service_layer.campaigns import (
     IdempotencyInFlight,
     IdempotencyMismatch,
+    NotEditable,
     NotRetargetable,
+    NotRetryable,
     SendAtInPast,
 )
 from herald.service_layer.cancellation import CampaignNotFound, CannotCancel
+from herald.service_layer.scheduling import ScheduleEnded
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +51,17 @@ def not_found(campaign_id: str) -> ApiError:
     return ApiError(404, "campaign_not_found", f"no campaign {campaign_id}")
 
 
+def schedule_not_found(schedule_id: str) -> ApiError:
+    return ApiError(404, "schedule_not_found", f"no schedule {schedule_id}")
+
+
 DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     CampaignNotFound: (404, "campaign_not_found"),
     CannotCancel: (409, "not_cancellable"),
     NotRetargetable: (409, "not_retargetable"),
+    NotRetryable: (409, "not_retryable"),
+    NotEditable: (409, "not_editable"),
+    ScheduleEnded: (409, "schedule_ended"),
     SendAtInPast: (422, "send_at_in_past"),
     AmbiguousTime: (422, "ambiguous_time"),
     IdempotencyMismatch: (422, "idempotency_key_reused"),

@@ -1,4 +1,8 @@
-"""Composition root of the scheduler: fires scheduled campaigns when they are due."""
+"""Composition root of the scheduler: fires scheduled campaigns and schedule runs when due.
+
+It sleeps until the next due instant, but never longer than ``HERALD_SCHEDULER_POLL_S``, so a
+campaign scheduled while it sleeps is still fired on time; any number of replicas may run.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +11,22 @@ import contextlib
 import logging
 
 from herald.clock import utcnow
-from herald.observability import SCHEDULE_CLAIMS, SCHEDULE_LAG_SECONDS
 from herald.runtime import Pod, Worker
 from herald.service_layer.campaigns import CampaignCreator
+from herald.service_layer.scheduling import SchedulerPolicy, Scheduling
 
 log = logging.getLogger(__name__)
+
+MIN_WAIT_S = 0.01
 
 
 class Scheduler(Worker):
     def __init__(self, pod: Pod) -> None:
         self._pod = pod
-        self._creator = CampaignCreator(pod.stores, pod.bus)
+        settings = pod.settings
+        self._scheduling = Scheduling(pod.stores, CampaignCreator(pod.stores, pod.bus),
+                                      SchedulerPolicy(pod.id, settings.misfire_grace_s,
+                                                      settings.lease_s))
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
@@ -29,23 +38,21 @@ class Scheduler(Worker):
     async def _loop(self) -> None:
         while not self._stopping.is_set():
             try:
-                while await self._fire_one():
-                    pass
+                wait_s = await self._tick()
             except Exception:
-                log.warning("firing due campaigns failed; retrying", exc_info=True)
+                log.warning("firing due work failed; retrying", exc_info=True)
+                wait_s = self._pod.settings.scheduler_poll_s
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._pod.settings.scheduler_poll_s)
+                await asyncio.wait_for(self._stopping.wait(), wait_s)
 
-    async def _fire_one(self) -> bool:
+    async def _tick(self) -> float:
+        """Fire everything due now; seconds until the next due instant (bounded by the poll)."""
         now = utcnow()
-        fired = await self._pod.stores.campaigns.fire_due(now, self._pod.id)
-        if fired is None:
-            return False
-        SCHEDULE_CLAIMS.inc()
-        SCHEDULE_LAG_SECONDS.observe(max(0.0, (now - fired["due_at"]).total_seconds()))
-        log.info("fired %s, due %s", fired["_id"], fired["due_at"].isoformat())
-        await self._creator.wake_dispatcher(str(fired["_id"]))
-        return True
+        await self._scheduling.fire_due_campaigns(now)
+        await self._scheduling.run_due_schedules(now)
+        until_due = await self._scheduling.seconds_until_due(utcnow())
+        poll_s = self._pod.settings.scheduler_poll_s
+        return poll_s if until_due is None else max(MIN_WAIT_S, min(until_due, poll_s))
 
 
 def build(pod: Pod) -> Scheduler:

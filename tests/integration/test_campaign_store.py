@@ -114,13 +114,15 @@ async def test_a_live_lease_is_not_taken_over(stores: Stores) -> None:
                                                      utcnow() + timedelta(seconds=30)) is None
 
 
-async def test_fire_due_moves_only_due_scheduled_campaigns_oldest_first(stores: Stores) -> None:
+async def test_due_scheduled_lists_only_due_campaigns_oldest_first(stores: Stores) -> None:
     scheduled = Status.SCHEDULED.value
     later = await insert(stores, due_in_s=-1, status=scheduled)
     earlier = await insert(stores, due_in_s=-5, status=scheduled)
     await insert(stores, due_in_s=60, status=scheduled)
-    fired = [await stores.campaigns.fire_due(utcnow(), "scheduler") for _ in range(3)]
-    assert [str(c["_id"]) if c else None for c in fired] == [earlier, later, None]
+    due = await stores.campaigns.due_scheduled(utcnow())
+    assert [str(c["_id"]) for c in due] == [earlier, later]
+    assert await stores.campaigns.next_scheduled_due() == (await stores.campaigns.get(earlier) or {})[
+        "due_at"]
 
 
 async def test_cancel_acknowledgements_accumulate_once_per_pod(stores: Stores) -> None:

@@ -65,9 +65,10 @@ async def publish_chunks(pod: Pod, document: Document, chunks: list[list[str]]) 
                                            recipients=[Recipient(token=t) for t in tokens]))
 
 
-async def finished(pod: Pod, campaign_id: str) -> Document | None:
+async def finished(pod: Pod, campaign_id: str,
+                   status: Status = Status.COMPLETED) -> Document | None:
     stored = await pod.stores.campaigns.get(campaign_id)
-    return stored if stored and stored["status"] == Status.COMPLETED.value else None
+    return stored if stored and stored["status"] == status.value else None
 
 
 async def test_chunks_are_sent_recorded_and_complete_the_campaign(
@@ -140,7 +141,7 @@ async def test_a_redelivered_chunk_of_a_campaign_cancelled_while_this_pod_was_aw
     assert emulator.received() == []
 
 
-async def test_a_chunk_failing_too_often_is_dead_lettered_and_counted_failed(
+async def test_a_chunk_failing_too_often_is_dead_lettered_and_the_campaign_fails_retryably(
         sender: Pod, emulator: EmulatorClient) -> None:
     chunks = [[f"tok-{i}" for i in range(30)], [f"other-{i}" for i in range(30)]]
     document = await sending_campaign(sender, chunks)
@@ -148,9 +149,10 @@ async def test_a_chunk_failing_too_often_is_dead_lettered_and_counted_failed(
     for _ in range(sender.settings.chunk_max_attempts):
         await sender.stores.chunks.begin_attempt(campaign_id, 0)
     await publish_chunks(sender, document, chunks)
-    done = await eventually(lambda: finished(sender, campaign_id))
+    done = await eventually(lambda: finished(sender, campaign_id, Status.FAILED))
     failed = [d async for d in sender.stores.deliveries.in_order(campaign_id) if d["seq"] == 0]
     assert done["counts"] == {"targeted": 60, "sent": 30, "failed": 30}
+    assert "30 recipients failed for reasons other than their token" in done["error"]
     assert {f["error"] for d in failed for f in d["failed"]} == {DEAD_LETTERED}
     assert sorted(r.token for r in emulator.received()) == sorted(chunks[1])
 

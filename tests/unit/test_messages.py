@@ -145,8 +145,10 @@ def test_send_chunk_forbids_unknown_fields() -> None:
         SendChunk.model_validate(chunk(recipients=[{"token": "t", "platform": "ios"}]))
 
 
-@pytest.mark.parametrize("token", ["", "has space", "tab\there", "new\nline", "x" * 4097])
-def test_recipient_tokens_are_opaque_but_without_whitespace_and_bounded(token: str) -> None:
+@pytest.mark.parametrize("token", ["", "x" * 4097])
+def test_recipient_tokens_in_a_chunk_are_bounded(token: str) -> None:
+    # Their alphabet was checked when the device registered (DeviceIn); a chunk carries
+    # hundreds of them on the sender's hot path, so only their size is checked again here.
     with pytest.raises(ValidationError):
         Recipient(token=token)
 

@@ -75,12 +75,13 @@ def test_ambiguous_time_is_a_value_error() -> None:
     assert issubclass(AmbiguousTime, ValueError)
 
 
-def test_skipped_spring_forward_time_moves_forward_by_the_gap() -> None:
-    # 2026-03-08 02:00 EST jumps to 03:00 EDT; 02:30 does not exist and means 03:30 EDT.
+def test_skipped_spring_forward_time_means_the_next_valid_instant() -> None:
+    # 2026-03-08 02:00 EST jumps to 03:00 EDT; 02:30 does not exist: the first instant after
+    # the gap is 03:00 EDT (07:00 UTC), as cron implementations run jobs of the skipped hour.
     result = to_utc(datetime(2026, 3, 8, 2, 30), "America/New_York")
-    assert_utc(result, utc(2026, 3, 8, 7, 30))
+    assert_utc(result, utc(2026, 3, 8, 7, 0))
     assert result.astimezone(ZoneInfo("America/New_York")).replace(tzinfo=None) == datetime(
-        2026, 3, 8, 3, 30)
+        2026, 3, 8, 3, 0)
 
 
 def test_repeated_fall_back_time_takes_the_first_occurrence() -> None:
@@ -118,6 +119,6 @@ def chatham_process_tz() -> Iterator[None]:
 def test_results_do_not_depend_on_the_process_timezone() -> None:
     assert time.localtime(0).tm_gmtoff != 0  # the odd zone really is in effect
     assert_utc(to_utc(datetime(2026, 5, 1, 9, 0), "Asia/Seoul"), utc(2026, 5, 1, 0, 0))
-    assert_utc(to_utc(datetime(2026, 3, 8, 2, 30), "America/New_York"), utc(2026, 3, 8, 7, 30))
+    assert_utc(to_utc(datetime(2026, 3, 8, 2, 30), "America/New_York"), utc(2026, 3, 8, 7, 0))
     aware = datetime(2026, 5, 1, 9, 0, tzinfo=timezone(timedelta(hours=2)))
     assert_utc(to_utc(aware, None), utc(2026, 5, 1, 7, 0))

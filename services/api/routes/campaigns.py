@@ -14,6 +14,7 @@ from herald.domain.api import (
     CampaignCreate,
     CampaignCreated,
     CampaignPage,
+    CampaignPatch,
     CampaignView,
     CancelRequest,
     CancelResult,
@@ -21,6 +22,7 @@ from herald.domain.api import (
 )
 from herald.domain.status import Status
 from herald.domain.types import OBJECT_ID_PATTERN
+from herald.service_layer.campaigns import edit_scheduled
 from herald.service_layer.cancellation import CancelDecision
 from herald.service_layer.recipients import OUTCOMES, audit
 from services.api.deps import Services
@@ -109,6 +111,27 @@ async def cancel_campaign(
     response.status_code = 200 if outcome.status is Status.CANCELLED else 202
     view = campaign_view(outcome.campaign)
     return CancelResult(id=view.id, status=view.status, counts=view.counts, cancel=view.cancel)
+
+
+@router.patch("/{campaign_id}", response_model=CampaignView)
+async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch,
+                         services: Services) -> CampaignView:
+    """Change the time or content of a campaign that is still ``scheduled`` (else 409)."""
+    updated = await edit_scheduled(services.pod.stores, campaign_id, body)
+    if updated is None:
+        raise not_found(campaign_id)
+    return campaign_view(updated)
+
+
+@router.post("/{campaign_id}/retry", status_code=202, response_model=CampaignCreated)
+async def retry_campaign(campaign_id: CampaignId, services: Services,
+                         response: Response) -> CampaignCreated:
+    """Re-run a ``failed`` campaign for the recipients it did not reach (not dead tokens)."""
+    created = await services.creator.retry(campaign_id)
+    if created is None:
+        raise not_found(campaign_id)
+    response.headers["Location"] = f"/v1/campaigns/{created['_id']}"
+    return CampaignCreated(id=str(created["_id"]), status=created["status"])
 
 
 @router.post("/{campaign_id}/retarget", status_code=202, response_model=CampaignCreated)
