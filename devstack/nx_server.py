@@ -1,23 +1,32 @@
-"""Run the nx-27017 MongoDB wire server with one correction applied (development and tests only).
+"""Run the nx-27017 MongoDB wire server with two corrections (development and tests only).
 
-nx-27017 0.8.1 binds scalar ``$set``/``$push`` values as raw SQLite parameters, so a datetime
-written by an update comes back as a naive string ("2026-11-21 06:16:35.641000") and a boolean
-as 0/1, while the same values written by an insert keep their types. MongoDB keeps them. Herald
-updates timestamps and flags all the time, so the launcher routes those two types through
-nx-27017's own JSON encoding (the path it already uses for binary values) before starting it.
-Production code is unchanged; ``tests/integration/test_nx_gaps.py`` pins the behaviour.
+1. nx-27017 0.8.1 binds scalar ``$set`` values as raw SQLite parameters, so a datetime written
+   by an update comes back as a naive string ("2026-11-21 06:16:35.641000") and a boolean as
+   0/1, while the same values written by an insert keep their types. The launcher routes those
+   two types through nx-27017's own JSON encoding (its path for binary values).
+2. It compares dates with SQLite's ``datetime()``, which keeps whole seconds only: a lease
+   expiring at 12:00:00.300 is not "before" 12:00:00.900, and a campaign due at 12:00:00.900 is
+   "due" at 12:00:00.000. The launcher overrides the one-argument ``datetime()`` on nx-27017's
+   SQLite connections with a function that keeps microseconds (and reads any UTC offset).
+
+MongoDB does neither; Herald relies on both (timestamps and flags are updated all the time, and
+leases and schedules are compared to the millisecond). Production code is unchanged;
+``tests/integration/test_nx_gaps.py`` pins the behaviour.
 
     python -m devstack.nx_server --data-dir DIR -p PORT --pid-file F --log-file F
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from neosqlite._sqlite import sqlite3
 from neosqlite.binary import Binary
 from neosqlite.collection.query_helper import _sql_updates
 from nx_27017.nx_27017 import main
+
+JULIAN_UNIX_EPOCH = 2440587.5
 
 
 class _JsonValue(Binary):
@@ -46,6 +55,37 @@ def _convert(value: Any) -> Any:
 
 
 _sql_updates._convert_bytes_to_binary = _convert
+
+
+def _instant(value: Any) -> str | None:
+    """SQLite's ``datetime(x)`` with microseconds: UTC, 'YYYY-MM-DD HH:MM:SS.ffffff'."""
+    if isinstance(value, str):
+        if value == "now":
+            moment = datetime.now(UTC)
+        else:
+            try:
+                moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                return None
+    elif isinstance(value, int | float):  # SQLite reads a bare number as a Julian day
+        moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(days=value - JULIAN_UNIX_EPOCH)
+    else:
+        return None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+_original_connect = sqlite3.connect
+
+
+def _connect(*args: Any, **kwargs: Any) -> Any:
+    connection = _original_connect(*args, **kwargs)
+    connection.create_function("datetime", 1, _instant, deterministic=True)
+    return connection
+
+
+sqlite3.connect = _connect
 
 if __name__ == "__main__":
     main()

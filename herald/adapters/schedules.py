@@ -67,13 +67,17 @@ class ScheduleStore:
             {"$set": {"claim": {"by": pod_id, "until": lease_until}}},
             return_document=ReturnDocument.AFTER)
 
-    async def advance(self, schedule_id: ObjectId, pod_id: str, occurrence: datetime,
-                      next_run_at: datetime | None, runs: Sequence[Mapping[str, Any]],
-                      missed: int, now: datetime) -> bool:
-        """Record the claimed occurrence's runs, move to the next one and release the claim."""
+    async def advance(self, claimed: Document, pod_id: str, next_run_at: datetime | None,
+                      runs: Sequence[Mapping[str, Any]], missed: int, now: datetime) -> bool:
+        """Record the claimed occurrence's runs, move to the next one and release the claim.
+
+        The run history is rewritten whole from the claimed document (the claim makes that
+        safe) rather than ``$push``-ed: nx-27017 stores pushed objects as JSON strings.
+        """
+        history = [*(claimed.get("runs") or []), *runs][-RECENT_RUNS:]
         result = await self._schedules.update_one(
-            {"_id": schedule_id, "claim.by": pod_id, "next_run_at": occurrence},
-            {"$set": {"next_run_at": next_run_at, "claim": None, "updated_at": now},
-             "$push": {"runs": {"$each": list(runs), "$slice": -RECENT_RUNS}},
+            {"_id": claimed["_id"], "claim.by": pod_id, "next_run_at": claimed["next_run_at"]},
+            {"$set": {"next_run_at": next_run_at, "claim": None, "updated_at": now,
+                      "runs": history},
              "$inc": {"missed_total": missed}})
         return result.modified_count == 1

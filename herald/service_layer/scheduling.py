@@ -130,9 +130,8 @@ class Scheduling:
         if on_time:
             runs.append(await self._start_run(schedule, latest, now))
         following = next_occurrence(cron, zone, max(latest, now))
-        if not await self._stores.schedules.advance(schedule["_id"], self._policy.pod_id,
-                                                    schedule["next_run_at"], following, runs,
-                                                    len(missed), now):
+        if not await self._stores.schedules.advance(schedule, self._policy.pod_id, following,
+                                                    runs, len(missed), now):
             log.warning("schedule %s was changed while running; its next run is recomputed",
                         schedule["_id"])
 

@@ -86,3 +86,16 @@ async def test_device_updates_address_documents_by_id(stores: Stores) -> None:
     assert changed["platform"] == "ios"
     assert untouched is not None
     assert untouched["platform"] == "web"
+
+
+async def test_instants_compare_to_the_millisecond(stores: Stores) -> None:
+    """nx-27017 compares dates with SQLite's datetime(), which drops the fraction of a second:
+    a campaign due 400 ms from now would be "due" already. The launcher restores millisecond
+    comparisons; MongoDB compares BSON dates to the millisecond."""
+    now = utcnow().replace(microsecond=100_000)
+    soon = await insert(stores, status="scheduled", due_in_s=0)
+    await stores.campaigns._campaigns.update_one(
+        {"_id": ObjectId(soon)}, {"$set": {"due_at": now + timedelta(milliseconds=400)}})
+    assert await stores.campaigns.due_scheduled(now) == []
+    due = await stores.campaigns.due_scheduled(now + timedelta(milliseconds=400))
+    assert [str(c["_id"]) for c in due] == [soon]

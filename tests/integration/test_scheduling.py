@@ -1,0 +1,138 @@
+"""Firing due work with several scheduler replicas, on the real stores and broker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from faststream.rabbit import RabbitBroker
+
+from herald.adapters import rabbit
+from herald.adapters.stores import Stores
+from herald.clock import utcnow
+from herald.domain.status import Status
+from herald.service_layer.campaigns import CampaignCreator
+from herald.service_layer.scheduling import SchedulerPolicy, Scheduling, new_schedule_document
+from herald.settings import Settings
+from tests.integration.test_campaign_store import insert
+
+TEMPLATE = {"title": "Weekly digest", "body": "Your week", "data": {}, "name": "digest"}
+
+
+@pytest.fixture
+async def broker(broker_settings: Settings) -> AsyncIterator[RabbitBroker]:
+    connected = rabbit.make_broker(broker_settings)
+    await connected.connect()
+    await rabbit.declare_topology(connected)
+    yield connected
+    await connected.stop()
+
+
+def replicas(stores: Stores, broker: RabbitBroker, count: int, grace_s: float = 60.0,
+             lease_s: float = 5.0) -> list[Scheduling]:
+    creator = CampaignCreator(stores, rabbit.Bus(broker))
+    return [Scheduling(stores, creator, SchedulerPolicy(f"scheduler-{i}", grace_s, lease_s))
+            for i in range(count)]
+
+
+async def schedule_due(stores: Stores, overdue_s: float, cron: str = "*/5 * * * *",
+                       **fields: Any) -> dict[str, Any]:
+    document = new_schedule_document(name="s", template=TEMPLATE, cron=cron, timezone="UTC",
+                                     misfire_grace_s=None, now=utcnow())
+    document.update(next_run_at=utcnow() - timedelta(seconds=overdue_s), **fields)
+    await stores.schedules.insert(document)
+    return document
+
+
+async def runs_of(stores: Stores, schedule_id: str) -> list[dict[str, Any]]:
+    return await stores.campaigns._campaigns.find({"schedule_id": schedule_id}).to_list()
+
+
+async def test_three_replicas_fire_a_due_campaign_exactly_once(stores: Stores,
+                                                               broker: RabbitBroker) -> None:
+    campaign_ids = [await insert(stores, status=Status.SCHEDULED.value, due_in_s=-0.2)
+                    for _ in range(10)]
+    now = utcnow()
+    fired = await asyncio.gather(*(r.fire_due_campaigns(now) for r in replicas(stores, broker, 3)))
+    assert sum(fired) == 10
+    for campaign_id in campaign_ids:
+        stored = await stores.campaigns.get(campaign_id)
+        assert stored is not None
+        assert stored["status"] == Status.PENDING
+        assert stored["fired_by"].startswith("scheduler-")
+
+
+async def test_a_campaign_overdue_beyond_the_grace_is_missed_with_a_reason(
+        stores: Stores, broker: RabbitBroker) -> None:
+    late = await insert(stores, status=Status.SCHEDULED.value, due_in_s=-120)
+    on_time = await insert(stores, status=Status.SCHEDULED.value, due_in_s=-30)
+    future = await insert(stores, status=Status.SCHEDULED.value, due_in_s=30)
+    [scheduler] = replicas(stores, broker, 1, grace_s=60)
+    assert await scheduler.fire_due_campaigns(utcnow()) == 2
+    statuses = {cid: (await stores.campaigns.get(cid) or {}) for cid in (late, on_time, future)}
+    assert statuses[late]["status"] == Status.MISSED
+    assert "beyond the misfire grace of 60s" in statuses[late]["error"]
+    assert statuses[on_time]["status"] == Status.PENDING
+    assert statuses[future]["status"] == Status.SCHEDULED
+    assert 29 < await scheduler.seconds_until_due(utcnow()) <= 30  # type: ignore[operator]
+
+
+async def test_three_replicas_run_a_due_schedule_exactly_once(stores: Stores,
+                                                             broker: RabbitBroker) -> None:
+    schedule = await schedule_due(stores, overdue_s=0.1)
+    now = utcnow()
+    await asyncio.gather(*(r.run_due_schedules(now) for r in replicas(stores, broker, 3)))
+    runs = await runs_of(stores, str(schedule["_id"]))
+    stored = await stores.schedules.get(str(schedule["_id"]))
+    assert len(runs) == 1
+    assert runs[0]["status"] == Status.PENDING
+    assert runs[0]["due_at"] == schedule["next_run_at"]
+    assert stored is not None
+    assert stored["next_run_at"] > now
+    assert stored["claim"] is None
+    assert [(r["outcome"], r["campaign_id"]) for r in stored["runs"]] == [
+        ("fired", str(runs[0]["_id"]))]
+
+
+async def test_a_replica_that_died_holding_a_claim_is_taken_over_without_a_second_run(
+        stores: Stores, broker: RabbitBroker) -> None:
+    schedule = await schedule_due(stores, overdue_s=1)
+    dead, alive = replicas(stores, broker, 2, lease_s=0.3)
+    occurrence = schedule["next_run_at"]
+    # The dead replica claimed the occurrence and inserted its run, then died before advancing.
+    await stores.schedules.claim(schedule["_id"], occurrence, "scheduler-0", utcnow(),
+                                 utcnow() + timedelta(seconds=0.3))
+    await dead._start_run(schedule, occurrence, utcnow())
+    assert await alive.run_due_schedules(utcnow()) == 0  # the lease still holds
+    await asyncio.sleep(0.4)
+    assert await alive.run_due_schedules(utcnow()) == 1
+    assert len(await runs_of(stores, str(schedule["_id"]))) == 1
+    stored = await stores.schedules.get(str(schedule["_id"]))
+    assert stored is not None
+    assert stored["next_run_at"] > occurrence
+
+
+async def test_occurrences_missed_while_down_are_recorded_and_the_latest_runs_if_in_grace(
+        stores: Stores, broker: RabbitBroker) -> None:
+    # Every minute, last run planned ~10 minutes ago: 10 occurrences are overdue, only the
+    # latest (< 60 s late) is within the grace.
+    schedule = await schedule_due(stores, overdue_s=9 * 60 + 30, cron="* * * * *")
+    [scheduler] = replicas(stores, broker, 1, grace_s=60)
+    await scheduler.run_due_schedules(utcnow())
+    stored = await stores.schedules.get(str(schedule["_id"]))
+    assert stored is not None
+    outcomes = [r["outcome"] for r in stored["runs"]]
+    assert outcomes == ["missed", "fired"]
+    assert stored["missed_total"] == 9
+    assert "9 occurrences" in stored["runs"][0]["reason"]
+    assert len(await runs_of(stores, str(schedule["_id"]))) == 1
+
+
+async def test_a_paused_schedule_does_not_run(stores: Stores, broker: RabbitBroker) -> None:
+    schedule = await schedule_due(stores, overdue_s=1, state="paused")
+    [scheduler] = replicas(stores, broker, 1)
+    assert await scheduler.run_due_schedules(utcnow()) == 0
+    assert await runs_of(stores, str(schedule["_id"])) == []
