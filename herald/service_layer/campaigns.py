@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 from bson import ObjectId
+from pydantic import ValidationError
 
 from herald.adapters.mongo import Document
 from herald.adapters.rabbit import Bus
@@ -51,6 +52,14 @@ class NotRetryable(Exception):
     def __init__(self, status: Status) -> None:
         super().__init__(f"campaign is {status.value}; only a failed campaign can be retried")
         self.status = status
+
+
+class InvalidChange(ValueError):
+    """A change that would leave the campaign invalid (e.g. over FCM's size limit)."""
+
+    def __init__(self, error: ValidationError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class NotEditable(Exception):
@@ -199,7 +208,10 @@ async def edit_scheduled(stores: Stores, campaign_id: str, patch: CampaignPatch)
     changes = patch.model_dump(exclude_unset=True, mode="json", by_alias=True,
                                exclude={"send_at", "timezone"})
     merged = {key: changes.get(key, current.get(key)) for key in ("title", "body", "data", "image_url")}
-    Content.model_validate(merged)  # the merged content must still fit FCM's limits
+    try:
+        Content.model_validate(merged)  # the merged content must still fit FCM's limits
+    except ValidationError as exc:
+        raise InvalidChange(exc) from exc
     if patch.send_at is not None:
         changes["due_at"] = _due_at(CampaignCreate(title="-", body="-", send_at=patch.send_at,
                                                    timezone=patch.timezone), utcnow())

@@ -8,6 +8,7 @@ that names no internals.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,6 +21,7 @@ from herald.domain.timing import AmbiguousTime
 from herald.service_layer.campaigns import (
     IdempotencyInFlight,
     IdempotencyMismatch,
+    InvalidChange,
     NotEditable,
     NotRetargetable,
     NotRetryable,
@@ -69,15 +71,21 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
 }
 
 
-def _validation_details(exc: RequestValidationError) -> tuple[str, list[dict[str, Any]]]:
+def _validation_details(errors: Sequence[Any]) -> tuple[str, list[dict[str, Any]]]:
     code = "validation_error"
     details = []
-    for error in exc.errors():
+    for error in errors:
         if isinstance((error.get("ctx") or {}).get("error"), PayloadTooLarge):
             code = "payload_too_large"
         details.append({"loc": list(error.get("loc", ())), "msg": error.get("msg"),
                         "type": error.get("type")})
     return code, details
+
+
+def _unprocessable(errors: Sequence[Any]) -> JSONResponse:
+    code, details = _validation_details(errors)
+    message = details[0]["msg"] if len(details) == 1 else f"{len(details)} invalid fields"
+    return error_response(422, code, str(message), details)
 
 
 def install(app: FastAPI) -> None:
@@ -87,9 +95,11 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        code, details = _validation_details(exc)
-        message = details[0]["msg"] if len(details) == 1 else f"{len(details)} invalid fields"
-        return error_response(422, code, str(message), details)
+        return _unprocessable(exc.errors())
+
+    @app.exception_handler(InvalidChange)
+    async def _invalid_change(_: Request, exc: InvalidChange) -> JSONResponse:
+        return _unprocessable(exc.error.errors())
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

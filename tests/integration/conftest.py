@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from pymongo import AsyncMongoClient
 
@@ -17,6 +19,7 @@ from herald.adapters import redis as redis_adapter
 from herald.adapters.mongo import Database, Document
 from herald.adapters.stores import Stores
 from herald.settings import Settings
+from services.api.app import create_app
 from tests.support import create_vhost, delete_vhost, unique_name
 
 UNUSED_VHOST_URL = "amqp://guest:guest@127.0.0.1:5672/herald_tests_without_broker"
@@ -105,3 +108,13 @@ async def redis(settings: Settings) -> AsyncIterator[redis_adapter.Redis]:
     if keys:
         await client.delete(*keys)
     await client.aclose()
+
+
+@pytest.fixture
+async def api(broker_settings: Settings, db: Database, redis: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The FastAPI app in this process, with its lifespan (a real pod behind it)."""
+    app = create_app(broker_settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://herald") as client:
+            yield client

@@ -3,7 +3,6 @@ contract, and bad input answered with clear JSON errors that change nothing."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -14,21 +13,10 @@ from herald.adapters.mongo import Database
 from herald.clock import utcnow
 from herald.domain.status import Status
 from herald.service_layer.recipients import FAILED, SENT
-from herald.settings import Settings
-from services.api.app import create_app
 from tests.integration.test_audit import paged_campaign
 from tests.integration.test_campaign_store import campaign
 
 CAMPAIGN = {"title": "Live now", "body": "Tap to watch", "data": {"landingUrl": "https://x.test"}}
-
-
-@pytest.fixture
-async def api(broker_settings: Settings, db: Database, redis: Any) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(broker_settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://herald") as client:
-            yield client
 
 
 def device(token: str, **fields: Any) -> dict[str, Any]:
