@@ -131,6 +131,42 @@ class CampaignStore:
             {"$set": {"updated_at": now, **lease}, "$inc": {"dispatch.takeovers": 1}},
             sort=[("_id", 1)], return_document=ReturnDocument.AFTER)
 
+    async def renew_lease(self, campaign_id: ObjectId, pod_id: str, lease_until: datetime) -> bool:
+        result = await self._campaigns.update_one(
+            {"_id": campaign_id, "status": Status.IN_PROGRESS.value, "dispatch.owner": pod_id,
+             "dispatch.done": False},
+            {"$set": {"dispatch.lease_until": lease_until}})
+        return result.modified_count == 1
+
+    async def paging(self, limit: int = 100) -> list[Document]:
+        """Campaigns whose dispatcher is (or should be) paging them."""
+        cursor = self._campaigns.find(
+            {"status": Status.IN_PROGRESS.value, "dispatch.done": False},
+            {"dispatch": 1, "status": 1}).limit(limit)
+        return await cursor.to_list()
+
+    async def take_over(self, campaign_id: ObjectId, dead_owner: str, pod_id: str,
+                        lease_until: datetime) -> Document | None:
+        """Take a campaign from a dispatcher whose heartbeat stopped, before its lease expires."""
+        return await self._campaigns.find_one_and_update(
+            {"_id": campaign_id, "status": Status.IN_PROGRESS.value, "dispatch.done": False,
+             "dispatch.owner": dead_owner},
+            {"$set": {"dispatch.owner": pod_id, "dispatch.lease_until": lease_until},
+             "$inc": {"dispatch.takeovers": 1}},
+            return_document=ReturnDocument.AFTER)
+
+    async def paged_and_open(self, limit: int = 100) -> list[Document]:
+        """Campaigns fully paged but not finished: where a lost chunk count would show."""
+        cursor = self._campaigns.find(
+            {"status": Status.IN_PROGRESS.value, "dispatch.done": True},
+            {"progress": 1, "dispatch": 1}).limit(limit)
+        return await cursor.to_list()
+
+    async def set_chunks_done(self, campaign_id: ObjectId, chunks_done: int) -> Document | None:
+        return await self._campaigns.find_one_and_update(
+            {"_id": campaign_id, "progress.chunks_done": {"$lt": chunks_done}},
+            {"$set": {"progress.chunks_done": chunks_done}}, return_document=ReturnDocument.AFTER)
+
     async def fix_dispatch_bound(self, campaign_id: ObjectId, pod_id: str,
                                  until: Any) -> Document | None:
         """Record the last device ``_id`` the campaign may reach, once, before the first chunk."""

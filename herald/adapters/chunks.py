@@ -67,6 +67,11 @@ class ChunkStore:
             {"_id": chunk_id(campaign_id, seq)}, {"$inc": {"attempts": 1}},
             projection={"recipients": 0}, return_document=ReturnDocument.BEFORE)
 
+    async def refund_attempt(self, campaign_id: str, seq: int) -> None:
+        """Take back an attempt that ended for a reason outside the chunk (outage, hand-over)."""
+        await self._chunks.update_one({"_id": chunk_id(campaign_id, seq), "attempts": {"$gt": 0}},
+                                      {"$inc": {"attempts": -1}})
+
     async def finish(self, campaign_id: str, seq: int, status: ChunkStatus, sent: int,
                      failed: int, now: datetime) -> bool:
         """Close a pending chunk; True only for the one caller that closed it."""
@@ -84,9 +89,11 @@ class ChunkStore:
         return await self._chunks.find_one({"campaign_id": campaign_id}, {"recipients": 0},
                                            sort=[("seq", -1)])
 
-    async def count_finished(self, campaign_id: str) -> int:
-        return await self._chunks.count_documents(
-            {"campaign_id": campaign_id, "status": {"$ne": ChunkStatus.PENDING.value}})
+    async def count_done(self, campaign_id: str) -> int:
+        """Chunks closed for good (sent, or dead-lettered), read from the chunks themselves."""
+        cursor = self._chunks.find({"campaign_id": campaign_id}, {"status": 1})
+        closed = (ChunkStatus.DONE.value, ChunkStatus.DEAD.value)
+        return sum([1 async for chunk in cursor if chunk["status"] in closed])
 
 
 Recorded = dict[int, str | None]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.mongo import Document
 from herald.adapters.rabbit import Bus
 from herald.adapters.redis import CancelFlags, PodBeat, PodRegistry
@@ -122,11 +123,20 @@ class Cancellation:
             return None
         await self._flags.raise_flag(campaign_id)
         if broadcast and self._bus is not None:
+            await self._broadcast(campaign_id, record)
+        log.info("campaign %s cancelling; waiting for %d pods", campaign_id, len(live))
+        return updated
+
+    async def _broadcast(self, campaign_id: str, record: dict[str, Any]) -> None:
+        """Tell every pod at once; if RabbitMQ is away, pods still see the flag within a second."""
+        assert self._bus is not None
+        try:
             await self._bus.broadcast_cancel(CancelCampaign(
                 campaign_id=campaign_id, reason=record["reason"],
                 requested_by=record["requested_by"]))
-        log.info("campaign %s cancelling; waiting for %d pods", campaign_id, len(live))
-        return updated
+        except INFRASTRUCTURE_ERRORS:
+            log.warning("cancel broadcast of %s failed; pods will find the Redis flag",
+                        campaign_id, exc_info=True)
 
     async def acknowledge(self, campaign_id: str, pod_id: str) -> None:
         """This pod stopped sending ``campaign_id`` and recorded what it had in flight."""

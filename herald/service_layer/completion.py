@@ -63,3 +63,18 @@ async def finalize(stores: Stores, campaign_id: str) -> Document | None:
         log.info("campaign %s %s: %d targeted, %d sent, %d failed", campaign_id,
                  finished["status"], counts.targeted, counts.sent, counts.failed)
     return finished
+
+
+async def reconcile(stores: Stores, campaign: Document) -> Document | None:
+    """Finish a campaign whose last chunk was closed but never counted (its sender died between
+    the two writes, or MongoDB went away): recount from the chunks themselves."""
+    done = await stores.chunks.count_done(str(campaign["_id"]))
+    published = campaign["progress"].get("chunks_published", 0)
+    if done < published or campaign["progress"].get("chunks_done", 0) >= done:
+        return None
+    fixed = await stores.campaigns.set_chunks_done(campaign["_id"], done)
+    if fixed is None or not all_chunks_finished(fixed):
+        return None
+    log.warning("campaign %s: %d chunks were closed but not counted; finishing it", campaign["_id"],
+                done - campaign["progress"].get("chunks_done", 0))
+    return await finalize(stores, str(campaign["_id"]))

@@ -1,30 +1,40 @@
 """Composition root of the dispatcher: claims campaigns and pages them into chunks.
 
 Work arrives two ways: a ``herald.dispatch`` message (the fast path, right after a campaign is
-created or fired), and a periodic sweep of MongoDB that claims pending campaigns nobody announced
-and campaigns whose dispatcher's lease ran out (the dispatcher died), and finishes cancels whose
-pods died before acknowledging.
+created or fired), and a periodic sweep of MongoDB that
+- claims pending campaigns nobody announced;
+- takes over campaigns whose dispatcher died: at once when its heartbeat is gone, or when its
+  lease runs out (a lease is renewed every third of its length while paging);
+- finishes cancels whose pods died before acknowledging;
+- finishes campaigns whose last chunk was closed but never counted.
+Paging that fails (RabbitMQ or MongoDB away) is resumed from the checkpoint while the lease is
+still this dispatcher's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from bson import ObjectId
 from faststream.rabbit.annotations import RabbitMessage
 from pydantic import ValidationError
 
 from herald.adapters import rabbit
+from herald.adapters.mongo import Document
 from herald.clock import utcnow
 from herald.domain.messages import DispatchCampaign
 from herald.domain.status import Status
 from herald.runtime import Pod, Worker
+from herald.service_layer.completion import reconcile
 from services.dispatcher.paging import Paging
 
 log = logging.getLogger(__name__)
 
 MAX_CONCURRENT_CAMPAIGNS = 4
+RETRY_PAUSE_S = 1.0
+RECONCILE_EVERY_SWEEPS = 10
 
 
 class Dispatcher(Worker):
@@ -32,10 +42,12 @@ class Dispatcher(Worker):
         self._pod = pod
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stopping = False
+        self._sweeps = 0
         rabbit.consume(pod.broker, rabbit.DISPATCH_QUEUE, self._on_dispatch, prefetch=10)
 
     async def start(self) -> None:
         self._pod.spawn(self._sweep_loop(), "sweep")
+        self._pod.spawn(self._renew_leases(), "leases")
 
     async def stop(self) -> None:
         """Stop paging at the next chunk boundary and give the leases up."""
@@ -61,31 +73,58 @@ class Dispatcher(Worker):
             return
         await message.ack()
 
+    def _lease_until(self) -> datetime:
+        return utcnow() + timedelta(seconds=self._pod.settings.lease_s)
+
     async def _claim(self, campaign_id: str | None) -> bool:
         """Claim one campaign (that one, or any claimable) and start paging it."""
         if self._stopping or campaign_id in self._running:
             return False
-        now = utcnow()
         campaign = await self._pod.stores.campaigns.claim_for_dispatch(
-            campaign_id, self._pod.id, now, now + timedelta(seconds=self._pod.settings.lease_s))
+            campaign_id, self._pod.id, utcnow(), self._lease_until())
         if campaign is None:
             return False
-        claimed_id = str(campaign["_id"])
-        log.info("claimed %s (%s)", claimed_id,
-                 "takeover" if campaign["dispatch"]["takeovers"] else "new")
-        self._running[claimed_id] = asyncio.create_task(self._page(campaign), name=claimed_id)
+        self._start_paging(campaign)
         return True
 
-    async def _page(self, campaign: dict[str, object]) -> None:
+    def _start_paging(self, campaign: Document) -> None:
+        campaign_id = str(campaign["_id"])
+        log.info("claimed %s (%s)", campaign_id,
+                 "takeover" if campaign["dispatch"]["takeovers"] else "new")
+        self._running[campaign_id] = asyncio.create_task(self._page(campaign), name=campaign_id)
+
+    async def _page(self, campaign: Document | None) -> None:
+        assert campaign is not None
         campaign_id = str(campaign["_id"])
         try:
             async with self._pod.tracker.working_on(campaign_id):
-                await Paging(self._pod, campaign, lambda: self._stopping).run()
-        except Exception:
-            log.exception("paging %s crashed; its lease will expire and be taken over",
-                          campaign_id)
+                while campaign is not None and not self._stopping:
+                    try:
+                        await Paging(self._pod, campaign, lambda: self._stopping).run()
+                        return
+                    except Exception:
+                        log.exception("paging %s failed; resuming from its checkpoint", campaign_id)
+                        await asyncio.sleep(RETRY_PAUSE_S)
+                        campaign = await self._still_mine(campaign["_id"])
         finally:
             self._running.pop(campaign_id, None)
+
+    async def _still_mine(self, campaign_id: ObjectId) -> Document | None:
+        """The campaign, if this dispatcher still holds its lease (renewed); else None."""
+        if not await self._pod.stores.campaigns.renew_lease(campaign_id, self._pod.id,
+                                                            self._lease_until()):
+            return None
+        return await self._pod.stores.campaigns.get(campaign_id)
+
+    async def _renew_leases(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(self._pod.settings.lease_s / 3)
+            for campaign_id in list(self._running):
+                try:
+                    await self._pod.stores.campaigns.renew_lease(
+                        ObjectId(campaign_id), self._pod.id, self._lease_until())
+                except Exception:
+                    log.warning("renewing the lease of %s failed", campaign_id, exc_info=True)
 
     async def _sweep_loop(self) -> None:
         while not self._stopping:
@@ -98,8 +137,27 @@ class Dispatcher(Worker):
     async def _sweep(self) -> None:
         while len(self._running) < MAX_CONCURRENT_CAMPAIGNS and await self._claim(None):
             pass
+        await self._take_over_from_dead_dispatchers()
         for campaign in await self._pod.stores.campaigns.with_status(Status.CANCELLING):
             await self._pod.cancellation.try_finalize(str(campaign["_id"]))
+        self._sweeps += 1
+        if self._sweeps % RECONCILE_EVERY_SWEEPS == 0:
+            for campaign in await self._pod.stores.campaigns.paged_and_open():
+                await reconcile(self._pod.stores, campaign)
+
+    async def _take_over_from_dead_dispatchers(self) -> None:
+        stores = self._pod.stores
+        live = {pod.id for pod in await self._pod.pods.live(("dispatcher",))}
+        for campaign in await stores.campaigns.paging():
+            owner = campaign["dispatch"]["owner"]
+            if owner in live or len(self._running) >= MAX_CONCURRENT_CAMPAIGNS or self._stopping:
+                continue
+            taken = await stores.campaigns.take_over(campaign["_id"], owner, self._pod.id,
+                                                     self._lease_until())
+            if taken is not None:
+                log.warning("dispatcher %s is gone (no heartbeat); taking %s over", owner,
+                            taken["_id"])
+                self._start_paging(taken)
 
 
 def build(pod: Pod) -> Dispatcher:

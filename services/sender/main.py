@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from faststream.rabbit.annotations import RabbitMessage
 from pydantic import ValidationError
 
 from herald.adapters import fcm, rabbit
+from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.rate_limit import RateLimits
 from herald.domain.messages import SendChunk
 from herald.runtime import Pod, Worker
@@ -50,12 +52,31 @@ class Sender(Worker):
             return
         try:
             verdict = await self._chunks.process(chunk, message)
+        except INFRASTRUCTURE_ERRORS as exc:
+            log.warning("chunk %s:%d interrupted by an outage (%s); handing it back",
+                        chunk.campaign_id, chunk.seq, type(exc).__name__)
+            await self._hand_back(chunk, message, refund=True)
+            return
         except Exception:
             log.exception("chunk %s:%d failed; handing it back", chunk.campaign_id, chunk.seq)
-            await asyncio.sleep(REDELIVERY_PAUSE_S)
-            await message.nack(requeue=True)
+            await self._hand_back(chunk, message, refund=False)
             return
-        await self._settle(verdict, chunk, message)
+        try:
+            await self._settle(verdict, chunk, message)
+        except INFRASTRUCTURE_ERRORS:
+            # The channel went away after the chunk was recorded: RabbitMQ redelivers it, and
+            # the next sender finds it closed and only acknowledges it.
+            log.warning("could not settle chunk %s:%d; it will be redelivered and skipped",
+                        chunk.campaign_id, chunk.seq)
+
+    async def _hand_back(self, chunk: SendChunk, message: RabbitMessage, *, refund: bool) -> None:
+        """Requeue after a pause; an outage does not count as one of the chunk's attempts."""
+        await asyncio.sleep(REDELIVERY_PAUSE_S)
+        if refund:
+            with contextlib.suppress(*INFRASTRUCTURE_ERRORS):
+                await self._pod.stores.chunks.refund_attempt(chunk.campaign_id, chunk.seq)
+        with contextlib.suppress(*INFRASTRUCTURE_ERRORS):
+            await message.nack(requeue=True)
 
     async def _settle(self, verdict: Verdict, chunk: SendChunk, message: RabbitMessage) -> None:
         if verdict is Verdict.ACK:
@@ -63,6 +84,7 @@ class Sender(Worker):
         elif verdict is Verdict.POISON:
             await message.reject(requeue=False)
         elif verdict is Verdict.REPUBLISH:
+            await self._pod.stores.chunks.refund_attempt(chunk.campaign_id, chunk.seq)
             await self._pod.bus.send_chunk(chunk)
             await message.ack()
         # Verdict.ABORT: the channel is gone; RabbitMQ has already requeued the message.

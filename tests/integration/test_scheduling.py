@@ -42,7 +42,8 @@ async def schedule_due(stores: Stores, overdue_s: float, cron: str = "*/5 * * * 
                        **fields: Any) -> dict[str, Any]:
     document = new_schedule_document(name="s", template=TEMPLATE, cron=cron, timezone="UTC",
                                      misfire_grace_s=None, now=utcnow())
-    document.update(next_run_at=utcnow() - timedelta(seconds=overdue_s), **fields)
+    document.update(next_run_at=fields.pop("next_run_at", None)
+                    or utcnow() - timedelta(seconds=overdue_s), **fields)
     await stores.schedules.insert(document)
     return document
 
@@ -117,9 +118,11 @@ async def test_a_replica_that_died_holding_a_claim_is_taken_over_without_a_secon
 
 async def test_occurrences_missed_while_down_are_recorded_and_the_latest_runs_if_in_grace(
         stores: Stores, broker: RabbitBroker) -> None:
-    # Every minute, last run planned ~10 minutes ago: 10 occurrences are overdue, only the
-    # latest (< 60 s late) is within the grace.
-    schedule = await schedule_due(stores, overdue_s=9 * 60 + 30, cron="* * * * *")
+    # Every minute, next run planned 9 minutes before the current minute began: 10
+    # occurrences are overdue, and only the latest (< 60 s late) is within the grace.
+    this_minute = utcnow().replace(second=0, microsecond=0)
+    schedule = await schedule_due(stores, overdue_s=0, cron="* * * * *",
+                                  next_run_at=this_minute - timedelta(minutes=9))
     [scheduler] = replicas(stores, broker, 1, grace_s=60)
     await scheduler.run_due_schedules(utcnow())
     stored = await stores.schedules.get(str(schedule["_id"]))
