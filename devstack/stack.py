@@ -6,9 +6,11 @@ start their own stack with their own database, vhost and ports.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
@@ -119,6 +121,7 @@ class Stack:
         return process
 
     def start(self, senders: int = 2, schedulers: int = 1) -> None:
+        """Everything, waiting until every worker has announced itself (its heartbeat)."""
         if self.config.start_mongodb:
             self.start_mongodb()
         self.start_emulator()
@@ -128,6 +131,18 @@ class Stack:
             self.start_service("sender", f"sender-{index}")
         for index in range(1, schedulers + 1):
             self.start_service("scheduler", f"scheduler-{index}")
+        self.wait_for_pods({"dispatcher": 1, "sender": senders, "scheduler": schedulers})
+
+    def wait_for_pods(self, expected: dict[str, int], timeout_s: float = 60) -> None:
+        """Wait until the api lists at least ``expected`` live pods per service."""
+        def enough() -> bool:
+            try:
+                pods = httpx.get(f"{self.config.api_url}/v1/pods", timeout=2).json()["pods"]
+            except (httpx.HTTPError, KeyError, ValueError):
+                return False
+            live = Counter(pod["service"] for pod in pods)
+            return all(live[service] >= count for service, count in expected.items())
+        wait_until(enough, timeout_s, f"pods {expected} to announce themselves")
 
     def stop(self, timeout_s: float = 30.0) -> dict[str, int | None]:
         """SIGTERM every process, services first and the stores last; their exit codes."""

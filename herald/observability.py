@@ -21,6 +21,8 @@ FCM_REQUEST_SECONDS = Histogram("herald_fcm_request_seconds", "Duration of one F
 FCM_RETRIES = Counter("herald_fcm_retries_total", "FCM requests retried after push-back",
                       ["error"])
 CHUNKS = Counter("herald_chunks_total", "Chunks finished by senders, by final status", ["status"])
+CHUNKS_DEFERRED = Counter("herald_chunks_deferred_total",
+                          "Chunk deliveries handed back: another live sender holds that chunk")
 CHUNKS_DEAD_LETTERED = Counter("herald_chunks_dead_lettered_total",
                                "Chunks given up on after repeated failures")
 CHUNKS_PUBLISHED = Counter("herald_chunks_published_total", "Chunks published by dispatchers")

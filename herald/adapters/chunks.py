@@ -3,7 +3,11 @@
 A chunk document is written before its message is published and never changes its recipients:
 
     {_id: "<campaign>:<seq>", campaign_id, seq, recipients: [{token, user_id}], size, cursor,
-     status: pending | done | cancelled | dead, attempts, sent, failed, created_at, finished_at}
+     status: pending | done | cancelled | dead, attempts, owner, owner_until, sent, failed,
+     created_at, finished_at}
+
+A sender claims a chunk (``owner``) for the time it sends it, so two copies of one chunk
+message (a dispatcher that died between publishing and checkpointing) are never sent at once.
 
 A delivery document is written after each FCM batch of a chunk, and only ever inserted, so
 recording an outcome is one cheap write and a crash can at worst lose the batch in flight. It
@@ -48,8 +52,9 @@ class ChunkStore:
         """Write chunk ``seq``; if a previous owner already wrote it, that one stands."""
         document = {"_id": chunk_id(campaign_id, seq), "campaign_id": campaign_id, "seq": seq,
                     "recipients": recipients, "size": len(recipients), "cursor": cursor,
-                    "status": ChunkStatus.PENDING.value, "attempts": 0, "sent": 0, "failed": 0,
-                    "created_at": now, "finished_at": None}
+                    "status": ChunkStatus.PENDING.value, "attempts": 0, "owner": None,
+                    "owner_until": None, "sent": 0, "failed": 0, "created_at": now,
+                    "finished_at": None}
         try:
             await self._chunks.insert_one(document)
         except DuplicateKeyError:
@@ -61,16 +66,29 @@ class ChunkStore:
     async def get(self, campaign_id: str, seq: int) -> Document | None:
         return await self._chunks.find_one({"_id": chunk_id(campaign_id, seq)})
 
-    async def begin_attempt(self, campaign_id: str, seq: int) -> Document | None:
-        """Count one more attempt at the chunk; its state before this attempt."""
+    async def state(self, campaign_id: str, seq: int) -> Document | None:
+        """The chunk without its recipients: status, attempts and who holds it."""
+        return await self._chunks.find_one({"_id": chunk_id(campaign_id, seq)}, {"recipients": 0})
+
+    async def claim(self, campaign_id: str, seq: int, pod_id: str, holder: str | None,
+                    until: datetime) -> Document | None:
+        """Take a pending chunk from ``holder`` (None: free), counting one more attempt.
+
+        Its state before this attempt, or None if it was no longer pending or someone else
+        took it meanwhile.
+        """
         return await self._chunks.find_one_and_update(
-            {"_id": chunk_id(campaign_id, seq)}, {"$inc": {"attempts": 1}},
+            {"_id": chunk_id(campaign_id, seq), "status": ChunkStatus.PENDING.value,
+             "owner": holder},
+            {"$set": {"owner": pod_id, "owner_until": until}, "$inc": {"attempts": 1}},
             projection={"recipients": 0}, return_document=ReturnDocument.BEFORE)
 
-    async def refund_attempt(self, campaign_id: str, seq: int) -> None:
-        """Take back an attempt that ended for a reason outside the chunk (outage, hand-over)."""
-        await self._chunks.update_one({"_id": chunk_id(campaign_id, seq), "attempts": {"$gt": 0}},
-                                      {"$inc": {"attempts": -1}})
+    async def release(self, campaign_id: str, seq: int, pod_id: str, *, refund: bool) -> None:
+        """Give the chunk back; ``refund`` takes back the attempt (an outage, a hand-over)."""
+        update: dict[str, Any] = {"$set": {"owner": None}}
+        if refund:
+            update["$inc"] = {"attempts": -1}
+        await self._chunks.update_one({"_id": chunk_id(campaign_id, seq), "owner": pod_id}, update)
 
     async def finish(self, campaign_id: str, seq: int, status: ChunkStatus, sent: int,
                      failed: int, now: datetime) -> bool:
@@ -78,7 +96,7 @@ class ChunkStore:
         result = await self._chunks.update_one(
             {"_id": chunk_id(campaign_id, seq), "status": ChunkStatus.PENDING.value},
             {"$set": {"status": status.value, "sent": sent, "failed": failed,
-                      "finished_at": now}})
+                      "finished_at": now, "owner": None}})
         return result.modified_count == 1
 
     def in_order(self, campaign_id: str, *, with_recipients: bool = True) -> AsyncCursor[Document]:

@@ -86,6 +86,9 @@ class PodRegistry:
         await self._redis.set(self._keys.pod(pod.id), orjson.dumps(asdict(stamped)),
                               px=self._ttl_ms)
 
+    async def is_alive(self, pod_id: str) -> bool:
+        return bool(await self._redis.exists(self._keys.pod(pod_id)))
+
     async def remove(self, pod_id: str) -> None:
         await self._redis.delete(self._keys.pod(pod_id))
 

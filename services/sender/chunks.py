@@ -14,7 +14,9 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import Enum
+from typing import Any
 
 from faststream.rabbit.annotations import RabbitMessage
 
@@ -38,6 +40,7 @@ class Verdict(Enum):
     ABORT = "abort"  # the delivery's channel died: RabbitMQ redelivers, nothing to settle
     POISON = "poison"  # failed too often: dead-letter it
     REPUBLISH = "republish"  # took too long for one delivery: hand the rest on as a new message
+    BUSY = "busy"  # another live sender holds this chunk: try again a little later
 
 
 @dataclass
@@ -68,20 +71,39 @@ class ChunkSender:
         if info is None:
             CHUNKS.labels("dropped").inc()
             return Verdict.ACK
-        before = await self._pod.stores.chunks.begin_attempt(campaign_id, chunk.seq)
-        if before is None or before["status"] != ChunkStatus.PENDING.value:
-            return Verdict.ACK
+        before = await self._claim(chunk)
+        if not isinstance(before, dict):
+            return before
         if before["attempts"] >= self._settings.chunk_max_attempts:
             log.error("chunk %s:%d failed %d times; dead-lettering it", campaign_id, chunk.seq,
                       before["attempts"])
             return Verdict.POISON
         async with self._pod.tracker.working_on(campaign_id):
-            return await self._send(chunk, info, before["attempts"] > 0, message)
+            return await self._send(chunk, info, message)
 
-    async def _send(self, chunk: SendChunk, info: CampaignInfo, retried: bool,
-                    message: RabbitMessage) -> Verdict:
+    async def _claim(self, chunk: SendChunk) -> dict[str, Any] | Verdict:
+        """Hold the chunk for this sender; its state before, or the verdict if it is not ours.
+
+        A chunk held by a sender that is alive (heartbeat) and within its hold is being sent
+        right now: this copy waits. A chunk whose holder died is taken over.
+        """
+        chunks, now = self._pod.stores.chunks, utcnow()
+        state = await chunks.state(chunk.campaign_id, chunk.seq)
+        if state is None or state["status"] != ChunkStatus.PENDING.value:
+            return Verdict.ACK
+        holder = state.get("owner")
+        if holder not in (None, self._pod.id) and state["owner_until"] > now and (
+                await self._pod.pods.is_alive(holder)):
+            return Verdict.BUSY
+        hold_until = now + timedelta(seconds=self._settings.chunk_budget_s
+                                     + self._settings.grace_period_s)
+        before = await chunks.claim(chunk.campaign_id, chunk.seq, self._pod.id, holder, hold_until)
+        return Verdict.BUSY if before is None else before
+
+    async def _send(self, chunk: SendChunk, info: CampaignInfo, message: RabbitMessage) -> Verdict:
         stores, campaign_id = self._pod.stores, chunk.campaign_id
-        recorded = await stores.deliveries.recorded(campaign_id, chunk.seq) if retried else {}
+        # What an earlier delivery recorded (it crashed, was cut off, or handed the rest on).
+        recorded = await stores.deliveries.recorded(campaign_id, chunk.seq)
         failed = sum(error is not None for error in recorded.values())
         tally = Tally(sent=len(recorded) - failed, failed=failed)
         todo = [Target(position, r.token) for position, r in enumerate(chunk.recipients)

@@ -13,6 +13,7 @@ from herald.adapters import fcm, rabbit
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.rate_limit import RateLimits
 from herald.domain.messages import SendChunk
+from herald.observability import CHUNKS_DEFERRED
 from herald.runtime import Pod, Worker
 from services.sender.campaigns import CampaignCache
 from services.sender.chunks import ChunkSender, Verdict
@@ -70,24 +71,32 @@ class Sender(Worker):
                         chunk.campaign_id, chunk.seq)
 
     async def _hand_back(self, chunk: SendChunk, message: RabbitMessage, *, refund: bool) -> None:
-        """Requeue after a pause; an outage does not count as one of the chunk's attempts."""
+        """Release the chunk and requeue it after a pause; an outage (``refund``) does not
+        count as one of the chunk's attempts."""
+        with contextlib.suppress(*INFRASTRUCTURE_ERRORS):
+            await self._pod.stores.chunks.release(chunk.campaign_id, chunk.seq, self._pod.id,
+                                                  refund=refund)
         await asyncio.sleep(REDELIVERY_PAUSE_S)
-        if refund:
-            with contextlib.suppress(*INFRASTRUCTURE_ERRORS):
-                await self._pod.stores.chunks.refund_attempt(chunk.campaign_id, chunk.seq)
         with contextlib.suppress(*INFRASTRUCTURE_ERRORS):
             await message.nack(requeue=True)
 
     async def _settle(self, verdict: Verdict, chunk: SendChunk, message: RabbitMessage) -> None:
+        chunks = self._pod.stores.chunks
         if verdict is Verdict.ACK:
             await message.ack()
         elif verdict is Verdict.POISON:
+            await chunks.release(chunk.campaign_id, chunk.seq, self._pod.id, refund=False)
             await message.reject(requeue=False)
         elif verdict is Verdict.REPUBLISH:
-            await self._pod.stores.chunks.refund_attempt(chunk.campaign_id, chunk.seq)
+            await chunks.release(chunk.campaign_id, chunk.seq, self._pod.id, refund=True)
             await self._pod.bus.send_chunk(chunk)
             await message.ack()
-        # Verdict.ABORT: the channel is gone; RabbitMQ has already requeued the message.
+        elif verdict is Verdict.BUSY:
+            CHUNKS_DEFERRED.inc()
+            await asyncio.sleep(REDELIVERY_PAUSE_S)
+            await message.nack(requeue=True)
+        else:  # ABORT: the channel is gone and RabbitMQ requeued the message already
+            await chunks.release(chunk.campaign_id, chunk.seq, self._pod.id, refund=True)
 
 
 def build(pod: Pod) -> Sender:

@@ -3,7 +3,7 @@ each test with its own database, vhost, Redis namespace and ports; one nx-27017 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,12 +18,29 @@ from tests.support import create_vhost, delete_vhost, unique_name
 
 
 @pytest.fixture(scope="session")
-def mongodb_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def mongodb_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     run_dir: Path = tmp_path_factory.mktemp("e2e-mongodb")
     stack = Stack(StackConfig(run_dir=run_dir, mongodb_port=free_port()))
     stack.start_mongodb()
-    yield stack.config.mongodb_port
+    yield stack
     stack.stop(timeout_s=10)
+
+
+@pytest.fixture(scope="session")
+def mongodb_port(mongodb_stack: Stack) -> int:
+    return mongodb_stack.config.mongodb_port
+
+
+@pytest.fixture
+def mongodb_restarter(mongodb_stack: Stack) -> Callable[[Callable[[], object]], None]:
+    """Stop the MongoDB server, run a check while it is down, start it again on its files."""
+    def restart(while_down: Callable[[], object]) -> None:
+        assert mongodb_stack.processes["mongodb"].terminate(timeout_s=10) is not None
+        try:
+            while_down()
+        finally:
+            mongodb_stack.start_mongodb()
+    return restart
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import aio_pika
@@ -13,8 +14,10 @@ import pytest
 from fcm_emulator.client import EmulatorClient
 from herald import names
 from herald.adapters.mongo import Document
+from herald.adapters.redis import PodBeat
 from herald.clock import utcnow
 from herald.domain.status import Status
+from herald.observability import CHUNKS_DEFERRED
 from herald.runtime import Pod
 from herald.settings import Settings
 from services.sender.dead_letters import DEAD_LETTERED
@@ -58,6 +61,14 @@ async def sending_campaign(pod: Pod, chunks: list[list[str]],
     return document
 
 
+async def die_holding(pod: Pod, campaign_id: str, seq: int) -> None:
+    """What a sender killed while sending leaves behind: an attempt, and a hold on the chunk."""
+    state = await pod.stores.chunks.state(campaign_id, seq)
+    assert state is not None
+    await pod.stores.chunks.claim(campaign_id, seq, "dead-sender", state["owner"],
+                                  utcnow() + timedelta(minutes=5))
+
+
 async def publish_chunks(pod: Pod, document: Document, chunks: list[list[str]]) -> None:
     from herald.domain.messages import Recipient, SendChunk
     for seq, tokens in enumerate(chunks):
@@ -94,13 +105,38 @@ async def test_a_redelivered_chunk_skips_what_was_already_recorded(
     chunks = [[f"tok-{i}" for i in range(100)]]
     document = await sending_campaign(sender, chunks)
     campaign_id = str(document["_id"])
-    await sender.stores.chunks.begin_attempt(campaign_id, 0)  # an earlier attempt died...
+    await die_holding(sender, campaign_id, 0)  # an earlier attempt died...
     await sender.stores.deliveries.record(  # ...after recording one batch
         campaign_id, 0, "dead-pod", [(position, None) for position in range(40)], utcnow())
     await publish_chunks(sender, document, chunks)
     done = await eventually(lambda: finished(sender, campaign_id))
     assert sorted(r.token for r in emulator.received()) == sorted(f"tok-{i}" for i in range(40, 100))
     assert done["counts"]["sent"] == 100
+
+
+async def test_a_chunk_held_by_another_live_sender_waits_for_it(
+        sender: Pod, emulator: EmulatorClient) -> None:
+    """Two copies of one chunk message (a dispatcher died between publishing and checkpointing)
+    are never sent at once: the copy that finds the chunk held by a live sender waits."""
+    chunks = [[f"tok-{i}" for i in range(30)]]
+    document = await sending_campaign(sender, chunks)
+    campaign_id = str(document["_id"])
+    other = PodBeat(id="other-sender", service="sender", host="h", pid=1, version="t",
+                    started_at=0.0)
+    await sender.pods.beat(other)
+    await sender.stores.chunks.claim(campaign_id, 0, "other-sender", None,
+                                     utcnow() + timedelta(minutes=5))
+    deferred = CHUNKS_DEFERRED._value.get()
+    await publish_chunks(sender, document, chunks)
+
+    async def waited() -> bool:
+        return bool(CHUNKS_DEFERRED._value.get() > deferred)
+
+    await eventually(waited)
+    assert emulator.received() == []
+    await sender.stores.chunks.release(campaign_id, 0, "other-sender", refund=True)
+    await eventually(lambda: finished(sender, campaign_id))
+    assert sorted(r.token for r in emulator.received()) == sorted(chunks[0])
 
 
 async def test_flaky_tokens_are_retried_until_fcm_accepts_them(
@@ -131,7 +167,7 @@ async def test_a_redelivered_chunk_of_a_campaign_cancelled_while_this_pod_was_aw
     """No broadcast reached this pod and no flag is set: the campaign's status still stops it."""
     chunks = [[f"tok-{i}" for i in range(50)]]
     document = await sending_campaign(sender, chunks, status=Status.CANCELLING)
-    await sender.stores.chunks.begin_attempt(str(document["_id"]), 0)  # a dead sender's attempt
+    await die_holding(sender, str(document["_id"]), 0)  # a dead sender's attempt
     await publish_chunks(sender, document, chunks)
 
     async def learned() -> bool:
@@ -147,7 +183,7 @@ async def test_a_chunk_failing_too_often_is_dead_lettered_and_the_campaign_fails
     document = await sending_campaign(sender, chunks)
     campaign_id = str(document["_id"])
     for _ in range(sender.settings.chunk_max_attempts):
-        await sender.stores.chunks.begin_attempt(campaign_id, 0)
+        await die_holding(sender, campaign_id, 0)
     await publish_chunks(sender, document, chunks)
     done = await eventually(lambda: finished(sender, campaign_id, Status.FAILED))
     failed = [d async for d in sender.stores.deliveries.in_order(campaign_id) if d["seq"] == 0]
@@ -171,3 +207,30 @@ async def test_a_malformed_chunk_message_is_dead_lettered_not_lost(
 
         message = await eventually(arrived)
     assert message.body == b'{"campaign_id": 12}'
+
+
+async def test_a_chunk_longer_than_its_budget_is_handed_on_and_never_held_for_long(
+        broker_settings: Settings, db: Any, redis: Any, emulator: EmulatorClient) -> None:
+    """RabbitMQ closes a channel whose delivery stays unacknowledged past consumer_timeout
+    (30 min by default). A chunk that runs over ``HERALD_CHUNK_BUDGET_S`` records what it sent,
+    republishes itself and acknowledges the delivery; the next delivery carries on."""
+    settings = broker_settings.model_copy(update={"chunk_budget_s": 0.05, "sender_batch_size": 50})
+    pod = Pod("sender", settings, acknowledges_cancels=True)
+    worker = Sender(pod)
+    await pod.start()
+    try:
+        emulator.configure(latency_ms=60)
+        chunks = [[f"tok-{i}" for i in range(200)]]
+        document = await sending_campaign(pod, chunks)
+        await publish_chunks(pod, document, chunks)
+        done = await eventually(lambda: finished(pod, str(document["_id"])), timeout_s=30)
+        deliveries = [d async for d in pod.stores.deliveries.in_order(str(document["_id"]))]
+        chunk = await pod.stores.chunks.state(str(document["_id"]), 0)
+    finally:
+        await pod.stop()
+        await worker.close()
+    assert sorted(r.token for r in emulator.received()) == sorted(chunks[0])
+    assert done["counts"]["sent"] == 200
+    assert len(deliveries) == 4  # one record per batch of 50, each in its own delivery
+    assert chunk is not None
+    assert chunk["attempts"] == 1, "handing a chunk on is not a failed attempt"
