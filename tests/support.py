@@ -6,35 +6,15 @@ own Redis key namespace), so tests never see each other's data, and everything i
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
-import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
+from devstack.isolation import create_vhost, delete_vhost, unique_name
+
+__all__ = ["create_vhost", "delete_vhost", "unique_name", "wait_for"]
+
 T = TypeVar("T")
-
-
-def unique_name(prefix: str = "herald_test") -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
-
-
-def _rabbitmqctl(*args: str) -> None:
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    subprocess.run([*sudo, "rabbitmqctl", "-q", *args], check=True, capture_output=True,
-                   timeout=60)
-
-
-def create_vhost(name: str) -> str:
-    """A private RabbitMQ vhost for one test; the URL of guest on it."""
-    _rabbitmqctl("add_vhost", name)
-    _rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
-    return f"amqp://guest:guest@127.0.0.1:5672/{name}"
-
-
-def delete_vhost(name: str) -> None:
-    _rabbitmqctl("delete_vhost", name)
 
 
 def wait_for(probe: Callable[[], T | None], timeout_s: float, what: str,

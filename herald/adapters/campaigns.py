@@ -167,12 +167,16 @@ class CampaignStore:
             {"_id": campaign_id, "progress.chunks_done": {"$lt": chunks_done}},
             {"$set": {"progress.chunks_done": chunks_done}}, return_document=ReturnDocument.AFTER)
 
-    async def fix_dispatch_bound(self, campaign_id: ObjectId, pod_id: str,
-                                 until: Any) -> Document | None:
-        """Record the last device ``_id`` the campaign may reach, once, before the first chunk."""
+    async def fix_dispatch_bound(self, campaign_id: ObjectId, pod_id: str, until: Any,
+                                 waves: list[dict[str, Any]] | None = None) -> Document | None:
+        """Record the last device ``_id`` the campaign may reach (and its local-time waves),
+        once, before the first chunk."""
+        bound: dict[str, Any] = {"dispatch.until": until}
+        if waves is not None:
+            bound["dispatch.waves"] = waves
         await self._campaigns.update_one(
             {"_id": campaign_id, "dispatch.owner": pod_id, "dispatch.until": None},
-            {"$set": {"dispatch.until": until}})
+            {"$set": bound})
         return await self._campaigns.find_one({"_id": campaign_id})
 
     async def checkpoint(self, campaign_id: ObjectId, pod_id: str, seq: int, size: int,
@@ -192,7 +196,8 @@ class CampaignStore:
             return_document=ReturnDocument.AFTER)
 
     async def release_dispatch(self, campaign_id: ObjectId, pod_id: str, now: datetime) -> None:
-        """Give the lease up (graceful stop): another dispatcher resumes at once."""
+        """Let the lease end at ``now``: at once on a graceful stop (another dispatcher resumes),
+        or when the next wave of a local-time campaign is due."""
         await self._campaigns.update_one(
             {"_id": campaign_id, "dispatch.owner": pod_id},
             {"$set": {"dispatch.lease_until": now}})

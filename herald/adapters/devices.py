@@ -80,6 +80,11 @@ class DeviceStore:
         return (self._devices.find(full, {"token": 1, "user_id": 1})
                 .sort("_id", 1).batch_size(STREAM_BATCH))
 
+    async def timezones(self, query: Mapping[str, Any]) -> list[str]:
+        """The distinct device timezones among the devices matching ``query``."""
+        zones = await self._devices.distinct("timezone", dict(query))
+        return [zone for zone in zones if isinstance(zone, str)]
+
     async def newest_id(self) -> ObjectId | None:
         newest = await self._devices.find_one({}, {"_id": 1}, sort=[("_id", DESCENDING)])
         return newest["_id"] if newest else None

@@ -93,6 +93,19 @@ class CampaignCreate(CampaignTemplate):
         default=None, description="ISO 8601 with an offset, or local time with `timezone`; "
                                   "omitted: send now")
     timezone: TimezoneName | None = None
+    deliver_in_local_time: bool = Field(
+        default=False,
+        description="Send at the wall-clock `send_at` (no offset) in each device's own timezone; "
+                    "devices without one use `timezone`")
+
+    @model_validator(mode="after")
+    def _local_time_needs_a_wall_clock(self) -> CampaignCreate:
+        if self.deliver_in_local_time and (self.send_at is None or self.send_at.tzinfo is not None
+                                           or self.timezone is None):
+            raise ValueError("deliver_in_local_time needs send_at as a local time without an "
+                             "offset (e.g. 2026-12-01T09:00:00) and a timezone for devices "
+                             "that have none")
+        return self
 
 
 class CampaignPatch(Strict):
@@ -205,6 +218,10 @@ class CampaignView(BaseModel):
     finished_at: datetime | None
     cancel: CancelInfo | None
     schedule_id: str | None
+    local_time: dict[str, Any] | None = Field(
+        default=None, description="Per-device local-time delivery: the wall clock and default zone")
+    waves: list[dict[str, Any]] | None = Field(
+        default=None, description="Per-device local-time delivery: when each group of timezones is sent")
     error: str | None
 
 

@@ -11,8 +11,10 @@ Daylight saving, the way a person reads a wall clock (and the way cron implement
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
@@ -89,3 +91,39 @@ def occurrences_until(expression: str, timezone: str, first: datetime, now: date
         found.append(current)
         current = next_occurrence(expression, timezone, current)
     return found
+
+
+EARLIEST_ZONE = "Etc/GMT-14"
+"""UTC+14 (Kiribati): where any wall-clock time comes first."""
+
+
+@dataclass(frozen=True)
+class Wave:
+    """Devices whose local wall-clock time reaches the campaign's ``send_at`` at ``due_at``.
+
+    ``others`` marks the wave of the campaign's own timezone, which also takes every device
+    with no timezone, or one that was unknown when the waves were planned.
+    """
+
+    due_at: datetime
+    zones: tuple[str, ...]
+    others: bool = False
+
+
+def first_instant_anywhere(wall: datetime) -> datetime:
+    """The first instant at which wall-clock time ``wall`` happens somewhere on Earth."""
+    return local_to_utc(wall, ZoneInfo(EARLIEST_ZONE))
+
+
+def local_time_waves(wall: datetime, default_zone: str, device_zones: Iterable[str]) -> list[Wave]:
+    """Group device timezones by the instant ``wall`` happens in each, earliest first."""
+    by_instant: dict[datetime, set[str]] = {}
+    for zone in {*device_zones, default_zone}:
+        try:
+            instant = local_to_utc(wall, ZoneInfo(zone))
+        except (ZoneInfoNotFoundError, ValueError):
+            continue  # unknown zone: its devices go with the campaign's timezone
+        by_instant.setdefault(instant, set()).add(zone)
+    default_instant = local_to_utc(wall, ZoneInfo(default_zone))
+    return [Wave(instant, tuple(sorted(zones)), others=instant == default_instant)
+            for instant, zones in sorted(by_instant.items())]

@@ -19,7 +19,7 @@ from herald.adapters.stores import Stores
 from herald.clock import utcnow
 from herald.domain.api import CampaignCreate, CampaignPatch, Content, RetargetRequest
 from herald.domain.status import TERMINAL, Status
-from herald.domain.timing import to_utc
+from herald.domain.timing import AmbiguousTime, first_instant_anywhere, to_utc
 from herald.service_layer.recipients import NOT_SENT, UNSENT_ONLY
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,16 @@ def _due_at(request: CampaignCreate, now: datetime) -> datetime:
     due_at = to_utc(request.send_at, request.timezone)
     if due_at < now - SEND_AT_TOLERANCE:
         raise SendAtInPast(f"send_at {due_at.isoformat()} is in the past; omit it to send now")
+    if request.deliver_in_local_time:
+        # Dispatch starts where the wall clock gets there first; it then waits for each zone.
+        return max(now, first_instant_anywhere(request.send_at))
     return due_at
+
+
+def _local_time(request: CampaignCreate) -> dict[str, Any] | None:
+    if not request.deliver_in_local_time or request.send_at is None:
+        return None
+    return {"wall": request.send_at.isoformat(), "timezone": request.timezone}
 
 
 def fingerprint(request: CampaignCreate) -> str:
@@ -126,6 +135,7 @@ class CampaignCreator:
             audience=request.audience.model_dump(mode="json", by_alias=True), retarget=None,
             chunk_size=request.chunk_size, rate_per_s=request.rate_per_s,
             due_at=_due_at(request, now), now=now, source="api")
+        document["local_time"] = _local_time(request)
         if idempotency_key is not None:
             earlier = await self._earlier_campaign(idempotency_key, fingerprint(request), document)
             if earlier is not None:
@@ -198,6 +208,24 @@ class CampaignCreator:
         raise IdempotencyInFlight(key)
 
 
+def _new_timing(current: Document, patch: CampaignPatch) -> dict[str, Any]:
+    """``due_at`` (and the wall clock of a local-time campaign) after moving a campaign."""
+    local = current.get("local_time")
+    wall = datetime.fromisoformat(local["wall"]) if local else None
+    try:
+        timing = CampaignCreate(
+            title="-", body="-", send_at=patch.send_at or wall, deliver_in_local_time=bool(local),
+            timezone=patch.timezone or (local["timezone"] if local else None))
+    except ValidationError as exc:
+        raise InvalidChange(exc) from exc
+    if timing.send_at is None:
+        raise AmbiguousTime("a timezone alone does not move a campaign: give send_at too")
+    changed: dict[str, Any] = {"due_at": _due_at(timing, utcnow())}
+    if local:
+        changed["local_time"] = _local_time(timing)
+    return changed
+
+
 async def edit_scheduled(stores: Stores, campaign_id: str, patch: CampaignPatch) -> Document | None:
     """Change the time or content of a campaign that has not fired yet; None if unknown."""
     current = await stores.campaigns.get(campaign_id)
@@ -212,9 +240,8 @@ async def edit_scheduled(stores: Stores, campaign_id: str, patch: CampaignPatch)
         Content.model_validate(merged)  # the merged content must still fit FCM's limits
     except ValidationError as exc:
         raise InvalidChange(exc) from exc
-    if patch.send_at is not None:
-        changes["due_at"] = _due_at(CampaignCreate(title="-", body="-", send_at=patch.send_at,
-                                                   timezone=patch.timezone), utcnow())
+    if patch.send_at is not None or patch.timezone is not None:
+        changes.update(_new_timing(current, patch))
     updated = await stores.campaigns.patch_scheduled(campaign_id, changes, utcnow())
     if updated is None:  # it fired (or was cancelled) between our read and our write
         latest = await stores.campaigns.get(campaign_id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from herald.adapters.chunks import Recorded, recorded_in
@@ -106,7 +107,51 @@ class UnsentOf:
             yield line
 
 
-async def source_for(stores: Stores, campaign: Document) -> RecipientSource:
+class LocalTimeSource:
+    """Per-device local-time delivery: the audience wave by wave (a wave is the timezones where
+    the campaign's wall-clock time happens at one instant), each in ``_id`` order.
+
+    Positions are ``[wave, device _id]``. With ``due_by`` the stream stops before the first wave
+    that is not due yet; without it, it runs to the end (what the audit counts as unsent).
+    """
+
+    def __init__(self, stores: Stores, audience: Audience, waves: list[dict[str, Any]],
+                 until: Any, due_by: datetime | None) -> None:
+        self._stores = stores
+        self._query = audience_query(audience)
+        self._waves = waves
+        self._until = until
+        self._due_by = due_by
+        self._listed = sorted({zone for wave in waves for zone in wave["zones"]})
+
+    def _wave_query(self, wave: dict[str, Any]) -> dict[str, Any]:
+        own: dict[str, Any] = {"timezone": {"$in": wave["zones"]}}
+        if wave["others"]:  # no timezone, or one unknown when the waves were planned
+            own = {"$or": [own, {"timezone": {"$nin": self._listed}}]}
+        return {**self._query, **own}
+
+    async def stream(self, after: Any) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+        first_wave, after_id = (after[0], after[1]) if after else (0, None)
+        for index in range(first_wave, len(self._waves)):
+            wave = self._waves[index]
+            if self._due_by is not None and wave["due_at"] > self._due_by:
+                return
+            start = after_id if index == first_wave else None
+            async for device in self._stores.devices.stream(self._wave_query(wave), start,
+                                                            self._until):
+                yield [index, device["_id"]], {"token": device["token"],
+                                               "user_id": device.get("user_id")}
+
+    def next_wave_due(self) -> datetime | None:
+        """When the first wave this stream stopped before is due (None: nothing left)."""
+        if self._due_by is None:
+            return None
+        return min((w["due_at"] for w in self._waves if w["due_at"] > self._due_by), default=None)
+
+
+async def source_for(stores: Stores, campaign: Document,
+                     due_by: datetime | None = None) -> RecipientSource:
+    """Where ``campaign``'s recipients come from; ``due_by`` limits local-time waves to the due."""
     retarget = campaign.get("retarget")
     if retarget:
         parent = await stores.campaigns.get(retarget["campaign_id"])
@@ -114,7 +159,10 @@ async def source_for(stores: Stores, campaign: Document) -> RecipientSource:
             raise LookupError(f"campaign {retarget['campaign_id']} is gone")
         return UnsentOf(stores, parent, include_failed=retarget["outcome"] == NOT_SENT)
     audience = Audience.model_validate(campaign["audience"])
-    return AudienceSource(stores, audience, campaign["dispatch"].get("until"))
+    dispatch = campaign["dispatch"]
+    if campaign.get("local_time") and dispatch.get("waves") is not None:
+        return LocalTimeSource(stores, audience, dispatch["waves"], dispatch.get("until"), due_by)
+    return AudienceSource(stores, audience, dispatch.get("until"))
 
 
 def _source_not_exhausted(campaign: Document) -> bool:

@@ -27,7 +27,8 @@ def campaign_view(campaign: dict[str, Any]) -> CampaignView:
         started_at=campaign.get("started_at"),
         finished_at=campaign.get("finished_at"),
         cancel=CancelInfo(**{k: cancel.get(k) for k in CancelInfo.model_fields}) if cancel else None,
-        schedule_id=campaign.get("schedule_id"), error=campaign.get("error"))
+        schedule_id=campaign.get("schedule_id"), local_time=campaign.get("local_time"),
+        waves=(campaign.get("dispatch") or {}).get("waves"), error=campaign.get("error"))
 
 
 def schedule_view(schedule: dict[str, Any], misfire_grace_s: float) -> ScheduleView:

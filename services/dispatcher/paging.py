@@ -12,24 +12,34 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from bson import ObjectId
 
 from herald.adapters.mongo import Document
 from herald.clock import utcnow
+from herald.domain.audience import Audience, audience_query
 from herald.domain.messages import Recipient, SendChunk
+from herald.domain.timing import local_time_waves
 from herald.observability import CHUNKS_PUBLISHED
 from herald.runtime import Pod
 from herald.service_layer.completion import all_chunks_finished, finalize
-from herald.service_layer.recipients import source_for
+from herald.service_layer.recipients import LocalTimeSource, source_for
 
 log = logging.getLogger(__name__)
 
 
 class StopPaging(Exception):
     """Paging must stop here: cancelled, lease lost, or the pod is shutting down."""
+
+
+class Parked(Exception):
+    """Every due wave of a local-time campaign is paged; the next is due at ``resume_at``."""
+
+    def __init__(self, resume_at: datetime) -> None:
+        super().__init__(f"next wave due at {resume_at.isoformat()}")
+        self.resume_at = resume_at
 
 
 class Paging:
@@ -50,6 +60,12 @@ class Paging:
                 await self._pod.stores.campaigns.release_dispatch(self._id, self._pod.id,
                                                                   utcnow())
             return
+        except Parked as parked:
+            # The lease simply runs until the next wave: then any dispatcher's sweep takes it.
+            log.info("paged the due waves of %s; %s", self._campaign_id, parked)
+            await self._pod.stores.campaigns.release_dispatch(self._id, self._pod.id,
+                                                              parked.resume_at)
+            return
         finished = await self._pod.stores.campaigns.finish_dispatch(self._id, self._pod.id,
                                                                     utcnow())
         if finished is not None:
@@ -67,7 +83,7 @@ class Paging:
         else:
             cursor = await self._checkpointed_cursor(seq)
         size = campaign["chunk_size"]
-        source = await source_for(self._pod.stores, campaign)
+        source = await source_for(self._pod.stores, campaign, due_by=utcnow())
         batch: list[dict[str, Any]] = []
         async with contextlib.aclosing(source.stream(after=cursor)) as recipients:
             async for position, recipient in recipients:
@@ -77,17 +93,31 @@ class Paging:
                     seq, batch = seq + 1, []
         if batch:
             await self._publish(seq, batch, position)
+        if isinstance(source, LocalTimeSource) and (resume_at := source.next_wave_due()):
+            raise Parked(resume_at)
 
     async def _bound(self, campaign: Document) -> Document:
-        """Fix the newest device the campaign may reach, so a resumed run sees the same audience."""
-        if campaign.get("retarget") or campaign["dispatch"].get("until") is not None:
+        """Fix the newest device the campaign may reach (and, for local-time delivery, its
+        waves), once, so a resumed run sees the same audience."""
+        dispatch = campaign["dispatch"]
+        if campaign.get("retarget") or dispatch.get("until") is not None:
             return campaign
-        newest = await self._pod.stores.devices.newest_id()
-        bounded = await self._pod.stores.campaigns.fix_dispatch_bound(self._id, self._pod.id,
-                                                                      newest)
+        stores = self._pod.stores
+        waves = await self._plan_waves(campaign) if campaign.get("local_time") else None
+        bounded = await stores.campaigns.fix_dispatch_bound(
+            self._id, self._pod.id, await stores.devices.newest_id(), waves)
         if bounded is None:
             raise StopPaging("campaign vanished")
         return bounded
+
+    async def _plan_waves(self, campaign: Document) -> list[dict[str, Any]]:
+        local = campaign["local_time"]
+        zones = await self._pod.stores.devices.timezones(
+            audience_query(Audience.model_validate(campaign["audience"])))
+        waves = local_time_waves(datetime.fromisoformat(local["wall"]), local["timezone"], zones)
+        log.info("%s: %d waves of local-time delivery, from %s to %s", self._campaign_id,
+                 len(waves), waves[0].due_at.isoformat(), waves[-1].due_at.isoformat())
+        return [{"due_at": w.due_at, "zones": list(w.zones), "others": w.others} for w in waves]
 
     async def _checkpointed_cursor(self, next_seq: int) -> Any:
         if next_seq == 0:

@@ -5,11 +5,13 @@ the due instant fires it late within the grace, or marks it missed beyond it."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from bson import ObjectId
 from pymongo import MongoClient
 
 from devstack.stack import Stack
+from fcm_emulator.client import EmulatorClient
 from tests.e2e.harness import Api, devices
 from tests.support import wait_for
 
@@ -99,3 +101,36 @@ def test_a_scheduler_down_beyond_the_grace_marks_the_campaign_missed(
     assert "beyond the misfire grace of 1s" in campaign["error"]
     assert campaign["started_at"] is None
     assert campaign["counts"]["sent"] == 0
+
+
+def test_local_time_delivery_sends_each_zone_when_its_clock_reaches_send_at(
+        stack: Stack, api: Api, emulator: EmulatorClient) -> None:
+    """send_at 09:00 means 09:00 on each device's own clock: here the wall-clock time is set
+    3 s ahead in Seoul, so Seoul and Tokyo (and devices without a timezone: the campaign's is
+    Seoul) get it then, and Madrid's turn, 8 hours later, is still waiting when it is cancelled."""
+    start(stack, schedulers=1)
+    zones = {"Asia/Seoul": range(0, 100), "Asia/Tokyo": range(100, 200),
+             "Europe/Madrid": range(200, 300), None: range(300, 350)}
+    population = [{"token": f"lt-{i:04d}", "platform": "ios", "timezone": zone}
+                  for zone, indices in zones.items() for i in indices]
+    api.import_devices(population)
+    seoul_now = datetime.now(ZoneInfo("Asia/Seoul")).replace(tzinfo=None, microsecond=0)
+    send_at = seoul_now + timedelta(seconds=3)
+    campaign_id = api.create_campaign(send_at=send_at.isoformat(), timezone="Asia/Seoul",
+                                      deliver_in_local_time=True)
+    first_wave = {d["token"] for d in population if d["timezone"] != "Europe/Madrid"}
+    wait_for(lambda: api.campaign(campaign_id)["counts"]["sent"] == len(first_wave), 30,
+             "the first wave to be sent")
+    received = emulator.received()
+    due = send_at.replace(tzinfo=ZoneInfo("Asia/Seoul")).timestamp()
+    assert {r.token for r in received} == first_wave
+    assert min(r.received_at for r in received) >= due
+    campaign = api.campaign(campaign_id)
+    assert campaign["status"] == "in_progress"
+    assert [w["zones"] for w in campaign["waves"]] == [["Asia/Seoul", "Asia/Tokyo"],
+                                                       ["Europe/Madrid"]]
+    api.http.post(f"/v1/campaigns/{campaign_id}/cancel").raise_for_status()
+    cancelled = api.wait_until(campaign_id, {"cancelled"}, timeout_s=10)
+    assert cancelled["counts"] == {"targeted": 350, "sent": 250, "failed": 0, "unsent": 100}
+    assert set(api.audit_tokens(campaign_id, "unsent")) == {
+        d["token"] for d in population if d["timezone"] == "Europe/Madrid"}

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from herald.adapters.stores import Stores
 from herald.clock import utcnow
+from herald.domain.audience import Audience
 from herald.service_layer.recipients import (
     FAILED,
     SENT,
     UNSENT,
+    LocalTimeSource,
     UnsentOf,
     audit,
     final_counts,
@@ -95,3 +98,25 @@ async def test_a_retarget_source_resumes_inside_the_parents_unsent_list(stores: 
     resumed = [(position, r["token"]) async for position, r in source.stream(after=5)]
     assert [token for _, token in everything] == await lines(stores, campaign_id, UNSENT)
     assert resumed == everything[5:]
+
+
+async def test_local_time_waves_stream_each_zone_group_when_due(stores: Stores) -> None:
+    zones = ["Asia/Seoul", "Europe/Madrid", None, "Mars/Olympus", "Asia/Tokyo"]
+    await stores.devices.upsert([device(i, timezone=zones[i % 5]) for i in range(20)], utcnow())
+    waves = [{"due_at": utcnow() - timedelta(seconds=1), "zones": ["Asia/Seoul", "Asia/Tokyo"],
+              "others": True},
+             {"due_at": utcnow() + timedelta(hours=8), "zones": ["Europe/Madrid"],
+              "others": False}]
+    audience = Audience()
+    now_source = LocalTimeSource(stores, audience, waves, None, due_by=utcnow())
+    first = [(p, r["token"]) async for p, r in now_source.stream(after=None)]
+    everything = [(p, r["token"]) async for p, r in
+                  LocalTimeSource(stores, audience, waves, None, due_by=None).stream(after=None)]
+    resumed = [(p, r["token"]) async for p, r in
+               LocalTimeSource(stores, audience, waves, None, due_by=None).stream(after=first[-1][0])]
+    madrid = {f"tok-{i:05d}" for i in range(20) if i % 5 == 1}
+    assert {token for _, token in first} == {f"tok-{i:05d}" for i in range(20)} - madrid
+    assert {p[0] for p, _ in first} == {0}
+    assert now_source.next_wave_due() == waves[1]["due_at"]
+    assert [token for _, token in everything] == [token for _, token in first] + sorted(madrid)
+    assert resumed == everything[len(first):]

@@ -113,3 +113,27 @@ async def _not_reached(stores: Any, parent: dict[str, Any]) -> Any:
     from herald.service_layer.recipients import UnsentOf
     async for _, recipient in UnsentOf(stores, parent, include_failed=True).stream(after=None):
         yield recipient["token"]
+
+
+@pytest.mark.parametrize("timing", [
+    {"send_at": "2099-01-05T09:00:00+09:00", "timezone": "Asia/Seoul"},
+    {"send_at": "2099-01-05T09:00:00"},
+    {},
+])
+async def test_local_time_delivery_needs_a_wall_clock_and_a_timezone(
+        api: httpx.AsyncClient, timing: dict[str, str]) -> None:
+    response = await api.post("/v1/campaigns",
+                              json={**CAMPAIGN, **timing, "deliver_in_local_time": True})
+    assert response.status_code == 422
+    assert "deliver_in_local_time" in response.json()["error"]["message"]
+
+
+async def test_a_local_time_campaign_waits_for_the_first_zone_to_reach_its_wall_clock(
+        api: httpx.AsyncClient) -> None:
+    created = await api.post("/v1/campaigns", json={
+        **CAMPAIGN, "send_at": "2099-01-05T09:00:00", "timezone": "Asia/Seoul",
+        "deliver_in_local_time": True})
+    view = (await api.get(f"/v1/campaigns/{created.json()['id']}")).json()
+    assert view["status"] == "scheduled"
+    assert view["due_at"].startswith("2099-01-04T19:00:00")  # 09:00 in UTC+14, Kiribati
+    assert view["local_time"] == {"wall": "2099-01-05T09:00:00", "timezone": "Asia/Seoul"}

@@ -10,7 +10,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from herald.domain.timing import InvalidCron, next_occurrence, occurrences_until, validate_cron
+from herald.domain.timing import (
+    InvalidCron,
+    first_instant_anywhere,
+    local_time_waves,
+    next_occurrence,
+    occurrences_until,
+    validate_cron,
+)
 
 NEW_YORK = ZoneInfo("America/New_York")
 
@@ -80,3 +87,25 @@ def test_occurrences_until_lists_every_due_one_in_order() -> None:
 def test_invalid_cron_expressions_are_refused(bad: str) -> None:
     with pytest.raises(InvalidCron):
         validate_cron(bad)
+
+
+def test_local_time_waves_group_zones_that_reach_the_wall_clock_together() -> None:
+    wall = datetime(2026, 12, 1, 9, 0)
+    waves = local_time_waves(wall, "Asia/Seoul", ["America/New_York", "Asia/Tokyo",
+                                                  "Europe/Madrid", "Not/AZone"])
+    assert [(w.due_at, w.zones, w.others) for w in waves] == [
+        (utc(2026, 12, 1, 0), ("Asia/Seoul", "Asia/Tokyo"), True),
+        (utc(2026, 12, 1, 8), ("Europe/Madrid",), False),
+        (utc(2026, 12, 1, 14), ("America/New_York",), False),
+    ]
+
+
+def test_local_time_waves_follow_each_zones_daylight_saving() -> None:
+    summer = local_time_waves(datetime(2026, 7, 1, 9, 0), "UTC", ["America/New_York"])
+    winter = local_time_waves(datetime(2026, 12, 1, 9, 0), "UTC", ["America/New_York"])
+    assert [w.due_at for w in summer] == [utc(2026, 7, 1, 9), utc(2026, 7, 1, 13)]
+    assert [w.due_at for w in winter] == [utc(2026, 12, 1, 9), utc(2026, 12, 1, 14)]
+
+
+def test_a_wall_clock_time_happens_first_in_kiribati() -> None:
+    assert first_instant_anywhere(datetime(2026, 12, 1, 9, 0)) == utc(2026, 11, 30, 19)
