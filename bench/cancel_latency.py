@@ -46,6 +46,7 @@ MODES = ("broadcast", "flag-only")
 DEVICES = 20_000
 LATENCY_MS = 20
 UNDER_WAY = 1_500
+POLL_S = 0.05
 
 
 def _devices() -> list[dict[str, Any]]:
@@ -92,7 +93,7 @@ class Bench:
         keys = RedisKeys(self.settings.mongodb_database)
         cancellation = Cancellation(Stores.on(mongo.database(client, self.settings)),
                                     CancelFlags(redis, keys, 3600), PodRegistry(redis, keys, 6),
-                                    bus=None)
+                                    bus=None, pod_id="bench")
         await cancellation.request(campaign_id, "bench", "bench", broadcast=False)
         await redis.aclose()
         await client.close()
@@ -106,7 +107,7 @@ class Bench:
         while not condition():
             if time.monotonic() > deadline:
                 raise TimeoutError("the campaign did not get there in time")
-            time.sleep(0.01)
+            time.sleep(POLL_S)
 
 
 def _percentile(values: list[float], share: float) -> float:

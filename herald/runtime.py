@@ -128,7 +128,8 @@ class Pod:
         self.pods = PodRegistry(self.redis, self.keys, settings.heartbeat_ttl_s)
         self.broker = rabbit.make_broker(settings, graceful_timeout_s=settings.grace_period_s)
         self.bus = rabbit.Bus(self.broker)
-        self.cancellation = Cancellation(self.stores, self.flags, self.pods, self.bus)
+        self.cancellation = Cancellation(self.stores, self.flags, self.pods, self.bus,
+                                         self.identity.id)
         self.watch = CancelWatch()
         self.tracker = WorkTracker()
         self.metrics_port: int | None = None
@@ -201,8 +202,12 @@ class Pod:
             self.spawn(self._acknowledge_when_idle(campaign_id), f"ack-{campaign_id}")
 
     async def _acknowledge_when_idle(self, campaign_id: str) -> None:
+        started = time.monotonic()
         await self.tracker.wait_idle(campaign_id, self.settings.grace_period_s)
+        idle = time.monotonic()
         await self.cancellation.acknowledge(campaign_id, self.id)
+        log.info("cancel of %s: idle after %.0f ms, acknowledged after %.0f ms", campaign_id,
+                 1000 * (idle - started), 1000 * (time.monotonic() - started))
 
     async def _on_cancel_message(self, message: RabbitMessage) -> None:
         try:

@@ -49,8 +49,9 @@ class Settings(BaseSettings):
 
     # Sender tuning.
     sender_prefetch: PositiveInt = 4
-    sender_concurrency: PositiveInt = 64
-    sender_batch_size: PositiveInt = 250
+    sender_concurrency: PositiveInt = 256
+    sender_batch_size: PositiveInt = 500
+    sender_batches_in_flight: PositiveInt = 1
     fcm_timeout_s: PositiveFloat = 10.0
     fcm_max_retries: int = Field(default=5, ge=0)
     fcm_rate_per_min: PositiveInt = 600_000

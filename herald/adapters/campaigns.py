@@ -212,6 +212,15 @@ class CampaignStore:
             {"_id": ObjectId(campaign_id)}, {"$inc": increments},
             return_document=ReturnDocument.AFTER)
 
+    async def claim_cancel_finalization(self, campaign_id: str, pod_id: str, now: datetime,
+                                        until: datetime) -> bool:
+        """One pod computes a cancelled campaign's final counts; a dead one's claim expires."""
+        result = await self._campaigns.update_one(
+            {"_id": ObjectId(campaign_id), "status": Status.CANCELLING.value,
+             "$or": [{"cancel.finalizer": None}, {"cancel.finalizer_until": {"$lt": now}}]},
+            {"$set": {"cancel.finalizer": pod_id, "cancel.finalizer_until": until}})
+        return result.modified_count == 1
+
     async def add_cancel_ack(self, campaign_id: str, pod_id: str) -> None:
         await self._campaigns.update_one(
             {"_id": ObjectId(campaign_id), "status": Status.CANCELLING.value},

@@ -99,13 +99,8 @@ class ChunkStore:
                       "finished_at": now, "owner": None}})
         return result.modified_count == 1
 
-    def in_order(self, campaign_id: str, *, with_recipients: bool = True) -> AsyncCursor[Document]:
-        projection = None if with_recipients else {"recipients": 0}
-        return self._chunks.find({"campaign_id": campaign_id}, projection).sort("seq", 1)
-
-    async def last(self, campaign_id: str) -> Document | None:
-        return await self._chunks.find_one({"campaign_id": campaign_id}, {"recipients": 0},
-                                           sort=[("seq", -1)])
+    def in_order(self, campaign_id: str) -> AsyncCursor[Document]:
+        return self._chunks.find({"campaign_id": campaign_id}).sort("seq", 1)
 
     async def count_done(self, campaign_id: str) -> int:
         """Chunks closed for good (sent, or dead-lettered), read from the chunks themselves."""

@@ -42,6 +42,7 @@ FLAG_REFRESH_S = 1.0
 """How often a sender re-reads the cancel flag of a campaign it works on (the fallback path)."""
 
 MAX_RACE_RETRIES = 5
+FINALIZER_LEASE = timedelta(seconds=30)
 
 
 class CampaignNotFound(LookupError):
@@ -65,12 +66,13 @@ class CancelOutcome:
 
 
 class Cancellation:
-    def __init__(self, stores: Stores, flags: CancelFlags, pods: PodRegistry,
-                 bus: Bus | None) -> None:
+    def __init__(self, stores: Stores, flags: CancelFlags, pods: PodRegistry, bus: Bus | None,
+                 pod_id: str) -> None:
         self._stores = stores
         self._flags = flags
         self._pods = pods
         self._bus = bus
+        self._pod_id = pod_id
 
     async def request(self, campaign_id: str, reason: str | None, requested_by: str | None,
                       *, broadcast: bool) -> CancelOutcome:
@@ -150,6 +152,10 @@ class Cancellation:
             return None
         if await self._still_stopping(campaign):
             return None
+        now = utcnow()
+        if not await self._stores.campaigns.claim_cancel_finalization(
+                campaign_id, self._pod_id, now, now + FINALIZER_LEASE):
+            return None  # another pod is writing the final counts
         counts = await final_counts(self._stores, campaign)
         now = utcnow()
         cancelled = await self._stores.campaigns.transition(

@@ -239,21 +239,34 @@ def unsent(stores: Stores, campaign: Document) -> AsyncIterator[RecipientLine]:
     return audit(stores, campaign, UNSENT)
 
 
-async def final_counts(stores: Stores, campaign: Document) -> FinalCounts:
-    """Exact counts from the records: targeted is every chunk plus what the source still holds."""
-    campaign_id = str(campaign["_id"])
-    targeted, cursor = 0, None
-    async for chunk in stores.chunks.in_order(campaign_id, with_recipients=False):
-        targeted += chunk["size"]
-        cursor = chunk["cursor"]
+async def targeted(stores: Stores, campaign: Document) -> int:
+    """Every recipient of every chunk, plus what the source still holds if paging stopped early.
+
+    The checkpoints counted each published chunk once; a chunk its dispatcher wrote but died
+    before checkpointing is added; then the unpaged rest of the source, counted from the last
+    chunk's position.
+    """
+    campaign_id, dispatch = str(campaign["_id"]), campaign["dispatch"]
+    total = campaign["counts"]["targeted"]
+    next_seq = dispatch.get("next_seq", 0)
+    unchecked = await stores.chunks.state(campaign_id, next_seq)
+    last = unchecked or (await stores.chunks.state(campaign_id, next_seq - 1) if next_seq else None)
+    if unchecked is not None:
+        total += unchecked["size"]
     if _source_not_exhausted(campaign):
         source = await source_for(stores, campaign)
-        targeted += sum([1 async for _ in source.stream(after=cursor)])
+        total += sum([1 async for _ in source.stream(after=last["cursor"] if last else None)])
+    return int(total)
+
+
+async def final_counts(stores: Stores, campaign: Document) -> FinalCounts:
+    """Exact counts from the records (what the audit lists), read once a campaign is finished."""
+    campaign_id = str(campaign["_id"])
     sent = failed = retryable = 0
     async for _, group in _recorded_by_chunk(stores, campaign_id):
         errors = [error for error in group.values() if error is not None]
         sent += len(group) - len(errors)
         failed += len(errors)
         retryable += sum(error not in TOKEN_ERRORS for error in errors)
-    return FinalCounts(targeted=targeted, sent=sent, failed=failed,
+    return FinalCounts(targeted=await targeted(stores, campaign), sent=sent, failed=failed,
                        failed_not_by_token=retryable)

@@ -48,6 +48,8 @@ class Tally:
     sent: int = 0
     failed: int = 0
     stopped: bool = False
+    recorded_now: int = 0
+    """Outcomes this delivery recorded (the rest came from earlier deliveries)."""
 
 
 class ChunkSender:
@@ -58,9 +60,10 @@ class ChunkSender:
         self._batches = batches
         self._limits = limits
         self._settings = pod.settings
-        # Chunks are prefetched and prepared concurrently, but only one batch per sender is on
-        # the wire and unrecorded at any time: what a kill -9 can cost in duplicates.
-        self._one_batch_in_flight = asyncio.Lock()
+        # Chunks are prefetched and prepared concurrently, but only HERALD_SENDER_BATCHES_IN_FLIGHT
+        # batches (one by default) are on the wire and unrecorded at any time: what a kill -9
+        # can cost in duplicates. More hides FCM's round trip better, for a larger bound.
+        self._batches_in_flight = asyncio.Semaphore(pod.settings.sender_batches_in_flight)
 
     async def process(self, chunk: SendChunk, message: RabbitMessage) -> Verdict:
         campaign_id = chunk.campaign_id
@@ -109,8 +112,8 @@ class ChunkSender:
         todo = [Target(position, r.token) for position, r in enumerate(chunk.recipients)
                 if position not in recorded]
         verdict = await self._send_batches(chunk, info, todo, tally, message)
-        if verdict is not Verdict.ACK:
-            return verdict
+        if verdict is not Verdict.ACK or (tally.stopped and not tally.recorded_now):
+            return verdict  # a cancel before this delivery sent anything: nothing to close
         status = ChunkStatus.CANCELLED if tally.stopped else ChunkStatus.DONE
         if await stores.chunks.finish(campaign_id, chunk.seq, status, tally.sent, tally.failed,
                                       utcnow()):
@@ -125,7 +128,7 @@ class ChunkSender:
         started = time.monotonic()
         campaign_bucket = self._limits.for_campaign(chunk.campaign_id, info.rate_per_s)
         for start in range(0, len(todo), size):
-            async with self._one_batch_in_flight:
+            async with self._batches_in_flight:
                 verdict = await self._before_batch(chunk, message, started, tally)
                 if verdict is not None:
                     return verdict
@@ -160,6 +163,7 @@ class ChunkSender:
         failed = sum(error is not None for _, error in rows)
         tally.sent += len(rows) - failed
         tally.failed += failed
+        tally.recorded_now += len(rows)
         for error in TOKEN_IS_DEAD:
             dead = [o.target.token for o in result.outcomes if o.error is error]
             if dead:

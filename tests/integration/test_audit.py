@@ -38,7 +38,8 @@ async def lines(stores: Stores, campaign_id: str, outcome: str) -> list[str]:
 async def paged_campaign(stores: Stores) -> str:
     """Three chunks of 10: the first fully recorded (one token twice), the second partly."""
     document = campaign(dispatch={"owner": "d", "lease_until": None, "until": None,
-                                  "next_seq": 3, "done": True, "takeovers": 0})
+                                  "next_seq": 3, "done": True, "takeovers": 0},
+                        counts={"targeted": 30, "sent": 0, "failed": 0})  # as checkpointed
     await stores.campaigns.insert(document)
     campaign_id, now = str(document["_id"]), utcnow()
     for seq in range(3):
@@ -75,7 +76,8 @@ async def test_paging_stopped_midway_leaves_the_rest_of_the_audience_unsent(stor
     await stores.devices.upsert([device(i, push_enabled=i % 10 != 9) for i in range(100)], utcnow())
     devices = [d async for d in stores.devices.stream({}, None, None)]
     document = campaign(dispatch={"owner": "d", "lease_until": None, "until": devices[79]["_id"],
-                                  "next_seq": 1, "done": False, "takeovers": 0})
+                                  "next_seq": 1, "done": False, "takeovers": 0},
+                        counts={"targeted": 9, "sent": 0, "failed": 0})
     await stores.campaigns.insert(document)
     await stores.devices.upsert([device(500)], utcnow())  # registered after the claim
     campaign_id = str(document["_id"])

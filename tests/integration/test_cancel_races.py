@@ -24,7 +24,8 @@ from tests.integration.test_campaign_store import campaign
 @pytest.fixture
 def cancellation(stores: Stores, redis: Any, settings: Settings) -> Cancellation:
     keys = RedisKeys(settings.mongodb_database)
-    return Cancellation(stores, CancelFlags(redis, keys, 60), PodRegistry(redis, keys, 5), bus=None)
+    return Cancellation(stores, CancelFlags(redis, keys, 60), PodRegistry(redis, keys, 5), bus=None,
+                        pod_id="test-pod")
 
 
 async def last_chunk_pending(stores: Stores) -> str:

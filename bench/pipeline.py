@@ -1,0 +1,169 @@
+"""The whole pipeline on this machine: ``python -m bench.pipeline``
+
+A private local stack (nx-27017, the FCM emulator, api, dispatcher and ``--senders`` senders, as
+separate processes, exactly as ``make up`` runs them) sends campaigns to ``--devices`` devices;
+each run is timed from the campaign's own record (claimed by a dispatcher → completed), and the
+CPU every process spent is read from ``/proc``, to show where a 2-core machine's time goes.
+
+Baseline, side by side in the same run: the source system's design (seed 000), one worker that
+pages the audience from MongoDB and sends chunks of 500 with firebase-admin's
+``send_each_async``, one chunk after another, to the same emulator. Its 2-second pause between
+chunks is left out: the baseline row measures what that design can do at best, not its pacing
+(500 per 2 s = 250/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+import uuid
+import warnings
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import firebase_admin
+import httpx
+from firebase_admin import messaging
+from pymongo import AsyncMongoClient
+
+from bench.transport import StaticCredential
+from devstack.isolation import create_vhost, delete_vhost, unique_name
+from devstack.processes import free_port
+from devstack.stack import Stack, StackConfig
+from fcm_emulator.client import EmulatorClient
+
+CHUNK = 500
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(stack: Stack) -> dict[str, float]:
+    """CPU seconds so far of every stack process (RabbitMQ and Redis are shared: not counted)."""
+    cpu = {}
+    for name, process in stack.processes.items():
+        try:
+            fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        cpu[name] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return cpu
+
+
+def devices(count: int) -> list[dict[str, Any]]:
+    return [{"token": f"pipe-{i:07d}-" + "x" * 140, "user_id": f"u{i}", "platform": "android"}
+            for i in range(count)]
+
+
+def run_herald(stack: Stack, api: httpx.Client, emulator: EmulatorClient) -> dict[str, Any]:
+    emulator.reset()
+    before = process_cpu(stack)
+    campaign_id = api.post("/v1/campaigns", json={
+        "title": "Bench", "body": "Pipeline", "data": {"landingUrl": "https://example.com"}}).json()["id"]
+    while (campaign := api.get(f"/v1/campaigns/{campaign_id}").json())["status"] not in (
+            "completed", "failed", "cancelled"):
+        time.sleep(0.1)
+    after = process_cpu(stack)
+    started = datetime.fromisoformat(campaign["started_at"])
+    finished = datetime.fromisoformat(campaign["finished_at"])
+    seconds = (finished - started).total_seconds()
+    accepted = emulator.stats()["by_error"].get("OK", 0)
+    if campaign["status"] != "completed" or accepted != campaign["counts"]["sent"]:
+        raise RuntimeError(f"run did not complete cleanly: {campaign['status']}, {accepted}")
+    return {"recipients": campaign["counts"]["targeted"], "seconds": seconds,
+            "per_s": campaign["counts"]["targeted"] / seconds,
+            "cpu_s": {name: round(after[name] - before.get(name, 0.0), 2) for name in after}}
+
+
+async def run_baseline(mongodb_url: str, endpoint: str, recipients: int) -> dict[str, Any]:
+    """Seed 000's worker: page the audience, then send it chunk after chunk with the SDK."""
+    warnings.filterwarnings("ignore", "Message.token is deprecated")  # tokens still work
+    messaging._MessagingService.FCM_URL = f"{endpoint}/v1/projects/{{0}}/messages:send"
+    app = firebase_admin.initialize_app(StaticCredential(), {"projectId": "bench"},
+                                        name=f"baseline-{uuid.uuid4().hex}")
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(mongodb_url)
+    started = time.perf_counter()
+    cursor = client.get_default_database()["devices"].find(
+        {"push_enabled": True, "invalid": False}, {"token": 1}).sort("_id", 1).limit(recipients)
+    tokens = [device["token"] async for device in cursor]
+    sent = 0
+    for start in range(0, len(tokens), CHUNK):
+        batch = [messaging.Message(token=t, notification=messaging.Notification("Bench", "Pipeline"),
+                                   data={"landingUrl": "https://example.com"})
+                 for t in tokens[start:start + CHUNK]]
+        sent += (await messaging.send_each_async(batch, app=app)).success_count
+    seconds = time.perf_counter() - started
+    await client.close()
+    await messaging._get_messaging_service(app)._async_client.aclose()
+    return {"recipients": sent, "seconds": seconds, "per_s": sent / seconds}
+
+
+def table(herald: list[dict[str, Any]], baseline: dict[str, Any], senders: int) -> str:
+    median = statistics.median(r["per_s"] for r in herald)
+    rows = [
+        "| row | recipients | seconds | recipients/s | x baseline |",
+        "|---|---:|---:|---:|---:|",
+        f"| baseline: one worker, firebase-admin, chunks of 500 (seed 000, no pacing) | "
+        f"{baseline['recipients']:,} | {baseline['seconds']:.2f} | {baseline['per_s']:,.0f} | 1.0 |",
+    ]
+    for index, run in enumerate(herald, 1):
+        rows.append(f"| Herald run {index}: api, dispatcher, {senders} senders | "
+                    f"{run['recipients']:,} | {run['seconds']:.2f} | {run['per_s']:,.0f} | "
+                    f"{run['per_s'] / baseline['per_s']:.1f} |")
+    rows.append(f"| Herald median | | | {median:,.0f} | {median / baseline['per_s']:.1f} |")
+    return "\n".join(rows)
+
+
+def cpu_table(run: dict[str, Any]) -> str:
+    total = sum(run["cpu_s"].values())
+    lines = ["| process | CPU seconds | share |", "|---|---:|---:|"]
+    for name, seconds in sorted(run["cpu_s"].items(), key=lambda item: -item[1]):
+        lines.append(f"| {name} | {seconds:.2f} | {seconds / total:.0%} |")
+    lines.append(f"| all (over {run['seconds']:.1f} s on 2 cores) | {total:.2f} | "
+                 f"{total / (2 * run['seconds']):.0%} of the machine |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--devices", type=int, default=40_000)
+    parser.add_argument("--senders", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--baseline-recipients", type=int, default=5_000)
+    parser.add_argument("--output", type=Path, default=Path("bench/results/pipeline.json"))
+    args = parser.parse_args()
+    vhost = unique_name("herald_bench")
+    with tempfile.TemporaryDirectory() as run_dir:
+        stack = Stack(StackConfig(
+            run_dir=Path(run_dir), database=unique_name("herald_bench"), mongodb_port=free_port(),
+            rabbitmq_url=create_vhost(vhost), fcm_port=free_port(), api_port=free_port()))
+        try:
+            stack.start(senders=args.senders, schedulers=0)
+            api = httpx.Client(base_url=stack.config.api_url, timeout=120)
+            emulator = EmulatorClient(stack.config.fcm_url)
+            population = devices(args.devices)
+            for start in range(0, len(population), 10_000):
+                api.post("/v1/devices/bulk", json={"devices": population[start:start + 10_000]})
+            herald = [run_herald(stack, api, emulator) for _ in range(args.runs)]
+            emulator.reset()
+            baseline = asyncio.run(run_baseline(stack.config.mongodb_url, stack.config.fcm_url,
+                                                args.baseline_recipients))
+        finally:
+            stack.stop()
+            delete_vhost(vhost)
+    print(table(herald, baseline, args.senders))
+    print()
+    print(cpu_table(herald[-1]))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({"bench": "pipeline", "devices": args.devices,
+                                       "senders": args.senders, "herald": herald,
+                                       "baseline": baseline}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
