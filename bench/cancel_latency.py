@@ -30,9 +30,8 @@ from typing import Any
 
 import httpx
 
-from devstack.isolation import create_vhost, delete_vhost, unique_name
-from devstack.processes import free_port
-from devstack.stack import Stack, StackConfig
+from devstack.isolation import private_stack
+from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
 from herald.adapters import mongo
 from herald.adapters.redis import CancelFlags, PodRegistry
@@ -147,23 +146,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="runs per mode")
     parser.add_argument("--output", type=Path, default=Path("bench/results/cancel_latency.json"))
     args = parser.parse_args()
-    vhost = unique_name("herald_bench")
-    with tempfile.TemporaryDirectory() as run_dir:
-        stack = Stack(StackConfig(
-            run_dir=Path(run_dir), database=unique_name("herald_bench"), mongodb_port=free_port(),
-            rabbitmq_url=create_vhost(vhost), fcm_port=free_port(), api_port=free_port()))
-        try:
-            stack.start(senders=2, schedulers=0)
-            bench = Bench(stack)
-            bench.api.post("/v1/devices/bulk", json={"devices": _devices()[:10_000]})
-            bench.api.post("/v1/devices/bulk", json={"devices": _devices()[10_000:]})
-            samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
-            for _ in range(args.runs):
-                for mode in MODES:
-                    samples[mode].append(bench.run_once(mode))
-        finally:
-            stack.stop()
-            delete_vhost(vhost)
+    with tempfile.TemporaryDirectory() as run_dir, private_stack(Path(run_dir)) as stack:
+        stack.start(senders=2, schedulers=0)
+        bench = Bench(stack)
+        bench.api.post("/v1/devices/bulk", json={"devices": _devices()[:10_000]})
+        bench.api.post("/v1/devices/bulk", json={"devices": _devices()[10_000:]})
+        samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+        for _ in range(args.runs):
+            for mode in MODES:
+                samples[mode].append(bench.run_once(mode))
     summary = summarize(samples)
     print_table(summary)
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -33,9 +33,8 @@ from firebase_admin import messaging
 from pymongo import AsyncMongoClient
 
 from bench.transport import StaticCredential
-from devstack.isolation import create_vhost, delete_vhost, unique_name
-from devstack.processes import free_port
-from devstack.stack import Stack, StackConfig
+from devstack.isolation import private_stack
+from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
 
 CHUNK = 500
@@ -137,25 +136,17 @@ def main() -> None:
     parser.add_argument("--baseline-recipients", type=int, default=5_000)
     parser.add_argument("--output", type=Path, default=Path("bench/results/pipeline.json"))
     args = parser.parse_args()
-    vhost = unique_name("herald_bench")
-    with tempfile.TemporaryDirectory() as run_dir:
-        stack = Stack(StackConfig(
-            run_dir=Path(run_dir), database=unique_name("herald_bench"), mongodb_port=free_port(),
-            rabbitmq_url=create_vhost(vhost), fcm_port=free_port(), api_port=free_port()))
-        try:
-            stack.start(senders=args.senders, schedulers=0)
-            api = httpx.Client(base_url=stack.config.api_url, timeout=120)
-            emulator = EmulatorClient(stack.config.fcm_url)
-            population = devices(args.devices)
-            for start in range(0, len(population), 10_000):
-                api.post("/v1/devices/bulk", json={"devices": population[start:start + 10_000]})
-            herald = [run_herald(stack, api, emulator) for _ in range(args.runs)]
-            emulator.reset()
-            baseline = asyncio.run(run_baseline(stack.config.mongodb_url, stack.config.fcm_url,
-                                                args.baseline_recipients))
-        finally:
-            stack.stop()
-            delete_vhost(vhost)
+    with tempfile.TemporaryDirectory() as run_dir, private_stack(Path(run_dir)) as stack:
+        stack.start(senders=args.senders, schedulers=0)
+        api = httpx.Client(base_url=stack.config.api_url, timeout=120)
+        emulator = EmulatorClient(stack.config.fcm_url)
+        population = devices(args.devices)
+        for start in range(0, len(population), 10_000):
+            api.post("/v1/devices/bulk", json={"devices": population[start:start + 10_000]})
+        herald = [run_herald(stack, api, emulator) for _ in range(args.runs)]
+        emulator.reset()
+        baseline = asyncio.run(run_baseline(stack.config.mongodb_url, stack.config.fcm_url,
+                                            args.baseline_recipients))
     print(table(herald, baseline, args.senders))
     print()
     print(cpu_table(herald[-1]))

@@ -729,7 +729,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=6.0, help="timed window per row")
     parser.add_argument("--warmup", type=float, default=1.5, help="untimed sending before it")
-    parser.add_argument("--concurrency", type=int, default=64,
+    parser.add_argument("--concurrency", type=int,
+                        default=Settings.model_fields["sender_concurrency"].default,
                         help="requests in flight for Herald and httpx rows (the SDK sends 500)")
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS), metavar="ROW",
                         help=f"rows to run, of: {', '.join(ROWS)}")

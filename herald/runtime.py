@@ -23,7 +23,6 @@ import uvloop
 from aiohttp import web
 from faststream.rabbit.annotations import RabbitMessage
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
 
 from herald.adapters import mongo, rabbit
 from herald.adapters import redis as redis_adapter
@@ -210,24 +209,11 @@ class Pod:
                  1000 * (idle - started), 1000 * (time.monotonic() - started))
 
     async def _on_cancel_message(self, message: RabbitMessage) -> None:
-        try:
-            command = CancelCampaign.model_validate_json(message.body)
-        except ValidationError as exc:
-            log.warning("malformed cancel message dead-lettered: %s; body=%r",
-                        exc.errors(include_url=False), message.body[:500])
-            await message.reject(requeue=False)
-            return
-        fresh = self.watch.mark(command.campaign_id)
-        try:
-            await self._apply_cancel(command, acknowledge=fresh and self._acknowledges)
-        except Exception:
-            log.exception("cancel of %s failed here; redelivering", command.campaign_id)
-            await asyncio.sleep(1.0)
-            await message.nack(requeue=True)
-            return
-        await message.ack()
+        await rabbit.execute(message, CancelCampaign, self._apply_cancel)
 
-    async def _apply_cancel(self, command: CancelCampaign, *, acknowledge: bool) -> None:
+    async def _apply_cancel(self, command: CancelCampaign) -> None:
+        """Stop here at once, make the cancel take effect (idempotent), then acknowledge it."""
+        acknowledge = self.watch.mark(command.campaign_id) and self._acknowledges
         try:
             outcome = await self.cancellation.request(
                 command.campaign_id, command.reason, command.requested_by, broadcast=False)

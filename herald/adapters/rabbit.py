@@ -7,9 +7,10 @@ chunk's MongoDB document), because RabbitMQ 3.10 and 4.x count redeliveries diff
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from faststream import AckPolicy
 from faststream.message import StreamMessage
@@ -23,10 +24,13 @@ from faststream.rabbit import (
 )
 from faststream.rabbit.message import RabbitMessage
 from faststream.rabbit.schemas.queue import ClassicQueueArgs, QuorumQueueArgs
+from pydantic import BaseModel, ValidationError
 
 from herald import names
 from herald.domain.messages import CancelCampaign, DispatchCampaign, SendChunk
 from herald.settings import Settings
+
+log = logging.getLogger(__name__)
 
 QUEUE_DELIVERY_LIMIT = 20
 """Broker-side backstop; Herald's own attempt limit (``HERALD_CHUNK_MAX_ATTEMPTS``) acts first."""
@@ -89,6 +93,34 @@ async def undecoded(message: StreamMessage[Any]) -> bytes:
 
 
 Handler = Callable[[RabbitMessage], Awaitable[None]]
+Command = TypeVar("Command", bound=BaseModel)
+
+REDELIVERY_PAUSE_S = 1.0
+"""Pause before handing a message back after a failure, so an outage is not a hot loop."""
+
+
+async def execute(message: RabbitMessage, kind: type[Command],
+                  work: Callable[[Command], Awaitable[None]]) -> None:
+    """Validate a command message, do ``work`` with it, then settle the message.
+
+    A message that is not a valid ``kind`` is logged and rejected (dead-lettered); one whose
+    work fails is handed back after a pause; otherwise it is acknowledged.
+    """
+    try:
+        command = kind.model_validate_json(message.body)
+    except ValidationError as exc:
+        log.warning("malformed %s message dead-lettered: %s; body=%r", kind.__name__,
+                    exc.errors(include_url=False), message.body[:500])
+        await message.reject(requeue=False)
+        return
+    try:
+        await work(command)
+    except Exception:
+        log.exception("%s failed here; handing the message back", kind.__name__)
+        await asyncio.sleep(REDELIVERY_PAUSE_S)
+        await message.nack(requeue=True)
+        return
+    await message.ack()
 
 
 def consume(broker: RabbitBroker, queue: RabbitQueue, handler: Handler, *,

@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 
 from bson import ObjectId
 from faststream.rabbit.annotations import RabbitMessage
-from pydantic import ValidationError
 
 from herald.adapters import rabbit
 from herald.adapters.mongo import Document
@@ -57,21 +56,8 @@ class Dispatcher(Worker):
                                timeout=self._pod.settings.grace_period_s)
 
     async def _on_dispatch(self, message: RabbitMessage) -> None:
-        try:
-            command = DispatchCampaign.model_validate_json(message.body)
-        except ValidationError as exc:
-            log.warning("malformed dispatch message dead-lettered: %s",
-                        exc.errors(include_url=False))
-            await message.reject(requeue=False)
-            return
-        try:
-            await self._claim(command.campaign_id)
-        except Exception:
-            log.exception("claiming %s failed; handing the message back", command.campaign_id)
-            await asyncio.sleep(1.0)
-            await message.nack(requeue=True)
-            return
-        await message.ack()
+        await rabbit.execute(message, DispatchCampaign,
+                             lambda command: self._claim(command.campaign_id))
 
     def _lease_until(self) -> datetime:
         return utcnow() + timedelta(seconds=self._pod.settings.lease_s)

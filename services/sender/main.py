@@ -22,9 +22,6 @@ from services.sender.delivery import BatchSender
 
 log = logging.getLogger(__name__)
 
-REDELIVERY_PAUSE_S = 1.0
-"""Pause before handing back a chunk that failed for a reason other than FCM (e.g. MongoDB down)."""
-
 
 class Sender(Worker):
     def __init__(self, pod: Pod) -> None:
@@ -76,7 +73,7 @@ class Sender(Worker):
         with contextlib.suppress(*INFRASTRUCTURE_ERRORS):
             await self._pod.stores.chunks.release(chunk.campaign_id, chunk.seq, self._pod.id,
                                                   refund=refund)
-        await asyncio.sleep(REDELIVERY_PAUSE_S)
+        await asyncio.sleep(rabbit.REDELIVERY_PAUSE_S)
         with contextlib.suppress(*INFRASTRUCTURE_ERRORS):
             await message.nack(requeue=True)
 
@@ -93,7 +90,7 @@ class Sender(Worker):
             await message.ack()
         elif verdict is Verdict.BUSY:
             CHUNKS_DEFERRED.inc()
-            await asyncio.sleep(REDELIVERY_PAUSE_S)
+            await asyncio.sleep(rabbit.REDELIVERY_PAUSE_S)
             await message.nack(requeue=True)
         else:  # ABORT: the channel is gone and RabbitMQ requeued the message already
             await chunks.release(chunk.campaign_id, chunk.seq, self._pod.id, refund=True)

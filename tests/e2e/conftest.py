@@ -7,14 +7,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
-from pymongo import MongoClient
 
+from devstack.isolation import private_stack
 from devstack.processes import free_port
 from devstack.stack import Stack, StackConfig
 from fcm_emulator.client import EmulatorClient
 from tests.e2e.harness import Api
-from tests.support import create_vhost, delete_vhost, unique_name
 
 
 @pytest.fixture(scope="session")
@@ -45,25 +43,11 @@ def mongodb_restarter(mongodb_stack: Stack) -> Callable[[Callable[[], object]], 
 
 @pytest.fixture
 def stack(mongodb_port: int, tmp_path: Path) -> Iterator[Stack]:
-    """A private stack; the test starts the processes it needs (``stack.start()`` for all)."""
-    database, vhost = unique_name(), unique_name()
-    config = StackConfig(
-        run_dir=tmp_path, database=database, mongodb_port=mongodb_port, start_mongodb=False,
-        rabbitmq_url=create_vhost(vhost), redis_url="redis://127.0.0.1:6379/0",
-        fcm_port=free_port(), api_port=free_port(),
-        extra_env={"HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
-                   "HERALD_LEASE_S": "3", "HERALD_GRACE_PERIOD_S": "10"})
-    running = Stack(config)
-    yield running
-    running.stop(timeout_s=15)
-    delete_vhost(vhost)
-    with MongoClient(config.mongodb_url) as client:
-        client.drop_database(database)
-    store = redis.Redis.from_url(config.redis_url)
-    keys = list(store.scan_iter(match=f"herald:{database}:*"))
-    if keys:
-        store.delete(*keys)
-    store.close()
+    """A private stack on the session's MongoDB server; the test starts what it needs."""
+    with private_stack(tmp_path, mongodb_port=mongodb_port, extra_env={
+            "HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
+            "HERALD_LEASE_S": "3", "HERALD_GRACE_PERIOD_S": "10"}) as running:
+        yield running
 
 
 @pytest.fixture

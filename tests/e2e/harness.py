@@ -74,6 +74,11 @@ def devices(count: int, *, push_disabled_every: int | None = 5,
     return out
 
 
+def reachable_devices(count: int) -> list[dict[str, Any]]:
+    """Devices that all have push enabled and a token FCM accepts."""
+    return devices(count, push_disabled_every=None, unregistered_every=None, invalid_every=None)
+
+
 def accepted(received: list[Received]) -> Counter[str]:
     return Counter(r.token for r in received if r.accepted)
 

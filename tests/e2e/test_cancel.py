@@ -18,7 +18,7 @@ from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
 from herald import names
 from herald.settings import Settings
-from tests.e2e.harness import Api, accepted, devices, pod_metric, requests_per_token
+from tests.e2e.harness import Api, accepted, devices, pod_metric, reachable_devices, requests_per_token
 from tests.support import wait_for
 
 CANCEL_DEADLINE_S = 0.250
@@ -161,8 +161,7 @@ def test_cancel_while_no_sender_is_alive_then_a_late_sender_sends_nothing(
 def test_cancel_while_the_dispatcher_is_still_paging_stops_paging(
         stack: Stack, api: Api, emulator: EmulatorClient) -> None:
     stack.start(senders=2, schedulers=0)
-    population = devices(12_000, push_disabled_every=None, unregistered_every=None,
-                         invalid_every=None)
+    population = reachable_devices(12_000)
     api.import_devices(population)
     emulator.configure(latency_ms=SLOW_FCM_MS)
     campaign_id = api.create_campaign(chunk_size=5)

@@ -15,7 +15,7 @@ from devstack.processes import port_open
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
 from herald.settings import Settings
-from tests.e2e.harness import Api, accepted, devices, pod_metric, requests_per_token
+from tests.e2e.harness import Api, accepted, pod_metric, reachable_devices, requests_per_token
 from tests.support import wait_for
 
 BATCH_SIZE = Settings.model_fields["sender_batch_size"].default
@@ -27,8 +27,7 @@ def _campaign_under_way(stack: Stack, api: Api, emulator: EmulatorClient, *,
                         senders: int = 2, chunk_size: int = 500) -> tuple[str, set[str]]:
     """Start the stack and a 20,000-device campaign; wait until it is well under way."""
     stack.start(senders=senders, schedulers=0)
-    population = devices(POPULATION, push_disabled_every=None, unregistered_every=None,
-                         invalid_every=None)
+    population = reachable_devices(POPULATION)
     api.import_devices(population)
     emulator.configure(latency_ms=SLOW_FCM_MS)
     campaign_id = api.create_campaign(chunk_size=chunk_size)
@@ -71,8 +70,7 @@ def test_sigterm_stops_a_sender_gracefully_with_no_loss_and_no_duplicate(
 def test_kill_9_of_the_dispatcher_mid_paging_then_a_new_one_finishes_each_device_once(
         stack: Stack, api: Api, emulator: EmulatorClient) -> None:
     stack.start(senders=2, schedulers=0)
-    population = devices(6_000, push_disabled_every=None, unregistered_every=None,
-                         invalid_every=None)
+    population = reachable_devices(6_000)
     api.import_devices(population)
     campaign_id = api.create_campaign(chunk_size=10)
     wait_for(lambda: api.campaign(campaign_id)["counts"]["targeted"] >= 500, 60, "paging")
