@@ -133,7 +133,7 @@ class Pod:
         self.tracker = WorkTracker()
         self.metrics_port: int | None = None
         self._acknowledges = acknowledges_cancels
-        self._background: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()
         rabbit.consume(self.broker, rabbit.pod_cancel_queue(self.identity.id),
                        self._on_cancel_message, exchange=rabbit.CANCEL_EXCHANGE)
 
@@ -160,14 +160,16 @@ class Pod:
             except Exception:
                 log.exception("background task %s crashed", name)
 
-        self._background.append(asyncio.create_task(guarded(), name=name))
+        task = asyncio.create_task(guarded(), name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def stop(self) -> None:
         """Stop consuming (waiting for in-flight handlers), vanish from the registry, close."""
         await self.broker.stop()
-        for task in self._background:
+        for task in list(self._background):
             task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.gather(*list(self._background), return_exceptions=True)
         with contextlib.suppress(Exception):
             await self.pods.remove(self.id)
         await self.redis.aclose()
@@ -202,7 +204,12 @@ class Pod:
 
     async def _acknowledge_when_idle(self, campaign_id: str) -> None:
         started = time.monotonic()
-        await self.tracker.wait_idle(campaign_id, self.settings.grace_period_s)
+        if not await self.tracker.wait_idle(campaign_id, self.settings.grace_period_s):
+            # Still sending after the grace: acknowledging now would let the campaign be
+            # counted before this pod's last batch is recorded. Its heartbeat speaks for it.
+            log.warning("cancel of %s: still busy after %.0fs; not acknowledging", campaign_id,
+                        self.settings.grace_period_s)
+            return
         idle = time.monotonic()
         await self.cancellation.acknowledge(campaign_id, self.id)
         log.info("cancel of %s: idle after %.0f ms, acknowledged after %.0f ms", campaign_id,

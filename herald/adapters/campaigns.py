@@ -162,6 +162,12 @@ class CampaignStore:
             {"progress": 1, "dispatch": 1}).limit(limit)
         return await cursor.to_list()
 
+    async def stuck_finalizing(self, older_than: datetime, limit: int = 100) -> list[Document]:
+        """Campaigns left ``finalizing`` by a pod that died while writing the final counts."""
+        cursor = self._campaigns.find({"status": Status.FINALIZING.value,
+                                       "updated_at": {"$lt": older_than}}).limit(limit)
+        return await cursor.to_list()
+
     async def set_chunks_done(self, campaign_id: ObjectId, chunks_done: int) -> Document | None:
         return await self._campaigns.find_one_and_update(
             {"_id": campaign_id, "progress.chunks_done": {"$lt": chunks_done}},
@@ -211,6 +217,19 @@ class CampaignStore:
         return await self._campaigns.find_one_and_update(
             {"_id": ObjectId(campaign_id)}, {"$inc": increments},
             return_document=ReturnDocument.AFTER)
+
+    async def count_frozen_chunk(self, campaign_id: ObjectId, seq: int, size: int) -> bool:
+        """Count chunk ``seq`` of a cancelling campaign as targeted (written, never published)."""
+        result = await self._campaigns.update_one(
+            {"_id": campaign_id, "status": Status.CANCELLING.value, "dispatch.next_seq": seq},
+            {"$set": {"dispatch.next_seq": seq + 1}, "$inc": {"counts.targeted": size}})
+        return result.modified_count == 1
+
+    async def close_paging(self, campaign_id: ObjectId) -> Document | None:
+        """A cancelled campaign's recipients are all frozen in chunks: nothing is left to page."""
+        return await self._campaigns.find_one_and_update(
+            {"_id": campaign_id, "status": Status.CANCELLING.value},
+            {"$set": {"dispatch.done": True}}, return_document=ReturnDocument.AFTER)
 
     async def claim_cancel_finalization(self, campaign_id: str, pod_id: str, now: datetime,
                                         until: datetime) -> bool:

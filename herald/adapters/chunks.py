@@ -48,11 +48,12 @@ class ChunkStore:
         self._chunks = db[names.CHUNKS]
 
     async def create(self, campaign_id: str, seq: int, recipients: list[dict[str, Any]],
-                     cursor: Any, now: datetime) -> Document:
+                     cursor: Any, now: datetime,
+                     status: ChunkStatus = ChunkStatus.PENDING) -> Document:
         """Write chunk ``seq``; if a previous owner already wrote it, that one stands."""
         document = {"_id": chunk_id(campaign_id, seq), "campaign_id": campaign_id, "seq": seq,
                     "recipients": recipients, "size": len(recipients), "cursor": cursor,
-                    "status": ChunkStatus.PENDING.value, "attempts": 0, "owner": None,
+                    "status": status.value, "attempts": 0, "owner": None,
                     "owner_until": None, "sent": 0, "failed": 0, "created_at": now,
                     "finished_at": None}
         try:
@@ -91,10 +92,11 @@ class ChunkStore:
         await self._chunks.update_one({"_id": chunk_id(campaign_id, seq), "owner": pod_id}, update)
 
     async def finish(self, campaign_id: str, seq: int, status: ChunkStatus, sent: int,
-                     failed: int, now: datetime) -> bool:
-        """Close a pending chunk; True only for the one caller that closed it."""
+                     failed: int, now: datetime, owner: str) -> bool:
+        """Close a pending chunk this ``owner`` holds; True only for the one that closed it."""
         result = await self._chunks.update_one(
-            {"_id": chunk_id(campaign_id, seq), "status": ChunkStatus.PENDING.value},
+            {"_id": chunk_id(campaign_id, seq), "status": ChunkStatus.PENDING.value,
+             "owner": owner},
             {"$set": {"status": status.value, "sent": sent, "failed": failed,
                       "finished_at": now, "owner": None}})
         return result.modified_count == 1

@@ -29,8 +29,7 @@ class Transition(StrEnum):
     CLAIM = "claim"  # a dispatcher starts paging the audience
     FINALIZE = "finalize"  # every chunk is recorded
     COMPLETE = "complete"  # final counts are written
-    FAIL = "fail"
-    RETRY = "retry"  # an operator re-runs a failed campaign
+    FAIL = "fail"  # finished, but some recipients failed for reasons a retry could fix
     CANCEL_AT_ONCE = "cancel_at_once"  # nothing was sent yet
     BEGIN_CANCEL = "begin_cancel"  # work is in flight: stop it first
     CONFIRM_CANCEL = "confirm_cancel"  # every pod has stopped
@@ -42,11 +41,7 @@ TRANSITIONS: dict[Transition, tuple[frozenset[Status], Status]] = {
     Transition.CLAIM: (frozenset({Status.PENDING}), Status.IN_PROGRESS),
     Transition.FINALIZE: (frozenset({Status.IN_PROGRESS}), Status.FINALIZING),
     Transition.COMPLETE: (frozenset({Status.FINALIZING}), Status.COMPLETED),
-    Transition.FAIL: (
-        frozenset({Status.SCHEDULED, Status.PENDING, Status.IN_PROGRESS, Status.FINALIZING}),
-        Status.FAILED,
-    ),
-    Transition.RETRY: (frozenset({Status.FAILED}), Status.PENDING),
+    Transition.FAIL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING}), Status.FAILED),
     Transition.CANCEL_AT_ONCE: (frozenset({Status.SCHEDULED, Status.PENDING}), Status.CANCELLED),
     Transition.BEGIN_CANCEL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING}), Status.CANCELLING),
     Transition.CONFIRM_CANCEL: (frozenset({Status.CANCELLING}), Status.CANCELLED),

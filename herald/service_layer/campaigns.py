@@ -48,6 +48,13 @@ class NotRetargetable(Exception):
         self.status = status
 
 
+class NothingToFollowUp(Exception):
+    def __init__(self, status: Status) -> None:
+        super().__init__(f"campaign was {status.value} before it targeted anyone: there is no "
+                         "one to follow up; create it again instead")
+        self.status = status
+
+
 class NotRetryable(Exception):
     def __init__(self, status: Status) -> None:
         super().__init__(f"campaign is {status.value}; only a failed campaign can be retried")
@@ -150,6 +157,8 @@ class CampaignCreator:
             return None
         if Status(parent["status"]) not in TERMINAL:
             raise NotRetargetable(Status(parent["status"]))
+        if parent["dispatch"].get("owner") is None:
+            raise NothingToFollowUp(Status(parent["status"]))
         return await self._follow_up(parent, request, UNSENT_ONLY, "retarget")
 
     async def retry(self, parent_id: str) -> Document | None:
@@ -233,7 +242,7 @@ async def edit_scheduled(stores: Stores, campaign_id: str, patch: CampaignPatch)
         return None
     if current["status"] != Status.SCHEDULED.value:
         raise NotEditable(Status(current["status"]))
-    changes = patch.model_dump(exclude_unset=True, mode="json", by_alias=True,
+    changes = patch.model_dump(exclude_unset=True, exclude_none=True, mode="json", by_alias=True,
                                exclude={"send_at", "timezone"})
     merged = {key: changes.get(key, current.get(key)) for key in ("title", "body", "data", "image_url")}
     try:

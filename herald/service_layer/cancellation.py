@@ -31,7 +31,7 @@ from herald.observability import (
     CANCEL_LATENCY_SECONDS,
     CANCEL_SENT_RATIO,
 )
-from herald.service_layer.recipients import final_counts
+from herald.service_layer.recipients import final_counts, freeze_unpaged
 
 log = logging.getLogger(__name__)
 
@@ -109,25 +109,42 @@ class Cancellation:
             campaign_id, Transition.CANCEL_AT_ONCE, now,
             also_set={"cancel": {**record, "acknowledged_at": now}, "finished_at": now})
         if updated is not None:
-            await self._flags.raise_flag(campaign_id)
+            await self._raise_flag(campaign_id)
             CAMPAIGNS_FINISHED.labels(Status.CANCELLED.value).inc()
             log.info("campaign %s cancelled before sending", campaign_id)
         return updated
 
     async def _begin_cancel(self, campaign_id: str, record: dict[str, Any],
                             *, broadcast: bool) -> Document | None:
-        live = await self._pods.live(STOPPING_SERVICES)
-        record["expected_pods"] = [pod.id for pod in live]
+        record["expected_pods"] = await self._stopping_pods()
         updated = await self._stores.campaigns.transition(
             campaign_id, Transition.BEGIN_CANCEL, record["requested_at"],
             also_set={"cancel": record})
         if updated is None:
             return None
-        await self._flags.raise_flag(campaign_id)
+        await self._raise_flag(campaign_id)
         if broadcast and self._bus is not None:
             await self._broadcast(campaign_id, record)
-        log.info("campaign %s cancelling; waiting for %d pods", campaign_id, len(live))
+        log.info("campaign %s cancelling; waiting for %s pods", campaign_id,
+                 "unknown" if record["expected_pods"] is None else len(record["expected_pods"]))
         return updated
+
+    async def _stopping_pods(self) -> list[str] | None:
+        """Senders and dispatchers alive now; None if Redis cannot tell (then every pod alive
+        when the cancel is finished must have stopped, see ``_still_stopping``)."""
+        try:
+            return [pod.id for pod in await self._pods.live(STOPPING_SERVICES)]
+        except INFRASTRUCTURE_ERRORS:
+            log.warning("live pods unknown (Redis away); waiting for their heartbeats")
+            return None
+
+    async def _raise_flag(self, campaign_id: str) -> None:
+        """The flag is for pods that miss the broadcast; MongoDB's status is the truth."""
+        try:
+            await self._flags.raise_flag(campaign_id)
+        except INFRASTRUCTURE_ERRORS:
+            log.warning("cancel flag of %s not raised (Redis away); the status still stops "
+                        "pods that load the campaign", campaign_id)
 
     async def _broadcast(self, campaign_id: str, record: dict[str, Any]) -> None:
         """Tell every pod at once; if RabbitMQ is away, pods still see the flag within a second."""
@@ -156,7 +173,8 @@ class Cancellation:
         if not await self._stores.campaigns.claim_cancel_finalization(
                 campaign_id, self._pod_id, now, now + FINALIZER_LEASE):
             return None  # another pod is writing the final counts
-        counts = await final_counts(self._stores, campaign)
+        frozen = await freeze_unpaged(self._stores, campaign)
+        counts = await final_counts(self._stores, frozen or campaign)
         now = utcnow()
         cancelled = await self._stores.campaigns.transition(
             campaign_id, Transition.CONFIRM_CANCEL, now,
@@ -169,13 +187,20 @@ class Cancellation:
         return cancelled
 
     async def _still_stopping(self, campaign: Document) -> list[str]:
-        cancel = campaign["cancel"]
+        """Pods that may still send: those alive at the request that neither acknowledged nor
+        were seen idle since, and any live pod whose heartbeat says it works on the campaign."""
+        cancel, campaign_id = campaign["cancel"], str(campaign["_id"])
         live = {pod.id: pod for pod in await self._pods.live(STOPPING_SERVICES)}
+        expected = cancel["expected_pods"]
+        if expected is None:
+            expected = list(live)
         idle_after = cancel["requested_at"] + timedelta(seconds=FLAG_REFRESH_S)
-        campaign_id = str(campaign["_id"])
-        return [pod_id for pod_id in cancel["expected_pods"]
-                if pod_id not in cancel["acks"] and pod_id in live
-                and not _seen_idle(live[pod_id], campaign_id, idle_after)]
+        waiting = [pod_id for pod_id in expected
+                   if pod_id not in cancel["acks"] and pod_id in live
+                   and not _seen_idle(live[pod_id], campaign_id, idle_after)]
+        busy_newcomers = [pod.id for pod in live.values()
+                          if pod.id not in expected and campaign_id in pod.campaigns]
+        return waiting + busy_newcomers
 
 
 def _seen_idle(pod: PodBeat, campaign_id: str, after: datetime) -> bool:

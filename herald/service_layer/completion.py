@@ -48,6 +48,13 @@ async def finalize(stores: Stores, campaign_id: str) -> Document | None:
     finalizing = await stores.campaigns.transition(campaign_id, Transition.FINALIZE, utcnow())
     if finalizing is None:
         return None
+    return await complete(stores, finalizing)
+
+
+async def complete(stores: Stores, finalizing: Document) -> Document | None:
+    """``finalizing → completed`` (or ``failed``) with exact counts; idempotent, so a campaign
+    whose finalizer died half-way is finished by the dispatchers' sweep."""
+    campaign_id = str(finalizing["_id"])
     counts = await final_counts(stores, finalizing)
     now = utcnow()
     transition, error = Transition.COMPLETE, None
@@ -66,15 +73,17 @@ async def finalize(stores: Stores, campaign_id: str) -> Document | None:
 
 
 async def reconcile(stores: Stores, campaign: Document) -> Document | None:
-    """Finish a campaign whose last chunk was closed but never counted (its sender died between
-    the two writes, or MongoDB went away): recount from the chunks themselves."""
-    done = await stores.chunks.count_done(str(campaign["_id"]))
-    published = campaign["progress"].get("chunks_published", 0)
-    if done < published or campaign["progress"].get("chunks_done", 0) >= done:
-        return None
-    fixed = await stores.campaigns.set_chunks_done(campaign["_id"], done)
-    if fixed is None or not all_chunks_finished(fixed):
-        return None
-    log.warning("campaign %s: %d chunks were closed but not counted; finishing it", campaign["_id"],
-                done - campaign["progress"].get("chunks_done", 0))
+    """Finish a paged campaign whose finishing was interrupted: its last chunk closed but not
+    counted, or counted but not finalized (its sender died, or MongoDB went away in between).
+    The chunks themselves say how many are closed."""
+    counted = campaign["progress"].get("chunks_done", 0)
+    if not all_chunks_finished(campaign):
+        done = await stores.chunks.count_done(str(campaign["_id"]))
+        if done <= counted:
+            return None
+        fixed = await stores.campaigns.set_chunks_done(campaign["_id"], done)
+        if fixed is None or not all_chunks_finished(fixed):
+            return None
+    log.warning("campaign %s: every chunk is closed but the campaign was not finished; "
+                "finishing it", campaign["_id"])
     return await finalize(stores, str(campaign["_id"]))

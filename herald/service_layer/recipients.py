@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from herald.adapters.chunks import Recorded, recorded_in
+from herald.adapters.chunks import ChunkStatus, Recorded, recorded_in
 from herald.adapters.fcm import TOKEN_IS_DEAD
 from herald.adapters.mongo import Document
 from herald.adapters.stores import Stores
+from herald.clock import utcnow
 from herald.domain.audience import Audience, audience_query
 
 SENT = "sent"
@@ -237,6 +238,51 @@ async def audit(stores: Stores, campaign: Document, outcome: str) -> AsyncIterat
 def unsent(stores: Stores, campaign: Document) -> AsyncIterator[RecipientLine]:
     """Targeted but neither sent nor failed: the rest of every chunk, then the unpaged source."""
     return audit(stores, campaign, UNSENT)
+
+
+async def freeze_unpaged(stores: Stores, campaign: Document) -> Document | None:
+    """Write what a cancelled dispatcher never paged as chunks that are never published.
+
+    From then on the campaign's recipients are fixed: the audit's ``unsent`` list, the final
+    counts and a retarget all read the same frozen chunks, whatever later happens to the devices.
+    Returns the updated campaign, or None when there was nothing left to page.
+    """
+    if not _source_not_exhausted(campaign):
+        return None
+    campaign_id, chunk_size = str(campaign["_id"]), campaign["chunk_size"]
+    seq = campaign["dispatch"].get("next_seq", 0)
+    cursor = await _count_unchecked(stores, campaign, seq)
+    if cursor is not _NOTHING:
+        seq += 1
+    else:
+        previous = await stores.chunks.state(campaign_id, seq - 1) if seq else None
+        cursor = previous["cursor"] if previous else None
+    source = await source_for(stores, campaign)
+    batch: list[dict[str, Any]] = []
+    async for position, recipient in source.stream(after=cursor):
+        batch.append(recipient)
+        if len(batch) == chunk_size:
+            await _freeze(stores, campaign, seq, batch, position)
+            seq, batch = seq + 1, []
+    if batch:
+        await _freeze(stores, campaign, seq, batch, position)
+    return await stores.campaigns.close_paging(campaign["_id"])
+
+
+async def _count_unchecked(stores: Stores, campaign: Document, seq: int) -> Any:
+    """A chunk a dead dispatcher wrote but never checkpointed: count it; its cursor, or nothing."""
+    written = await stores.chunks.state(str(campaign["_id"]), seq)
+    if written is None:
+        return _NOTHING
+    await stores.campaigns.count_frozen_chunk(campaign["_id"], seq, written["size"])
+    return written["cursor"]
+
+
+async def _freeze(stores: Stores, campaign: Document, seq: int,
+                  recipients: list[dict[str, Any]], cursor: Any) -> None:
+    chunk = await stores.chunks.create(str(campaign["_id"]), seq, recipients, cursor, utcnow(),
+                                       status=ChunkStatus.CANCELLED)
+    await stores.campaigns.count_frozen_chunk(campaign["_id"], seq, chunk["size"])
 
 
 async def targeted(stores: Stores, campaign: Document) -> int:

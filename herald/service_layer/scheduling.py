@@ -68,7 +68,7 @@ class Scheduling:
         """Fire (or mark missed) every one-off campaign due at or before ``now``."""
         handled = 0
         for campaign in await self._stores.campaigns.due_scheduled(now):
-            grace = campaign.get("misfire_grace_s") or self._policy.misfire_grace_s
+            grace = self._policy.misfire_grace_s
             overdue = _overdue_s(campaign["due_at"], now)
             if overdue > grace:
                 handled += await self._miss_campaign(campaign, overdue, grace, now)
@@ -119,7 +119,7 @@ class Scheduling:
         """Run the latest due occurrence if within the grace; every other one is missed."""
         cron, zone = schedule["cron"], schedule["timezone"]
         due = occurrences_until(cron, zone, schedule["next_run_at"], now)
-        grace = schedule.get("misfire_grace_s") or self._policy.misfire_grace_s
+        grace = _grace(schedule, self._policy.misfire_grace_s)
         latest = due[-1]
         runs: list[dict[str, Any]] = []
         on_time = _overdue_s(latest, now) <= grace
@@ -154,6 +154,11 @@ class Scheduling:
         log.info("schedule %s: run %s for %s", schedule["_id"], run["_id"], occurrence.isoformat())
         return {"occurrence": occurrence, "outcome": "fired", "campaign_id": str(run["_id"]),
                 "reason": None, "recorded_at": now}
+
+
+def _grace(schedule: Document, default_s: float) -> float:
+    own = schedule.get("misfire_grace_s")
+    return default_s if own is None else float(own)
 
 
 def _missed_run(missed: list[datetime], grace: float, now: datetime) -> dict[str, Any]:

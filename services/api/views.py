@@ -35,7 +35,8 @@ def schedule_view(schedule: dict[str, Any], misfire_grace_s: float) -> ScheduleV
     return ScheduleView(
         id=str(schedule["_id"]), name=schedule.get("name"), state=schedule["state"],
         cron=schedule["cron"], timezone=schedule["timezone"], template=schedule["template"],
-        misfire_grace_s=int(schedule.get("misfire_grace_s") or misfire_grace_s),
+        misfire_grace_s=int(misfire_grace_s if schedule.get("misfire_grace_s") is None
+                            else schedule["misfire_grace_s"]),
         next_run_at=schedule.get("next_run_at"),
         next_run_local=local_time(schedule.get("next_run_at"), schedule["timezone"]),
         runs=[ScheduleRun(**run) for run in reversed(schedule.get("runs") or [])],

@@ -26,7 +26,7 @@ from herald.clock import utcnow
 from herald.domain.messages import DispatchCampaign
 from herald.domain.status import Status
 from herald.runtime import Pod, Worker
-from herald.service_layer.completion import reconcile
+from herald.service_layer.completion import complete, reconcile
 from services.dispatcher.paging import Paging
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,8 @@ class Dispatcher(Worker):
 
     def _start_paging(self, campaign: Document) -> None:
         campaign_id = str(campaign["_id"])
+        if campaign_id in self._running:
+            return  # this dispatcher re-claimed its own campaign (its lease lapsed): one is enough
         log.info("claimed %s (%s)", campaign_id,
                  "takeover" if campaign["dispatch"]["takeovers"] else "new")
         self._running[campaign_id] = asyncio.create_task(self._page(campaign), name=campaign_id)
@@ -91,16 +93,21 @@ class Dispatcher(Worker):
                     except Exception:
                         log.exception("paging %s failed; resuming from its checkpoint", campaign_id)
                         await asyncio.sleep(RETRY_PAUSE_S)
-                        campaign = await self._still_mine(campaign["_id"])
+                        campaign = await self._still_mine_or_none(campaign["_id"])
         finally:
             self._running.pop(campaign_id, None)
 
-    async def _still_mine(self, campaign_id: ObjectId) -> Document | None:
-        """The campaign, if this dispatcher still holds its lease (renewed); else None."""
-        if not await self._pod.stores.campaigns.renew_lease(campaign_id, self._pod.id,
+    async def _still_mine_or_none(self, campaign_id: ObjectId) -> Document | None:
+        """The campaign, if this dispatcher still holds its lease (renewed); None if it lost it
+        or cannot tell (an outage): the lease then expires and any dispatcher resumes."""
+        try:
+            if await self._pod.stores.campaigns.renew_lease(campaign_id, self._pod.id,
                                                             self._lease_until()):
-            return None
-        return await self._pod.stores.campaigns.get(campaign_id)
+                return await self._pod.stores.campaigns.get(campaign_id)
+        except Exception:
+            log.warning("cannot tell whether %s is still ours; leaving it to its lease",
+                        campaign_id, exc_info=True)
+        return None
 
     async def _renew_leases(self) -> None:
         while not self._stopping:
@@ -128,8 +135,17 @@ class Dispatcher(Worker):
             await self._pod.cancellation.try_finalize(str(campaign["_id"]))
         self._sweeps += 1
         if self._sweeps % RECONCILE_EVERY_SWEEPS == 0:
-            for campaign in await self._pod.stores.campaigns.paged_and_open():
-                await reconcile(self._pod.stores, campaign)
+            await self._finish_interrupted()
+
+    async def _finish_interrupted(self) -> None:
+        """Campaigns whose finishing a dead pod (or an outage) interrupted."""
+        stores = self._pod.stores
+        for campaign in await stores.campaigns.paged_and_open():
+            await reconcile(stores, campaign)
+        stale = utcnow() - timedelta(seconds=self._pod.settings.lease_s)
+        for campaign in await stores.campaigns.stuck_finalizing(stale):
+            log.warning("campaign %s was left finalizing; finishing it", campaign["_id"])
+            await complete(stores, campaign)
 
     async def _take_over_from_dead_dispatchers(self) -> None:
         stores = self._pod.stores

@@ -14,9 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
 from enum import Enum
-from typing import Any
 
 from faststream.rabbit.annotations import RabbitMessage
 
@@ -30,6 +28,7 @@ from herald.runtime import Pod
 from herald.service_layer.completion import chunk_finished
 from herald.service_layer.recipients import FAILED, SENT
 from services.sender.campaigns import CampaignCache, CampaignInfo
+from services.sender.claims import ChunkClaims, NotTaken
 from services.sender.delivery import BatchResult, BatchSender, Target
 
 log = logging.getLogger(__name__)
@@ -54,12 +53,14 @@ class Tally:
 
 class ChunkSender:
     def __init__(self, pod: Pod, cache: CampaignCache, batches: BatchSender,
-                 limits: RateLimits) -> None:
+                 limits: RateLimits, claims: ChunkClaims) -> None:
         self._pod = pod
         self._cache = cache
         self._batches = batches
         self._limits = limits
+        self._claims = claims
         self._settings = pod.settings
+        self._stopping = False
         # Chunks are prefetched and prepared concurrently, but only HERALD_SENDER_BATCHES_IN_FLIGHT
         # batches (one by default) are on the wire and unrecorded at any time: what a kill -9
         # can cost in duplicates. More hides FCM's round trip better, for a larger bound.
@@ -74,9 +75,11 @@ class ChunkSender:
         if info is None:
             CHUNKS.labels("dropped").inc()
             return Verdict.ACK
-        before = await self._claim(chunk)
-        if not isinstance(before, dict):
-            return before
+        before = await self._claims.take(campaign_id, chunk.seq)
+        if before is NotTaken.CLOSED:
+            return Verdict.ACK
+        if before is NotTaken.BUSY:
+            return Verdict.BUSY
         if before["attempts"] >= self._settings.chunk_max_attempts:
             log.error("chunk %s:%d failed %d times; dead-lettering it", campaign_id, chunk.seq,
                       before["attempts"])
@@ -84,24 +87,9 @@ class ChunkSender:
         async with self._pod.tracker.working_on(campaign_id):
             return await self._send(chunk, info, message)
 
-    async def _claim(self, chunk: SendChunk) -> dict[str, Any] | Verdict:
-        """Hold the chunk for this sender; its state before, or the verdict if it is not ours.
-
-        A chunk held by a sender that is alive (heartbeat) and within its hold is being sent
-        right now: this copy waits. A chunk whose holder died is taken over.
-        """
-        chunks, now = self._pod.stores.chunks, utcnow()
-        state = await chunks.state(chunk.campaign_id, chunk.seq)
-        if state is None or state["status"] != ChunkStatus.PENDING.value:
-            return Verdict.ACK
-        holder = state.get("owner")
-        if holder not in (None, self._pod.id) and state["owner_until"] > now and (
-                await self._pod.pods.is_alive(holder)):
-            return Verdict.BUSY
-        hold_until = now + timedelta(seconds=self._settings.chunk_budget_s
-                                     + self._settings.grace_period_s)
-        before = await chunks.claim(chunk.campaign_id, chunk.seq, self._pod.id, holder, hold_until)
-        return Verdict.BUSY if before is None else before
+    def stop(self) -> None:
+        """Shutting down: finish the batches on the wire, hand the rest of each chunk back."""
+        self._stopping = True
 
     async def _send(self, chunk: SendChunk, info: CampaignInfo, message: RabbitMessage) -> Verdict:
         stores, campaign_id = self._pod.stores, chunk.campaign_id
@@ -116,7 +104,7 @@ class ChunkSender:
             return verdict  # a cancel before this delivery sent anything: nothing to close
         status = ChunkStatus.CANCELLED if tally.stopped else ChunkStatus.DONE
         if await stores.chunks.finish(campaign_id, chunk.seq, status, tally.sent, tally.failed,
-                                      utcnow()):
+                                      utcnow(), owner=self._pod.id):
             CHUNKS.labels(status.value).inc()
             await chunk_finished(stores, campaign_id, tally.sent, tally.failed,
                                  done=status is ChunkStatus.DONE)
@@ -146,7 +134,7 @@ class ChunkSender:
         """Whether this chunk may send another batch; the verdict if it must stop here."""
         if message.raw_message.channel.is_closed:
             return Verdict.ABORT
-        if time.monotonic() - started > self._settings.chunk_budget_s:
+        if self._stopping or time.monotonic() - started > self._settings.chunk_budget_s:
             return Verdict.REPUBLISH
         if await self._cache.is_cancelled(chunk.campaign_id):
             tally.stopped = True

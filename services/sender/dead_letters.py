@@ -3,6 +3,7 @@ failed, so the campaign still finishes and its numbers still add up."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from faststream.rabbit.annotations import RabbitMessage
@@ -13,10 +14,11 @@ from herald.adapters import rabbit
 from herald.adapters.chunks import ChunkStatus
 from herald.clock import utcnow
 from herald.domain.messages import SendChunk
-from herald.observability import CHUNKS, CHUNKS_DEAD_LETTERED
+from herald.observability import CHUNKS, CHUNKS_DEAD_LETTERED, CHUNKS_DEFERRED
 from herald.runtime import Pod
 from herald.service_layer.completion import chunk_finished
 from services.sender.chunks import count_outcomes
+from services.sender.claims import ChunkClaims, NotTaken
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +27,9 @@ DEAD_LETTERED = "HERALD_DEAD_LETTERED"
 
 
 class DeadChunks:
-    def __init__(self, pod: Pod) -> None:
+    def __init__(self, pod: Pod, claims: ChunkClaims) -> None:
         self._pod = pod
+        self._claims = claims
 
     async def handle(self, message: RabbitMessage) -> None:
         try:
@@ -34,15 +37,34 @@ class DeadChunks:
         except ValidationError:
             log.error("malformed chunk message moved to %s: %r", names.DEAD_MESSAGES_QUEUE,
                       message.body[:500])
-            await self._pod.broker.publish(
-                message.body, exchange=rabbit.DEAD_LETTER_EXCHANGE,
-                routing_key=names.DEAD_MESSAGES_ROUTING_KEY, persist=True)
-            await message.ack()
+            await self._forward(message.body, names.DEAD_MESSAGES_ROUTING_KEY, message)
             return
-        await self._settle(chunk)
+        try:
+            settled = await self._settle(chunk)
+        except Exception:
+            log.exception("dead chunk %s:%d could not be settled; trying again later",
+                          chunk.campaign_id, chunk.seq)
+            settled = False
+        if not settled:
+            CHUNKS_DEFERRED.inc()
+            await asyncio.sleep(rabbit.REDELIVERY_PAUSE_S)
+            await self._forward(message.body, names.DEAD_CHUNKS_ROUTING_KEY, message)
+            return
         await message.ack()
 
-    async def _settle(self, chunk: SendChunk) -> None:
+    async def _forward(self, body: bytes, routing_key: str, message: RabbitMessage) -> None:
+        """Put a copy on a dead-letter queue and acknowledge this delivery."""
+        await self._pod.broker.publish(body, exchange=rabbit.DEAD_LETTER_EXCHANGE,
+                                       routing_key=routing_key, persist=True)
+        await message.ack()
+
+    async def _settle(self, chunk: SendChunk) -> bool:
+        """Record the unsent rest as failed and close the chunk; False if it is still held."""
+        taken = await self._claims.take(chunk.campaign_id, chunk.seq)
+        if taken is NotTaken.CLOSED:
+            return True
+        if taken is NotTaken.BUSY:
+            return False
         stores, campaign_id = self._pod.stores, chunk.campaign_id
         recorded = await stores.deliveries.recorded(campaign_id, chunk.seq)
         rest = [position for position in range(len(chunk.recipients)) if position not in recorded]
@@ -59,7 +81,9 @@ class DeadChunks:
         CHUNKS_DEAD_LETTERED.inc()
         log.error("chunk %s:%d dead-lettered; %d recipients recorded as failed", campaign_id,
                   chunk.seq, 0 if cancelled else len(rest))
-        if await stores.chunks.finish(campaign_id, chunk.seq, status, sent, failed, now):
+        if await stores.chunks.finish(campaign_id, chunk.seq, status, sent, failed, now,
+                                      owner=self._pod.id):
             CHUNKS.labels(status.value).inc()
             await chunk_finished(stores, campaign_id, sent, failed,
                                  done=status is ChunkStatus.DEAD)
+        return True

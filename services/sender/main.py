@@ -17,6 +17,7 @@ from herald.observability import CHUNKS_DEFERRED
 from herald.runtime import Pod, Worker
 from services.sender.campaigns import CampaignCache
 from services.sender.chunks import ChunkSender, Verdict
+from services.sender.claims import ChunkClaims
 from services.sender.dead_letters import DeadChunks
 from services.sender.delivery import BatchSender
 
@@ -32,14 +33,18 @@ class Sender(Worker):
         limits = RateLimits(pod.redis, pod.keys, settings.fcm_rate_per_min)
         batches = BatchSender(client, settings.sender_concurrency, settings.fcm_max_retries,
                               limits.project)
-        self._chunks = ChunkSender(pod, CampaignCache(pod), batches, limits)
-        self._dead = DeadChunks(pod)
+        self._claims = ChunkClaims(pod, settings.chunk_budget_s + settings.grace_period_s)
+        self._chunks = ChunkSender(pod, CampaignCache(pod), batches, limits, self._claims)
+        self._dead = DeadChunks(pod, self._claims)
         rabbit.consume(pod.broker, rabbit.CHUNKS_QUEUE, self._on_chunk,
                        prefetch=settings.sender_prefetch)
         rabbit.consume(pod.broker, rabbit.DEAD_CHUNKS_QUEUE, self._dead.handle, prefetch=1)
 
     async def close(self) -> None:
         await self._session.close()
+
+    async def stop(self) -> None:
+        self._chunks.stop()
 
     async def _on_chunk(self, message: RabbitMessage) -> None:
         try:
@@ -48,52 +53,67 @@ class Sender(Worker):
             log.error("malformed chunk message dead-lettered: %s", exc.errors(include_url=False))
             await message.reject(requeue=False)
             return
+        with self._claims.first_here(chunk.campaign_id, chunk.seq) as first:
+            verdict = await self._process(chunk, message) if first else Verdict.BUSY
+        if verdict is not None:
+            await self._settle(verdict, chunk, message)
+
+    async def _process(self, chunk: SendChunk, message: RabbitMessage) -> Verdict | None:
+        """Send the chunk; None when it was handed back already (it failed)."""
         try:
-            verdict = await self._chunks.process(chunk, message)
+            return await self._chunks.process(chunk, message)
+        except asyncio.CancelledError:  # the channel closed under us: RabbitMQ redelivers
+            await asyncio.shield(self._claims.release(chunk.campaign_id, chunk.seq, refund=True))
+            raise
         except INFRASTRUCTURE_ERRORS as exc:
             log.warning("chunk %s:%d interrupted by an outage (%s); handing it back",
                         chunk.campaign_id, chunk.seq, type(exc).__name__)
             await self._hand_back(chunk, message, refund=True)
-            return
         except Exception:
             log.exception("chunk %s:%d failed; handing it back", chunk.campaign_id, chunk.seq)
             await self._hand_back(chunk, message, refund=False)
-            return
+        return None
+
+    async def _hand_back(self, chunk: SendChunk, message: RabbitMessage, *, refund: bool) -> None:
+        """Release the chunk and queue it again after a pause; an outage (``refund``) does not
+        count as one of the chunk's attempts."""
+        await self._claims.release(chunk.campaign_id, chunk.seq, refund=refund)
+        await asyncio.sleep(rabbit.REDELIVERY_PAUSE_S)
+        await self._requeue(chunk, message)
+
+    async def _requeue(self, chunk: SendChunk, message: RabbitMessage) -> None:
+        """Queue a fresh copy and acknowledge this one. Unlike a nack, this is not a failed
+        delivery: quorum queues count every nack towards their delivery limit on RabbitMQ 3.10,
+        and an outage must not dead-letter healthy chunks."""
         try:
-            await self._settle(verdict, chunk, message)
+            await self._pod.bus.send_chunk(chunk)
+            await message.ack()
+        except INFRASTRUCTURE_ERRORS:  # RabbitMQ itself is away: it requeues the delivery
+            with contextlib.suppress(*INFRASTRUCTURE_ERRORS):
+                await message.nack(requeue=True)
+
+    async def _settle(self, verdict: Verdict, chunk: SendChunk, message: RabbitMessage) -> None:
+        claims = self._claims
+        try:
+            if verdict is Verdict.ACK:
+                await message.ack()
+            elif verdict is Verdict.POISON:
+                await claims.release(chunk.campaign_id, chunk.seq, refund=False)
+                await message.reject(requeue=False)
+            elif verdict is Verdict.REPUBLISH:
+                await self._requeue(chunk, message)
+                await claims.release(chunk.campaign_id, chunk.seq, refund=True)
+            elif verdict is Verdict.BUSY:
+                CHUNKS_DEFERRED.inc()
+                await asyncio.sleep(rabbit.REDELIVERY_PAUSE_S)
+                await self._requeue(chunk, message)
+            else:  # ABORT: the channel is gone and RabbitMQ requeued the message already
+                await claims.release(chunk.campaign_id, chunk.seq, refund=True)
         except INFRASTRUCTURE_ERRORS:
             # The channel went away after the chunk was recorded: RabbitMQ redelivers it, and
             # the next sender finds it closed and only acknowledges it.
             log.warning("could not settle chunk %s:%d; it will be redelivered and skipped",
                         chunk.campaign_id, chunk.seq)
-
-    async def _hand_back(self, chunk: SendChunk, message: RabbitMessage, *, refund: bool) -> None:
-        """Release the chunk and requeue it after a pause; an outage (``refund``) does not
-        count as one of the chunk's attempts."""
-        with contextlib.suppress(*INFRASTRUCTURE_ERRORS):
-            await self._pod.stores.chunks.release(chunk.campaign_id, chunk.seq, self._pod.id,
-                                                  refund=refund)
-        await asyncio.sleep(rabbit.REDELIVERY_PAUSE_S)
-        with contextlib.suppress(*INFRASTRUCTURE_ERRORS):
-            await message.nack(requeue=True)
-
-    async def _settle(self, verdict: Verdict, chunk: SendChunk, message: RabbitMessage) -> None:
-        chunks = self._pod.stores.chunks
-        if verdict is Verdict.ACK:
-            await message.ack()
-        elif verdict is Verdict.POISON:
-            await chunks.release(chunk.campaign_id, chunk.seq, self._pod.id, refund=False)
-            await message.reject(requeue=False)
-        elif verdict is Verdict.REPUBLISH:
-            await chunks.release(chunk.campaign_id, chunk.seq, self._pod.id, refund=True)
-            await self._pod.bus.send_chunk(chunk)
-            await message.ack()
-        elif verdict is Verdict.BUSY:
-            CHUNKS_DEFERRED.inc()
-            await asyncio.sleep(rabbit.REDELIVERY_PAUSE_S)
-            await message.nack(requeue=True)
-        else:  # ABORT: the channel is gone and RabbitMQ requeued the message already
-            await chunks.release(chunk.campaign_id, chunk.seq, self._pod.id, refund=True)
 
 
 def build(pod: Pod) -> Sender:

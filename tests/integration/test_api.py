@@ -11,7 +11,7 @@ import pytest
 
 from herald.adapters.mongo import Database
 from herald.clock import utcnow
-from herald.domain.status import Status
+from herald.domain.status import Status, Transition
 from herald.service_layer.recipients import FAILED, SENT
 from tests.integration.test_audit import paged_campaign
 from tests.integration.test_campaign_store import campaign
@@ -207,8 +207,7 @@ async def test_retarget_follows_up_a_finished_campaign_only(api: httpx.AsyncClie
     running = campaign(status=Status.IN_PROGRESS.value)
     await stores.campaigns.insert(running)
     finished_id = await paged_campaign(stores)
-    await stores.campaigns.transition(finished_id, __import__(
-        "herald.domain.status", fromlist=["Transition"]).Transition.FAIL, utcnow())
+    await stores.campaigns.transition(finished_id, Transition.FAIL, utcnow())
     refused = await api.post(f"/v1/campaigns/{running['_id']}/retarget")
     follow_up = await api.post(f"/v1/campaigns/{finished_id}/retarget",
                                json={"title": "Fixed link", "data": {"landingUrl": "https://ok"}})

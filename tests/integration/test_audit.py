@@ -37,7 +37,7 @@ async def lines(stores: Stores, campaign_id: str, outcome: str) -> list[str]:
 
 async def paged_campaign(stores: Stores) -> str:
     """Three chunks of 10: the first fully recorded (one token twice), the second partly."""
-    document = campaign(dispatch={"owner": "d", "lease_until": None, "until": None,
+    document = campaign(status="in_progress", dispatch={"owner": "d", "lease_until": None, "until": None,
                                   "next_seq": 3, "done": True, "takeovers": 0},
                         counts={"targeted": 30, "sent": 0, "failed": 0})  # as checkpointed
     await stores.campaigns.insert(document)

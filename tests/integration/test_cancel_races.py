@@ -9,16 +9,17 @@ from typing import Any
 
 import pytest
 
-from herald.adapters.redis import CancelFlags, PodRegistry
+from herald.adapters.redis import CancelFlags, PodBeat, PodRegistry
 from herald.adapters.stores import Stores
 from herald.clock import utcnow
-from herald.domain.status import Status
+from herald.domain.status import Status, Transition
 from herald.names import RedisKeys
 from herald.service_layer.cancellation import Cancellation, CannotCancel
-from herald.service_layer.completion import chunk_finished
-from herald.service_layer.recipients import final_counts
+from herald.service_layer.completion import chunk_finished, complete, reconcile
+from herald.service_layer.recipients import UNSENT, audit, final_counts
 from herald.settings import Settings
 from tests.integration.test_campaign_store import campaign
+from tests.integration.test_devices import device
 
 
 @pytest.fixture
@@ -93,3 +94,73 @@ async def test_a_cancelled_campaign_counts_exactly_what_was_recorded(
     counts = await final_counts(stores, stored)
     assert stored["status"] == Status.CANCELLED
     assert (counts.targeted, counts.sent) == (stored["counts"]["targeted"], stored["counts"]["sent"])
+
+
+async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
+        stores: Stores, cancellation: Cancellation) -> None:
+    """The unpaged rest is written down as never-published chunks at the cancel, so the
+    numbers and the unsent list stay equal even when devices change afterwards."""
+    await stores.devices.upsert([device(i) for i in range(50)], utcnow())
+    everyone = [d async for d in stores.devices.stream({}, None, None)]
+    document = campaign(status=Status.IN_PROGRESS.value, chunk_size=20,
+                        counts={"targeted": 20, "sent": 0, "failed": 0})
+    document["dispatch"].update(owner="d", until=everyone[-1]["_id"], next_seq=1)
+    await stores.campaigns.insert(document)
+    campaign_id = str(document["_id"])
+    await stores.chunks.create(campaign_id, 0, [{"token": d["token"], "user_id": None}
+                                                for d in everyone[:20]], everyone[19]["_id"],
+                               utcnow())
+    await stores.deliveries.record(campaign_id, 0, "s", [(p, None) for p in range(5)], utcnow())
+    await cancellation.request(campaign_id, None, None, broadcast=False)
+    cancelled = await cancellation.try_finalize(campaign_id)
+    assert cancelled is not None
+    assert cancelled["counts"] == {"targeted": 50, "sent": 5, "failed": 0}
+    await stores.devices.mark_invalid([d["token"] for d in everyone[30:]], "UNREGISTERED",
+                                      utcnow())
+    await stores.devices.upsert([device(100 + i) for i in range(10)], utcnow())
+    stored = await stores.campaigns.get(campaign_id)
+    assert stored is not None
+    unsent = [line.token async for line in audit(stores, stored, UNSENT)]
+    assert unsent == [d["token"] for d in everyone[5:]]
+    frozen = [c async for c in stores.chunks.in_order(campaign_id)]
+    assert [(c["seq"], c["size"], c["status"]) for c in frozen] == [
+        (0, 20, "pending"), (1, 20, "cancelled"), (2, 10, "cancelled")]
+
+
+async def test_a_live_pod_busy_with_the_campaign_delays_the_cancel_even_if_not_expected(
+        stores: Stores, cancellation: Cancellation, redis: Any, settings: Settings) -> None:
+    document = campaign(status=Status.IN_PROGRESS.value)
+    await stores.campaigns.insert(document)
+    campaign_id = str(document["_id"])
+    await cancellation.request(campaign_id, None, None, broadcast=False)  # nobody alive yet
+    newcomer = PodRegistry(redis, RedisKeys(settings.mongodb_database), 5)
+    await newcomer.beat(PodBeat(id="late-sender", service="sender", host="h", pid=1, version="t",
+                                started_at=0.0, campaigns=[campaign_id]))
+    assert await cancellation.try_finalize(campaign_id) is None
+    await newcomer.beat(PodBeat(id="late-sender", service="sender", host="h", pid=1, version="t",
+                                started_at=0.0, campaigns=[]))
+    assert await cancellation.try_finalize(campaign_id) is not None
+
+
+async def test_a_campaign_whose_finishing_was_interrupted_is_finished_by_the_sweep(
+        stores: Stores) -> None:
+    counted = await last_chunk_pending(stores)  # its last chunk closed and counted, then...
+    await chunk_finished_without_finalizing(stores, counted)
+    stuck = await stores.campaigns.get(counted)
+    assert stuck is not None
+    assert stuck["status"] == Status.IN_PROGRESS
+    assert (await reconcile(stores, stuck) or {}).get("status") == Status.COMPLETED
+
+    finalizing = await last_chunk_pending(stores)
+    await stores.campaigns.transition(finalizing, Transition.FINALIZE, utcnow())
+    left = await stores.campaigns.get(finalizing)
+    assert left is not None
+    finished = await complete(stores, left)
+    assert finished is not None
+    assert finished["status"] == Status.COMPLETED
+    assert finished["counts"] == {"targeted": 4, "sent": 4, "failed": 0}
+
+
+async def chunk_finished_without_finalizing(stores: Stores, campaign_id: str) -> None:
+    """What a sender that died right after counting its chunk leaves behind."""
+    await stores.campaigns.count_finished_chunk(campaign_id, 2, 0, done=True)

@@ -137,3 +137,28 @@ async def test_a_local_time_campaign_waits_for_the_first_zone_to_reach_its_wall_
     assert view["status"] == "scheduled"
     assert view["due_at"].startswith("2099-01-04T19:00:00")  # 09:00 in UTC+14, Kiribati
     assert view["local_time"] == {"wall": "2099-01-05T09:00:00", "timezone": "Asia/Seoul"}
+
+
+async def test_nulls_in_a_patch_change_nothing(api: httpx.AsyncClient) -> None:
+    schedule_id = (await api.post("/v1/schedules", json=SCHEDULE)).json()["id"]
+    patched = await api.patch(f"/v1/schedules/{schedule_id}",
+                              json={"state": None, "template": None, "cron": None})
+    assert patched.status_code == 200
+    assert patched.json()["state"] == "active"
+    assert (await api.get("/v1/schedules")).status_code == 200
+    send_at = (utcnow() + timedelta(hours=2)).isoformat()
+    campaign_id = (await api.post("/v1/campaigns", json={**CAMPAIGN, "send_at": send_at})).json()["id"]
+    kept = await api.patch(f"/v1/campaigns/{campaign_id}", json={"audience": None, "title": None})
+    assert kept.status_code == 200
+    assert kept.json()["audience"]["push_enabled"] is True
+    assert kept.json()["title"] == CAMPAIGN["title"]
+
+
+async def test_a_campaign_cancelled_before_it_targeted_anyone_cannot_be_retargeted(
+        api: httpx.AsyncClient) -> None:
+    send_at = (utcnow() + timedelta(hours=2)).isoformat()
+    campaign_id = (await api.post("/v1/campaigns", json={**CAMPAIGN, "send_at": send_at})).json()["id"]
+    assert (await api.post(f"/v1/campaigns/{campaign_id}/cancel")).json()["status"] == "cancelled"
+    response = await api.post(f"/v1/campaigns/{campaign_id}/retarget")
+    assert (response.status_code, error_code(response)) == (409, "not_retargetable")
+    assert "create it again" in response.json()["error"]["message"]

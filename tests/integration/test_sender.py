@@ -13,9 +13,11 @@ import pytest
 
 from fcm_emulator.client import EmulatorClient
 from herald import names
+from herald.adapters import rabbit
 from herald.adapters.mongo import Document
 from herald.adapters.redis import PodBeat
 from herald.clock import utcnow
+from herald.domain.messages import Recipient, SendChunk
 from herald.domain.status import Status
 from herald.observability import CHUNKS_DEFERRED
 from herald.runtime import Pod
@@ -70,7 +72,6 @@ async def die_holding(pod: Pod, campaign_id: str, seq: int) -> None:
 
 
 async def publish_chunks(pod: Pod, document: Document, chunks: list[list[str]]) -> None:
-    from herald.domain.messages import Recipient, SendChunk
     for seq, tokens in enumerate(chunks):
         await pod.bus.send_chunk(SendChunk(campaign_id=str(document["_id"]), seq=seq,
                                            recipients=[Recipient(token=t) for t in tokens]))
@@ -234,3 +235,33 @@ async def test_a_chunk_longer_than_its_budget_is_handed_on_and_never_held_for_lo
     assert len(deliveries) == 4  # one record per batch of 50, each in its own delivery
     assert chunk is not None
     assert chunk["attempts"] == 1, "handing a chunk on is not a failed attempt"
+
+
+async def test_a_dead_lettered_chunk_still_held_by_a_live_sender_waits_for_it(
+        sender: Pod, emulator: EmulatorClient) -> None:
+    """The broker's own delivery limit can dead-letter a chunk that a live sender is sending:
+    its rest is recorded failed only once that sender lets it go, never over its outcomes."""
+    chunks = [[f"tok-{i}" for i in range(20)]]
+    document = await sending_campaign(sender, chunks)
+    campaign_id = str(document["_id"])
+    await sender.pods.beat(PodBeat(id="other-sender", service="sender", host="h", pid=1,
+                                   version="t", started_at=0.0))
+    await sender.stores.chunks.claim(campaign_id, 0, "other-sender", None,
+                                     utcnow() + timedelta(minutes=5))
+    await sender.stores.deliveries.record(campaign_id, 0, "other-sender",
+                                          [(p, None) for p in range(8)], utcnow())
+    deferred = CHUNKS_DEFERRED._value.get()
+    await sender.broker.publish(
+        SendChunk(campaign_id=campaign_id, seq=0, recipients=[Recipient(token=t) for t in chunks[0]]),
+        exchange=rabbit.DEAD_LETTER_EXCHANGE, routing_key=names.DEAD_CHUNKS_ROUTING_KEY)
+
+    async def handed_back() -> bool:
+        return bool(CHUNKS_DEFERRED._value.get() > deferred)
+
+    await eventually(handed_back)
+    held = await sender.stores.chunks.state(campaign_id, 0)
+    assert held is not None
+    assert (held["status"], held["owner"]) == ("pending", "other-sender")
+    await sender.stores.chunks.release(campaign_id, 0, "other-sender", refund=False)
+    failed = await eventually(lambda: finished(sender, campaign_id, Status.FAILED))
+    assert failed["counts"] == {"targeted": 20, "sent": 8, "failed": 12}

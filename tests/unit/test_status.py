@@ -32,8 +32,7 @@ EXPECTED: dict[Transition, tuple[set[Status], Status]] = {
     T.CLAIM: ({S.PENDING}, S.IN_PROGRESS),
     T.FINALIZE: ({S.IN_PROGRESS}, S.FINALIZING),
     T.COMPLETE: ({S.FINALIZING}, S.COMPLETED),
-    T.FAIL: ({S.SCHEDULED, S.PENDING, S.IN_PROGRESS, S.FINALIZING}, S.FAILED),
-    T.RETRY: ({S.FAILED}, S.PENDING),
+    T.FAIL: ({S.IN_PROGRESS, S.FINALIZING}, S.FAILED),
     T.CANCEL_AT_ONCE: ({S.SCHEDULED, S.PENDING}, S.CANCELLED),
     T.BEGIN_CANCEL: ({S.IN_PROGRESS, S.FINALIZING}, S.CANCELLING),
     T.CONFIRM_CANCEL: ({S.CANCELLING}, S.CANCELLED),
@@ -99,20 +98,12 @@ def test_idle_campaign_cannot_begin_a_pod_stopping_cancel(idle: Status) -> None:
         apply(T.BEGIN_CANCEL, idle)
 
 
-@pytest.mark.parametrize("final", [S.COMPLETED, S.CANCELLED, S.MISSED])
+@pytest.mark.parametrize("final", [S.COMPLETED, S.FAILED, S.CANCELLED, S.MISSED])
 @pytest.mark.parametrize("transition", list(Transition))
-def test_nothing_leaves_completed_cancelled_or_missed(transition: Transition, final: Status) -> None:
+def test_nothing_leaves_a_final_status(transition: Transition, final: Status) -> None:
+    # A failed campaign is retried by a new run (POST .../retry); it stays failed itself.
     with pytest.raises(InvalidTransition):
         apply(transition, final)
-
-
-@pytest.mark.parametrize("transition", list(Transition))
-def test_only_retry_leaves_failed(transition: Transition) -> None:
-    if transition is T.RETRY:
-        assert apply(transition, S.FAILED) is S.PENDING
-    else:
-        with pytest.raises(InvalidTransition):
-            apply(transition, S.FAILED)
 
 
 def test_finishing_sender_never_overwrites_cancelling_with_completed() -> None:

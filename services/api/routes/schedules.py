@@ -59,7 +59,7 @@ async def list_schedules(
 async def patch_schedule(schedule_id: ScheduleId, body: SchedulePatch,
                          services: Services) -> ScheduleView:
     """Pause, resume or edit; the next run is recomputed from now when timing changes."""
-    changes = body.model_dump(exclude_unset=True, mode="json", by_alias=True)
+    changes = body.model_dump(exclude_unset=True, exclude_none=True, mode="json", by_alias=True)
     updated = await replan(services.pod.stores, schedule_id, changes)
     if updated is None:
         raise schedule_not_found(schedule_id)
