@@ -24,7 +24,10 @@ from pymongo.errors import DuplicateKeyError
 
 from herald import names
 from herald.adapters.mongo import Database, Document
-from herald.domain.status import Status, Transition, sources_for, target_of
+from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
+
+_STILL_COUNTING = sorted(status.value for status in Status if status not in TERMINAL)
+"""Statuses in which a finished chunk still adds to the live counts."""
 
 
 def object_id(campaign_id: str | ObjectId) -> ObjectId | None:
@@ -168,11 +171,6 @@ class CampaignStore:
                                        "updated_at": {"$lt": older_than}}).limit(limit)
         return await cursor.to_list()
 
-    async def set_chunks_done(self, campaign_id: ObjectId, chunks_done: int) -> Document | None:
-        return await self._campaigns.find_one_and_update(
-            {"_id": campaign_id, "progress.chunks_done": {"$lt": chunks_done}},
-            {"$set": {"progress.chunks_done": chunks_done}}, return_document=ReturnDocument.AFTER)
-
     async def fix_dispatch_bound(self, campaign_id: ObjectId, pod_id: str, until: Any,
                                  waves: list[dict[str, Any]] | None = None) -> Document | None:
         """Record the last device ``_id`` the campaign may reach (and its local-time waves),
@@ -211,11 +209,13 @@ class CampaignStore:
     async def count_finished_chunk(self, campaign_id: str, sent: int, failed: int,
                                    *, done: bool) -> Document | None:
         """Add a finished chunk's outcomes to the live counts (and to the chunks done, if it
-        was not cut short by a cancel). Each chunk finishes once, so the counts never drift."""
+        was not cut short by a cancel). Each chunk finishes once, so the counts never drift;
+        a campaign already finished keeps the exact counts it was finished with (None)."""
         increments = {"counts.sent": sent, "counts.failed": failed,
                       "progress.chunks_done": 1 if done else 0}
         return await self._campaigns.find_one_and_update(
-            {"_id": ObjectId(campaign_id)}, {"$inc": increments},
+            {"_id": ObjectId(campaign_id), "status": {"$in": _STILL_COUNTING}},
+            {"$inc": increments},
             return_document=ReturnDocument.AFTER)
 
     async def count_frozen_chunk(self, campaign_id: ObjectId, seq: int, size: int) -> bool:

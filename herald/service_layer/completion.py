@@ -75,14 +75,16 @@ async def complete(stores: Stores, finalizing: Document) -> Document | None:
 async def reconcile(stores: Stores, campaign: Document) -> Document | None:
     """Finish a paged campaign whose finishing was interrupted: its last chunk closed but not
     counted, or counted but not finalized (its sender died, or MongoDB went away in between).
-    The chunks themselves say how many are closed."""
-    counted = campaign["progress"].get("chunks_done", 0)
+
+    The chunks themselves say how many are closed. The counter is left alone: a sender between
+    closing its chunk and counting it would count it a second time, and a counter one ahead
+    finishes the campaign while a chunk is still on its way.
+    """
     if not all_chunks_finished(campaign):
-        done = await stores.chunks.count_done(str(campaign["_id"]))
-        if done <= counted:
+        if not campaign["dispatch"].get("done"):
             return None
-        fixed = await stores.campaigns.set_chunks_done(campaign["_id"], done)
-        if fixed is None or not all_chunks_finished(fixed):
+        closed = await stores.chunks.count_done(str(campaign["_id"]))
+        if closed < campaign["progress"].get("chunks_published", 0):
             return None
     log.warning("campaign %s: every chunk is closed but the campaign was not finished; "
                 "finishing it", campaign["_id"])

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from herald.adapters.chunks import ChunkStatus
 from herald.adapters.redis import CancelFlags, PodBeat, PodRegistry
 from herald.adapters.stores import Stores
 from herald.clock import utcnow
@@ -164,3 +165,59 @@ async def test_a_campaign_whose_finishing_was_interrupted_is_finished_by_the_swe
 async def chunk_finished_without_finalizing(stores: Stores, campaign_id: str) -> None:
     """What a sender that died right after counting its chunk leaves behind."""
     await stores.campaigns.count_finished_chunk(campaign_id, 2, 0, done=True)
+
+
+async def closed_chunks(stores: Stores, published: int, closed: int, counted: int) -> str:
+    """A paged campaign of two-recipient chunks: ``closed`` of them sent and closed, only
+    ``counted`` of those counted in its progress yet (a sender between the two writes)."""
+    document = campaign(status=Status.IN_PROGRESS.value)
+    document["dispatch"].update(owner="d", done=True, next_seq=published)
+    document["progress"].update(chunks_published=published, chunks_done=counted)
+    document["counts"].update(targeted=2 * published, sent=2 * counted)
+    await stores.campaigns.insert(document)
+    campaign_id, now = str(document["_id"]), utcnow()
+    for seq in range(published):
+        await stores.chunks.create(campaign_id, seq, [{"token": f"t{seq}{i}", "user_id": None}
+                                                      for i in range(2)], None, now)
+        if seq < closed:
+            await stores.deliveries.record(campaign_id, seq, "s", [(0, None), (1, None)], now)
+            assert await stores.chunks.finish(campaign_id, seq, ChunkStatus.DONE, 2, 0, now,
+                                              owner=None)
+    return campaign_id
+
+
+async def test_the_sweep_never_counts_a_chunk_its_sender_is_about_to_count(
+        stores: Stores) -> None:
+    """Seen under load: the sweep counted a chunk closed a moment before, its sender then
+    counted it too, and the campaign completed while its last chunk was still queued."""
+    campaign_id = await closed_chunks(stores, published=3, closed=2, counted=1)
+    paged = await stores.campaigns.get(campaign_id)
+    assert paged is not None
+    assert await reconcile(stores, paged) is None
+    assert await chunk_finished(stores, campaign_id, 2, 0, done=True) is None  # chunk 1, late
+    stored = await stores.campaigns.get(campaign_id)
+    assert stored is not None
+    assert (stored["status"], stored["progress"]["chunks_done"]) == (Status.IN_PROGRESS, 2)
+
+    await stores.deliveries.record(campaign_id, 2, "s", [(0, None), (1, None)], utcnow())
+    assert await stores.chunks.finish(campaign_id, 2, ChunkStatus.DONE, 2, 0, utcnow(),
+                                      owner=None)
+    finished = await chunk_finished(stores, campaign_id, 2, 0, done=True)
+    assert finished is not None
+    assert (finished["status"], finished["counts"]) == (
+        Status.COMPLETED, {"targeted": 6, "sent": 6, "failed": 0})
+
+
+async def test_a_chunk_counted_after_the_sweep_finished_its_campaign_changes_no_number(
+        stores: Stores) -> None:
+    campaign_id = await closed_chunks(stores, published=2, closed=2, counted=1)
+    paged = await stores.campaigns.get(campaign_id)
+    assert paged is not None
+    finished = await reconcile(stores, paged)
+    assert finished is not None
+    assert (finished["status"], finished["counts"]) == (
+        Status.COMPLETED, {"targeted": 4, "sent": 4, "failed": 0})
+    assert await chunk_finished(stores, campaign_id, 2, 0, done=True) is None  # its sender, late
+    stored = await stores.campaigns.get(campaign_id)
+    assert stored is not None
+    assert stored["counts"] == finished["counts"]
