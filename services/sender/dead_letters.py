@@ -40,7 +40,8 @@ class DeadChunks:
             await self._forward(message.body, names.DEAD_MESSAGES_ROUTING_KEY, message)
             return
         try:
-            settled = await self._settle(chunk)
+            with self._claims.first_here(chunk.campaign_id, chunk.seq) as first:
+                settled = first and await self._settle(chunk)
         except Exception:
             log.exception("dead chunk %s:%d could not be settled; trying again later",
                           chunk.campaign_id, chunk.seq)
@@ -59,7 +60,8 @@ class DeadChunks:
         await message.ack()
 
     async def _settle(self, chunk: SendChunk) -> bool:
-        """Record the unsent rest as failed and close the chunk; False if it is still held."""
+        """Record the unsent rest as failed and close the chunk; False if it is still held
+        (by another sender, or by a delivery of it in this process)."""
         taken = await self._claims.take(chunk.campaign_id, chunk.seq)
         if taken is NotTaken.CLOSED:
             return True

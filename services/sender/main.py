@@ -53,10 +53,13 @@ class Sender(Worker):
             log.error("malformed chunk message dead-lettered: %s", exc.errors(include_url=False))
             await message.reject(requeue=False)
             return
+        # Settled while still marked as in hand here: a copy or redelivery of this chunk that
+        # reaches this process meanwhile waits, instead of taking a hold that the settling of
+        # this delivery would then release under it.
         with self._claims.first_here(chunk.campaign_id, chunk.seq) as first:
             verdict = await self._process(chunk, message) if first else Verdict.BUSY
-        if verdict is not None:
-            await self._settle(verdict, chunk, message)
+            if verdict is not None:
+                await self._settle(verdict, chunk, message)
 
     async def _process(self, chunk: SendChunk, message: RabbitMessage) -> Verdict | None:
         """Send the chunk; None when it was handed back already (it failed)."""
@@ -100,9 +103,9 @@ class Sender(Worker):
             elif verdict is Verdict.POISON:
                 await claims.release(chunk.campaign_id, chunk.seq, refund=False)
                 await message.reject(requeue=False)
-            elif verdict is Verdict.REPUBLISH:
-                await self._requeue(chunk, message)
+            elif verdict is Verdict.REPUBLISH:  # let go first: the copy may go to anyone
                 await claims.release(chunk.campaign_id, chunk.seq, refund=True)
+                await self._requeue(chunk, message)
             elif verdict is Verdict.BUSY:
                 CHUNKS_DEFERRED.inc()
                 await asyncio.sleep(rabbit.REDELIVERY_PAUSE_S)
