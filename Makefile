@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo up down status test test-unit test-integration test-e2e lint bench services install clean
+.PHONY: demo up down status test test-unit test-deploy test-integration test-e2e lint bench services install clean
 
 demo: install services   ## install what is missing, start the stack, send a 50,000-device campaign
 	$(BIN)/python -m devstack demo
@@ -18,11 +18,14 @@ down:                    ## stop the stack gracefully (SIGTERM, then wait)
 status:
 	@$(BIN)/python -m devstack status
 
-test: install services   ## the whole suite: unit, integration, end to end
+test: install services lint  ## lint and types, then the whole suite: unit, integration, end to end
 	$(BIN)/python -m pytest tests
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit
+
+test-deploy: install services  # Compose, Prometheus rules (promtool), Kubernetes manifests
+	$(BIN)/python -m pytest tests/deploy
 
 test-integration: install services
 	$(BIN)/python -m pytest tests/integration
@@ -30,7 +33,7 @@ test-integration: install services
 test-e2e: install services
 	$(BIN)/python -m pytest tests/e2e
 
-lint: install
+lint: install            ## ruff (with a complexity limit) and mypy --strict; any finding fails
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
@@ -51,5 +54,6 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-clean: down
+clean: down             ## also removes the stack's RabbitMQ vhost and users
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m devstack clean; fi
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache

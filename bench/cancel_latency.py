@@ -20,24 +20,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
-import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from devstack.isolation import private_stack
-from devstack.stack import Stack
-from fcm_emulator.client import EmulatorClient
-from herald.adapters import mongo
-from herald.adapters.redis import CancelFlags, PodRegistry
-from herald.adapters.redis import connect as connect_redis
-from herald.adapters.stores import Stores
-from herald.names import RedisKeys
+from bench.common import results_path, write_json
+from bench.stack import (
+    BenchStack,
+    Campaign,
+    create_campaign,
+    import_devices,
+    running_stack,
+    wait_for_campaign,
+)
+from herald.domain.access import SYSTEM
+from herald.runtime.resources import Resources
 from herald.service_layer.cancellation import Cancellation
 from herald.settings import Settings
 
@@ -46,6 +46,7 @@ DEVICES = 20_000
 LATENCY_MS = 20
 UNDER_WAY = 1_500
 POLL_S = 0.05
+WAIT_TIMEOUT_S = 60.0
 
 
 def _devices() -> list[dict[str, Any]]:
@@ -53,23 +54,20 @@ def _devices() -> list[dict[str, Any]]:
 
 
 class Bench:
-    def __init__(self, stack: Stack) -> None:
-        self.stack = stack
-        self.api = httpx.Client(base_url=stack.config.api_url, timeout=60)
-        self.emulator = EmulatorClient(stack.config.fcm_url)
-        settings = Settings(mongodb_url=stack.config.mongodb_url,
-                            rabbitmq_url=stack.config.rabbitmq_url,
-                            redis_url=stack.config.redis_url, fcm_endpoint=stack.config.fcm_url)
-        self.settings = settings
+    def __init__(self, bench: BenchStack) -> None:
+        self.api = bench.api
+        self.emulator = bench.emulator
+        config = bench.stack.config
+        self.settings = Settings(mongodb_url=config.mongodb_url, rabbitmq_url=config.rabbitmq_url,
+                                 redis_url=config.redis_url, fcm_endpoint=config.fcm_url)
 
     def run_once(self, mode: str) -> dict[str, float]:
         self.emulator.reset()
         self.emulator.configure(latency_ms=LATENCY_MS)
-        campaign_id = self.api.post("/v1/campaigns", json={"title": "t", "body": "b"}).json()["id"]
-        self._wait(lambda: self._campaign(campaign_id)["counts"]["sent"] >= UNDER_WAY)
+        campaign_id = create_campaign(self.api, {"title": "t", "body": "b"})
+        self._wait(campaign_id, lambda c: c["counts"]["sent"] >= UNDER_WAY, "under way")
         returned = self._cancel(mode, campaign_id)
-        self._wait(lambda: self._campaign(campaign_id)["status"] == "cancelled")
-        campaign = self._campaign(campaign_id)
+        campaign = self._wait(campaign_id, lambda c: c["status"] == "cancelled", "cancelled")
         received = self.emulator.received()
         cancel = campaign["cancel"]
         confirmed = (datetime.fromisoformat(cancel["acknowledged_at"])
@@ -87,26 +85,15 @@ class Bench:
         return time.time()
 
     async def _flag_only(self, campaign_id: str) -> None:
-        client = mongo.connect(self.settings, "bench")
-        redis = connect_redis(self.settings)
-        keys = RedisKeys(self.settings.mongodb_database)
-        cancellation = Cancellation(Stores.on(mongo.database(client, self.settings)),
-                                    CancelFlags(redis, keys, 3600), PodRegistry(redis, keys, 6),
+        resources = Resources.build("bench", self.settings)
+        cancellation = Cancellation(resources.stores, resources.flags, resources.registry,
                                     bus=None, pod_id="bench")
-        await cancellation.request(campaign_id, "bench", "bench", broadcast=False)
-        await redis.aclose()
-        await client.close()
+        await cancellation.request(campaign_id, "bench", SYSTEM, broadcast=False)
+        await resources.shutdown()
 
-    def _campaign(self, campaign_id: str) -> dict[str, Any]:
-        return dict(self.api.get(f"/v1/campaigns/{campaign_id}").json())
-
-    @staticmethod
-    def _wait(condition: Any, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError("the campaign did not get there in time")
-            time.sleep(POLL_S)
+    def _wait(self, campaign_id: str, reached: Callable[[Campaign], bool], what: str) -> Campaign:
+        return wait_for_campaign(self.api, campaign_id, reached,
+                                 f"campaign {campaign_id} {what}", WAIT_TIMEOUT_S, POLL_S)
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -144,23 +131,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20, help="runs per mode")
-    parser.add_argument("--output", type=Path, default=Path("bench/results/cancel_latency.json"))
+    parser.add_argument("--output", type=Path, default=results_path("cancel_latency.json"))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as run_dir, private_stack(Path(run_dir)) as stack:
-        stack.start(senders=2, schedulers=0)
+    with running_stack(senders=2, api_timeout_s=60) as stack:
+        import_devices(stack.api, _devices())
         bench = Bench(stack)
-        bench.api.post("/v1/devices/bulk", json={"devices": _devices()[:10_000]})
-        bench.api.post("/v1/devices/bulk", json={"devices": _devices()[10_000:]})
         samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
         for _ in range(args.runs):
             for mode in MODES:
                 samples[mode].append(bench.run_once(mode))
     summary = summarize(samples)
     print_table(summary)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"bench": "cancel_latency", "summary": summary,
-                                       "samples": samples, "emulator_latency_ms": LATENCY_MS,
-                                       "devices": DEVICES}, indent=2))
+    write_json(args.output, {"bench": "cancel_latency", "summary": summary, "samples": samples,
+                             "emulator_latency_ms": LATENCY_MS, "devices": DEVICES})
 
 
 if __name__ == "__main__":

@@ -16,29 +16,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import statistics
-import tempfile
 import time
-import uuid
 import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import firebase_admin
-import httpx
 from firebase_admin import messaging
 from pymongo import AsyncMongoClient
 
-from bench.transport import StaticCredential
-from devstack.isolation import private_stack
+from bench.common import process_cpu_s, results_path, write_json
+from bench.fcm_sdk import close_app, open_app
+from bench.stack import BenchStack, create_campaign, import_devices, running_stack, wait_for_campaign
 from devstack.stack import Stack
-from fcm_emulator.client import EmulatorClient
 
 CHUNK = 500
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+FINISHED = ("completed", "failed", "cancelled")
+CAMPAIGN_TIMEOUT_S = 3600.0
+"""A campaign that has not ended in an hour is stuck, not slow: the bench stops instead of hanging."""
+POLL_S = 0.1
 
 
 def process_cpu(stack: Stack) -> dict[str, float]:
@@ -46,10 +43,9 @@ def process_cpu(stack: Stack) -> dict[str, float]:
     cpu = {}
     for name, process in stack.processes.items():
         try:
-            fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu[name] = process_cpu_s(process.pid)
         except FileNotFoundError:
             continue
-        cpu[name] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
     return cpu
 
 
@@ -58,19 +54,18 @@ def devices(count: int) -> list[dict[str, Any]]:
             for i in range(count)]
 
 
-def run_herald(stack: Stack, api: httpx.Client, emulator: EmulatorClient) -> dict[str, Any]:
-    emulator.reset()
-    before = process_cpu(stack)
-    campaign_id = api.post("/v1/campaigns", json={
-        "title": "Bench", "body": "Pipeline", "data": {"landingUrl": "https://example.com"}}).json()["id"]
-    while (campaign := api.get(f"/v1/campaigns/{campaign_id}").json())["status"] not in (
-            "completed", "failed", "cancelled"):
-        time.sleep(0.1)
-    after = process_cpu(stack)
+def run_herald(bench: BenchStack) -> dict[str, Any]:
+    bench.emulator.reset()
+    before = process_cpu(bench.stack)
+    campaign_id = create_campaign(bench.api, {
+        "title": "Bench", "body": "Pipeline", "data": {"landingUrl": "https://example.com"}})
+    campaign = wait_for_campaign(bench.api, campaign_id, lambda c: c["status"] in FINISHED,
+                                 f"campaign {campaign_id} to end", CAMPAIGN_TIMEOUT_S, POLL_S)
+    after = process_cpu(bench.stack)
     started = datetime.fromisoformat(campaign["started_at"])
     finished = datetime.fromisoformat(campaign["finished_at"])
     seconds = (finished - started).total_seconds()
-    accepted = emulator.stats()["by_error"].get("OK", 0)
+    accepted = bench.emulator.stats()["by_error"].get("OK", 0)
     if campaign["status"] != "completed" or accepted != campaign["counts"]["sent"]:
         raise RuntimeError(f"run did not complete cleanly: {campaign['status']}, {accepted}")
     return {"recipients": campaign["counts"]["targeted"], "seconds": seconds,
@@ -81,9 +76,7 @@ def run_herald(stack: Stack, api: httpx.Client, emulator: EmulatorClient) -> dic
 async def run_baseline(mongodb_url: str, endpoint: str, recipients: int) -> dict[str, Any]:
     """Seed 000's worker: page the audience, then send it chunk after chunk with the SDK."""
     warnings.filterwarnings("ignore", "Message.token is deprecated")  # tokens still work
-    messaging._MessagingService.FCM_URL = f"{endpoint}/v1/projects/{{0}}/messages:send"
-    app = firebase_admin.initialize_app(StaticCredential(), {"projectId": "bench"},
-                                        name=f"baseline-{uuid.uuid4().hex}")
+    app = open_app(endpoint, "bench", "baseline")
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(mongodb_url)
     started = time.perf_counter()
     cursor = client.get_default_database()["devices"].find(
@@ -97,7 +90,7 @@ async def run_baseline(mongodb_url: str, endpoint: str, recipients: int) -> dict
         sent += (await messaging.send_each_async(batch, app=app)).success_count
     seconds = time.perf_counter() - started
     await client.close()
-    await messaging._get_messaging_service(app)._async_client.aclose()
+    await close_app(app)
     return {"recipients": sent, "seconds": seconds, "per_s": sent / seconds}
 
 
@@ -134,26 +127,20 @@ def main() -> None:
     parser.add_argument("--senders", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-recipients", type=int, default=5_000)
-    parser.add_argument("--output", type=Path, default=Path("bench/results/pipeline.json"))
+    parser.add_argument("--output", type=Path, default=results_path("pipeline.json"))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as run_dir, private_stack(Path(run_dir)) as stack:
-        stack.start(senders=args.senders, schedulers=0)
-        api = httpx.Client(base_url=stack.config.api_url, timeout=120)
-        emulator = EmulatorClient(stack.config.fcm_url)
-        population = devices(args.devices)
-        for start in range(0, len(population), 10_000):
-            api.post("/v1/devices/bulk", json={"devices": population[start:start + 10_000]})
-        herald = [run_herald(stack, api, emulator) for _ in range(args.runs)]
-        emulator.reset()
-        baseline = asyncio.run(run_baseline(stack.config.mongodb_url, stack.config.fcm_url,
+    with running_stack(senders=args.senders, api_timeout_s=120) as bench:
+        import_devices(bench.api, devices(args.devices))
+        herald = [run_herald(bench) for _ in range(args.runs)]
+        bench.emulator.reset()
+        config = bench.stack.config
+        baseline = asyncio.run(run_baseline(config.mongodb_url, config.fcm_url,
                                             args.baseline_recipients))
     print(table(herald, baseline, args.senders))
     print()
     print(cpu_table(herald[-1]))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"bench": "pipeline", "devices": args.devices,
-                                       "senders": args.senders, "herald": herald,
-                                       "baseline": baseline}, indent=2))
+    write_json(args.output, {"bench": "pipeline", "devices": args.devices,
+                             "senders": args.senders, "herald": herald, "baseline": baseline})
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ import json
 import sys
 
 from devstack import demo
-from devstack.processes import pid_alive, terminate_pid
-from devstack.stack import REPO, Stack, StackConfig
+from devstack.isolation import BROKER_FILE, dev_broker, forget_dev_broker
+from devstack.processes import pid_alive, port_open, terminate_pid
+from devstack.stack import BOOTSTRAP_KEY_FILE, REPO, Stack, StackConfig
+from herald.names import CANCEL_EXCHANGE
 
 RUN_DIR = REPO / ".run"
 STATE = RUN_DIR / "stack.json"
@@ -29,11 +31,26 @@ def _running() -> dict[str, int]:
     return {name: pid for name, pid in pids.items() if pid_alive(pid)}
 
 
+def _taken_ports(config: StackConfig) -> list[int]:
+    ports = [config.mongodb_port, config.fcm_port, config.api_port,
+             *(int(port) for port in METRICS_PORTS.values())]
+    return [port for port in ports if port_open(port)]
+
+
 def up() -> int:
     if _running():
         print("herald: the stack is already up (make down stops it)")
         return 0
     config = StackConfig(run_dir=RUN_DIR)
+    # Another stack on these ports would answer this one's readiness checks, and its services
+    # would then work on that stack's database: refuse instead.
+    if taken := _taken_ports(config):
+        print(f"herald: ports {', '.join(map(str, taken))} are in use (another stack?); "
+              "not starting")
+        return 1
+    vhost, users = dev_broker(RUN_DIR)
+    config = StackConfig(run_dir=RUN_DIR, rabbitmq_url=users.service.url(vhost),
+                         cancel_rabbitmq_url=users.cancel.url(vhost))
     stack = Stack(config)
     try:
         stack.start_mongodb()
@@ -50,6 +67,10 @@ def up() -> int:
     STATE.write_text(json.dumps({name: p.pid for name, p in stack.processes.items()}, indent=2))
     print(f"herald: up. API {config.api_url} (docs at {config.api_url}/docs), "
           f"FCM emulator {config.fcm_url}, logs in {RUN_DIR / 'logs'}")
+    print(f"herald: admin API key (also in {RUN_DIR / BOOTSTRAP_KEY_FILE}):\n  {config.api_key}")
+    print(f"herald: AMQP cancels may be published to {CANCEL_EXCHANGE} (vhost {vhost}) as "
+          f"{users.cancel.name} (password in {RUN_DIR / BROKER_FILE}):\n  "
+          f"{config.cancel_rabbitmq_url}")
     return 0
 
 
@@ -60,6 +81,18 @@ def down() -> int:
         terminate_pid(pids[name], STOP_TIMEOUT_S)
         print(f"herald: stopped {name}")
     STATE.unlink(missing_ok=True)
+    return 0
+
+
+def clean() -> int:
+    """The stack's vhost and broker users go (``make clean``; ``make down`` keeps them, as it
+    keeps the stack's data)."""
+    if _running():
+        print("herald: the stack is up; make down first")
+        return 1
+    vhost = forget_dev_broker(RUN_DIR)
+    if vhost is not None:
+        print(f"herald: removed the RabbitMQ vhost {vhost} and its users")
     return 0
 
 
@@ -74,14 +107,15 @@ def status() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
-    parser.add_argument("command", choices=["up", "down", "status", "demo"])
+    parser.add_argument("command", choices=["up", "down", "status", "demo", "clean"])
     parser.add_argument("--devices", type=int, default=50_000)
     args = parser.parse_args()
     if args.command == "demo":
-        up()
+        if up() != 0:
+            return 1
         config = StackConfig(run_dir=RUN_DIR)
-        return demo.run(config.api_url, config.fcm_url, args.devices)
-    return {"up": up, "down": down, "status": status}[args.command]()
+        return demo.run(config.api_url, config.fcm_url, config.api_key, args.devices)
+    return {"up": up, "down": down, "status": status, "clean": clean}[args.command]()
 
 
 if __name__ == "__main__":

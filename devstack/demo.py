@@ -86,8 +86,9 @@ def summary(campaign: dict[str, Any], accepted_by_fcm: int) -> str:
     ])
 
 
-def run(api_url: str, fcm_url: str, devices: int = 50_000) -> int:
-    api = httpx.Client(base_url=api_url, timeout=120)
+def run(api_url: str, fcm_url: str, api_key: str, devices: int = 50_000) -> int:
+    api = httpx.Client(base_url=api_url, timeout=120,
+                       headers={"Authorization": f"Bearer {api_key}"})
     emulator = EmulatorClient(fcm_url)
     emulator.reset()
     print(f"Importing {devices:,} synthetic devices (bulk upsert, 10,000 per call)...")

@@ -29,17 +29,17 @@ from nx_27017.nx_27017 import main
 JULIAN_UNIX_EPOCH = 2440587.5
 
 
-class _JsonValue(Binary):
+class _JsonValue(Binary):  # type: ignore[misc]  # neosqlite ships no type information
     """A value nx-27017 must store as JSON (it treats Binary values that way)."""
 
     _value: Any
 
     def __new__(cls, value: Any) -> _JsonValue:
-        wrapped = super().__new__(cls, b"")
+        wrapped: _JsonValue = super().__new__(cls, b"")
         wrapped._value = value
         return wrapped
 
-    def encode_for_storage(self) -> Any:  # type: ignore[override]
+    def encode_for_storage(self) -> Any:
         return self._value
 
 

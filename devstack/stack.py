@@ -22,6 +22,7 @@ from devstack.processes import (
     spawn,
     wait_until,
 )
+from herald.domain.access import new_token
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICE_MODULES = {
@@ -32,6 +33,21 @@ SERVICE_MODULES = {
 }
 
 
+BOOTSTRAP_KEY_FILE = "bootstrap-api-key"
+
+
+def bootstrap_key(run_dir: Path) -> str:
+    """The stack's admin key: read from ``<run_dir>/bootstrap-api-key``, made (readable by its
+    owner only) the first time. The api gets the file's path, never the secret in its
+    environment."""
+    path = run_dir / BOOTSTRAP_KEY_FILE
+    if not path.exists():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(new_token("bootstrap") + "\n")
+    return path.read_text().strip()
+
+
 @dataclass
 class StackConfig:
     run_dir: Path
@@ -39,6 +55,9 @@ class StackConfig:
     mongodb_port: int = 27017
     start_mongodb: bool = True
     rabbitmq_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    """The services' broker user on the stack's vhost."""
+    cancel_rabbitmq_url: str | None = None
+    """The cancel publisher's user (``herald-cancel-<vhost>``) on that vhost, for outside tools."""
     redis_url: str = "redis://127.0.0.1:6379/0"
     fcm_port: int = 8681
     api_port: int = 8000
@@ -51,6 +70,14 @@ class StackConfig:
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def api_key(self) -> str:
+        """The admin key the api bootstraps (``HERALD_BOOTSTRAP_API_KEY_FILE``)."""
+        return bootstrap_key(self.run_dir)
+
+    def api_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
 
     @property
     def fcm_url(self) -> str:
@@ -95,7 +122,8 @@ class Stack:
         if not port_open(self.config.mongodb_port):
             return False
         try:
-            with MongoClient(self.config.mongodb_url, serverSelectionTimeoutMS=500) as client:
+            with MongoClient(self.config.mongodb_url, document_class=dict,
+                             serverSelectionTimeoutMS=500) as client:
                 client.admin.command("ping")
         except PyMongoError:
             return False
@@ -113,6 +141,10 @@ class Stack:
         """Start one service; the api is waited for until ready, the others until healthy."""
         name = name or service
         overrides = {"HERALD_METRICS_PORT": "0", **env}
+        if service == "api":
+            bootstrap_key(self.config.run_dir)  # made before the api reads it
+            overrides.setdefault("HERALD_BOOTSTRAP_API_KEY_FILE",
+                                 str(self.config.run_dir / BOOTSTRAP_KEY_FILE))
         process = self._spawn(name, python_module(SERVICE_MODULES[service]),
                               self.config.service_env(**overrides))
         if service == "api":
@@ -137,7 +169,8 @@ class Stack:
         """Wait until the api lists at least ``expected`` live pods per service."""
         def enough() -> bool:
             try:
-                pods = httpx.get(f"{self.config.api_url}/v1/pods", timeout=2).json()["pods"]
+                pods = httpx.get(f"{self.config.api_url}/v1/pods", timeout=2,
+                                 headers=self.config.api_headers()).json()["pods"]
             except (httpx.HTTPError, KeyError, ValueError):
                 return False
             live = Counter(pod["service"] for pod in pods)

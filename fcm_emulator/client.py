@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import httpx
@@ -11,13 +11,29 @@ import orjson
 
 @dataclass(frozen=True)
 class Received:
+    """One request the emulator received: its token, its answer, and the replacement fields the
+    message carried (None where it carried none)."""
+
     received_at: float
     token: str
     error: str | None
+    android_tag: str | None = None
+    android_collapse_key: str | None = None
+    apns_collapse_id: str | None = None
+    webpush_topic: str | None = None
+    webpush_tag: str | None = None
 
     @property
     def accepted(self) -> bool:
         return self.error is None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Received:
+        """A row of ``/_emulator/requests``; fields this client does not know are left out."""
+        return cls(**{name: row[name] for name in _RECEIVED_FIELDS if name in row})
+
+
+_RECEIVED_FIELDS = tuple(f.name for f in fields(Received))
 
 
 class EmulatorClient:
@@ -32,7 +48,8 @@ class EmulatorClient:
     def received(self) -> list[Received]:
         response = self._http.get("/_emulator/requests")
         response.raise_for_status()
-        return [Received(**orjson.loads(line)) for line in response.content.splitlines() if line]
+        return [Received.from_row(orjson.loads(line))
+                for line in response.content.splitlines() if line]
 
     def stats(self) -> dict[str, Any]:
         response = self._http.get("/_emulator/stats")

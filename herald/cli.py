@@ -4,8 +4,15 @@
     herald campaigns watch ID
     herald campaigns recipients ID --outcome unsent > unsent.ndjson
     herald campaigns retarget ID --title "Fixed link" --data landingUrl=https://...
+    herald campaigns amend ID --data landingUrl=https://...      # replaces it where it was sent
+    herald campaigns correct ID --body "..." --data landingUrl=https://...   # both at once
 
-``--api`` (or ``HERALD_API_URL``) chooses the API, ``http://127.0.0.1:8000`` by default.
+``--api`` (or ``HERALD_API_URL``) chooses the API, ``http://127.0.0.1:8000`` by default;
+``--api-key`` (or ``HERALD_API_KEY``) is the key every call carries.
+
+    herald keys create --name on-call --role responder
+    herald keys list
+    herald keys revoke KEY_ID
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from __future__ import annotations
 import getpass
 import sys
 import time
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, NoReturn
 
 import httpx
@@ -31,11 +40,27 @@ app.add_typer(campaigns, name="campaigns")
 console = Console()
 errors = Console(stderr=True)
 
+keys = typer.Typer(help="Mint, list and revoke API keys (an admin key's job).",
+                   no_args_is_help=True)
+app.add_typer(keys, name="keys")
+
+DEFAULT_API = "http://127.0.0.1:8000"
 ApiOption = Annotated[str, typer.Option("--api", envvar="HERALD_API_URL", help="Herald API base URL")]
+KeyOption = Annotated[str | None, typer.Option(
+    "--api-key", envvar="HERALD_API_KEY", help="The API key every call carries",
+    show_default=False)]
 
 
-def _client(api: str) -> httpx.Client:
-    return httpx.Client(base_url=api, timeout=30.0)
+@dataclass(frozen=True)
+class Target:
+    """Where the calls go, and the key they carry."""
+
+    api: str
+    key: str | None
+
+    def client(self) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+        return httpx.Client(base_url=self.api, timeout=30.0, headers=headers)
 
 
 def _fail(message: str) -> NoReturn:
@@ -43,13 +68,13 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(1)
 
 
-def _call(api: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+def _call(target: Target, method: str, path: str, **kwargs: Any) -> httpx.Response:
     """One API call; an error answer or an unreachable API ends the command with its message."""
     try:
-        with _client(api) as client:
+        with target.client() as client:
             response = client.request(method, path, **kwargs)
     except httpx.HTTPError as exc:
-        _fail(f"cannot reach the Herald API at {api}: {exc}")
+        _fail(f"cannot reach the Herald API at {target.api}: {exc}")
     if response.status_code >= 400:
         try:
             error = response.json()["error"]
@@ -74,19 +99,20 @@ def _parse_data(pairs: list[str]) -> dict[str, str]:
 
 
 @campaigns.command("show")
-def show(campaign_id: str, api: ApiOption = "http://127.0.0.1:8000") -> None:
+def show(campaign_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
     """Print a campaign with its live counts."""
-    _print_json(_call(api, "GET", f"/v1/campaigns/{campaign_id}").json())
+    _print_json(_call(Target(api, api_key), "GET", f"/v1/campaigns/{campaign_id}").json())
 
 
 @campaigns.command("list")
 def list_campaigns(
-    api: ApiOption = "http://127.0.0.1:8000",
+    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
     status: Annotated[list[str] | None, typer.Option(help="Only these statuses")] = None,
     limit: int = 20,
 ) -> None:
     """The newest campaigns, one line each."""
-    page = _call(api, "GET", "/v1/campaigns", params={"status": status or [], "limit": limit}).json()
+    page = _call(Target(api, api_key), "GET", "/v1/campaigns",
+                 params={"status": status or [], "limit": limit}).json()
     for item in page["items"]:
         counts = item["counts"]
         console.print(f"{item['id']}  {item['status']:<11} sent {counts['sent']:>8}  failed "
@@ -97,7 +123,7 @@ def list_campaigns(
 def create(
     title: Annotated[str, typer.Option()],
     body: Annotated[str, typer.Option()],
-    api: ApiOption = "http://127.0.0.1:8000",
+    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
     data: Annotated[list[str] | None, typer.Option(help="key=value, repeatable")] = None,
     audience: Annotated[str | None, typer.Option(help="Audience filter as JSON")] = None,
     name: str | None = None,
@@ -108,7 +134,7 @@ def create(
         payload["name"] = name
     if audience:
         payload["audience"] = orjson.loads(audience)
-    created = _call(api, "POST", "/v1/campaigns", json=payload).json()
+    created = _call(Target(api, api_key), "POST", "/v1/campaigns", json=payload).json()
     console.print(created["id"])
 
 
@@ -116,32 +142,33 @@ def create(
 def cancel(
     campaign_id: str,
     reason: Annotated[str | None, typer.Option(help="Why; recorded with the cancel")] = None,
-    requested_by: Annotated[str | None, typer.Option("--by", help="Who asks (default: you)")] = None,
-    api: ApiOption = "http://127.0.0.1:8000",
+    requested_by: Annotated[str | None, typer.Option(
+        "--by", help="On whose behalf (default: you); the actor recorded is the key")] = None,
+    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
 ) -> None:
     """Stop a campaign everywhere; waits for the final numbers."""
     who = requested_by or getpass.getuser()
-    response = _call(api, "POST", f"/v1/campaigns/{campaign_id}/cancel",
+    response = _call(Target(api, api_key), "POST", f"/v1/campaigns/{campaign_id}/cancel",
                      json={"reason": reason}, headers={"X-Requested-By": who})
     result = response.json()
     if result["status"] == "cancelling":
         console.print("cancelling: every sender stops before its next FCM request...")
-        result = _wait(api, campaign_id)
+        result = _wait(Target(api, api_key), campaign_id)
     counts = result["counts"]
     console.print(f"{result['status']}: sent {counts['sent']}, failed {counts['failed']}, "
                   f"unsent {counts['unsent']} of {counts['targeted']} targeted")
 
 
-def _wait(api: str, campaign_id: str) -> dict[str, Any]:
+def _wait(target: Target, campaign_id: str) -> dict[str, Any]:
     while True:
-        campaign: dict[str, Any] = _call(api, "GET", f"/v1/campaigns/{campaign_id}").json()
+        campaign: dict[str, Any] = _call(target, "GET", f"/v1/campaigns/{campaign_id}").json()
         if campaign["status"] in TERMINAL:
             return campaign
         time.sleep(POLL_S / 5)
 
 
 @campaigns.command("watch")
-def watch(campaign_id: str, api: ApiOption = "http://127.0.0.1:8000") -> None:
+def watch(campaign_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
     """A live progress bar until the campaign reaches a final status."""
     columns = (TextColumn("{task.fields[status]:<11}"), BarColumn(), TaskProgressColumn(),
                TextColumn("sent {task.fields[sent]} failed {task.fields[failed]} "
@@ -149,7 +176,7 @@ def watch(campaign_id: str, api: ApiOption = "http://127.0.0.1:8000") -> None:
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("campaign", total=None, status="", sent=0, failed=0)
         while True:
-            campaign = _call(api, "GET", f"/v1/campaigns/{campaign_id}").json()
+            campaign = _call(Target(api, api_key), "GET", f"/v1/campaigns/{campaign_id}").json()
             counts = campaign["counts"]
             progress.update(task, total=counts["targeted"] or None,
                             completed=counts["sent"] + counts["failed"], status=campaign["status"],
@@ -164,12 +191,12 @@ def watch(campaign_id: str, api: ApiOption = "http://127.0.0.1:8000") -> None:
 def recipients(
     campaign_id: str,
     outcome: Annotated[str, typer.Option(help="sent, failed or unsent")] = "sent",
-    api: ApiOption = "http://127.0.0.1:8000",
+    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
 ) -> None:
     """The audit: one JSON line per recipient with the given outcome."""
     path = f"/v1/campaigns/{campaign_id}/recipients"
     try:
-        with _client(api) as client, client.stream(
+        with Target(api, api_key).client() as client, client.stream(
                 "GET", path, params={"outcome": outcome}) as response:
             if response.status_code >= 400:
                 response.read()
@@ -180,29 +207,118 @@ def recipients(
         _fail(f"cannot reach the Herald API at {api}: {exc}")
 
 
+TitleOption = Annotated[str | None, typer.Option(help="New title (default: the original's)")]
+BodyOption = Annotated[str | None, typer.Option(help="New body (default: the original's)")]
+DataOption = Annotated[list[str] | None, typer.Option(
+    help="key=value, repeatable; replaces the original's data")]
+ImageOption = Annotated[str | None, typer.Option("--image-url", help="New image URL")]
+IdempotencyOption = Annotated[str | None, typer.Option(
+    "--idempotency-key", help="Run the command again with the same key: the same follow-ups "
+                              "come back instead of new ones", show_default=False)]
+
+
+def _follow_up_body(title: str | None, body: str | None, data: list[str] | None,
+                    image_url: str | None) -> dict[str, Any]:
+    given: dict[str, Any] = {"title": title, "body": body, "image_url": image_url,
+                             "data": _parse_data(data) if data else None}
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def _follow_up(target: Target, campaign_id: str, action: str, payload: dict[str, Any],
+               idempotency_key: str | None) -> dict[str, Any]:
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    answer: dict[str, Any] = _call(target, "POST", f"/v1/campaigns/{campaign_id}/{action}",
+                                   json=payload, headers=headers).json()
+    return answer
+
+
 @campaigns.command("retarget")
 def retarget(
     campaign_id: str,
-    api: ApiOption = "http://127.0.0.1:8000",
-    title: str | None = None,
-    body: str | None = None,
-    data: Annotated[list[str] | None, typer.Option(help="key=value, repeatable")] = None,
+    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
+    title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
+    image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
 ) -> None:
     """Send a follow-up to exactly the recipients a finished campaign did not reach."""
-    payload: dict[str, Any] = {"title": title, "body": body}
-    if data:
-        payload["data"] = _parse_data(data)
-    created = _call(api, "POST", f"/v1/campaigns/{campaign_id}/retarget",
-                    json={k: v for k, v in payload.items() if v is not None}).json()
+    created = _follow_up(Target(api, api_key), campaign_id, "retarget",
+                         _follow_up_body(title, body, data, image_url), idempotency_key)
     console.print(created["id"])
 
 
+@campaigns.command("amend")
+def amend(
+    campaign_id: str,
+    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
+    title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
+    image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
+) -> None:
+    """Replace a finished campaign's notification on every device FCM accepted it for."""
+    created = _follow_up(Target(api, api_key), campaign_id, "amend",
+                         _follow_up_body(title, body, data, image_url), idempotency_key)
+    console.print(created["id"])
+
+
+@campaigns.command("correct")
+def correct(
+    campaign_id: str,
+    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
+    title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
+    image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
+) -> None:
+    """Correct a finished campaign: a new notification to its unsent recipients and a
+    replacement to its sent ones, in one call; prints both follow-ups."""
+    result = _follow_up(Target(api, api_key), campaign_id, "correct",
+                        _follow_up_body(title, body, data, image_url), idempotency_key)
+    for half, meaning in (("retarget", "new notification to the unsent"),
+                          ("amend", "replacement for the sent")):
+        made = result[half]
+        if made is None:
+            console.print(f"{half:<8} none: nobody in that group", highlight=False)
+        else:
+            console.print(f"{half:<8} {made['id']}  {made['expected']:>8} recipients  "
+                          f"({meaning})", highlight=False)
+
+
 @app.command("pods")
-def pods(api: ApiOption = "http://127.0.0.1:8000") -> None:
+def pods(api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
     """Live pods, from their heartbeats."""
-    for pod in _call(api, "GET", "/v1/pods").json()["pods"]:
+    for pod in _call(Target(api, api_key), "GET", "/v1/pods").json()["pods"]:
         console.print(f"{pod['service']:<11} {pod['id']:<40} beat {pod['age_s']:.1f}s ago  "
                       f"working on {len(pod['campaigns'])} campaigns")
+
+
+@keys.command("create")
+def create_key(
+    name: Annotated[str, typer.Option(help="Who or what the key is for")],
+    role: Annotated[str, typer.Option(help="viewer, responder, operator, ingest or admin")],
+    expires_at: Annotated[datetime | None, typer.Option(
+        help="ISO 8601 instant with an offset; never when omitted")] = None,
+    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
+) -> None:
+    """Mint a key and print its secret (shown this once)."""
+    body: dict[str, Any] = {"name": name, "role": role}
+    if expires_at is not None:
+        body["expires_at"] = expires_at.isoformat()
+    created = _call(Target(api, api_key), "POST", "/v1/api-keys", json=body).json()
+    errors.print(f"key {created['id']} ({created['role']}); its secret, shown once:")
+    console.print(created["secret"], highlight=False)
+
+
+@keys.command("list")
+def list_keys(api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
+    """Every key: id, name, role, last use, expiry, revocation (never a secret)."""
+    for key in _call(Target(api, api_key), "GET", "/v1/api-keys").json()["items"]:
+        state = f"revoked {key['revoked_at']}" if key["revoked_at"] else (
+            f"expires {key['expires_at']}" if key["expires_at"] else "active")
+        console.print(f"{key['id']:<24}  {key['role']:<9}  {key['name']:<24}  "
+                      f"last used {key['last_used_at'] or 'never'}  {state}", highlight=False)
+
+
+@keys.command("revoke")
+def revoke_key(key_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
+    """Revoke a key: every api replica refuses it within a second."""
+    revoked = _call(Target(api, api_key), "DELETE", f"/v1/api-keys/{key_id}").json()
+    console.print(f"revoked {revoked['id']} ({revoked['name']}) at {revoked['revoked_at']}")
 
 
 def main() -> None:

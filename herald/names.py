@@ -40,6 +40,12 @@ CHUNKS = "chunks"
 DELIVERIES = "deliveries"
 SCHEDULES = "schedules"
 IDEMPOTENCY_KEYS = "idempotency_keys"
+API_KEYS = "api_keys"
+OPERATOR_LOG = "operator_log"
+
+
+FLEET_RATE_BUCKET = "fcm"
+"""Scope of the fleet-wide FCM token bucket (``RedisKeys.rate_bucket``)."""
 
 
 # --- Redis keys -----------------------------------------------------------------------------------
@@ -52,6 +58,10 @@ class RedisKeys:
 
     def __init__(self, namespace: str) -> None:
         self.prefix = f"herald:{namespace}:"
+
+    def everything(self) -> str:
+        """A pattern matching every key of the namespace (to clean a test's keys up)."""
+        return f"{self.prefix}*"
 
     def cancel_flag(self, campaign_id: str) -> str:
         return f"{self.prefix}cancel:{campaign_id}"
@@ -67,3 +77,7 @@ class RedisKeys:
 
     def rate_bucket(self, scope: str) -> str:
         return f"{self.prefix}rate:{scope}"
+
+    def api_rate_bucket(self, key_id: str) -> str:
+        """Requests a key may still make to the API's mutating endpoints (shared by replicas)."""
+        return f"{self.prefix}api-rate:{key_id}"

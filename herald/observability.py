@@ -33,7 +33,7 @@ RATE_LIMIT_WAIT_SECONDS = Counter("herald_rate_limit_wait_seconds_total",
 CAMPAIGNS_FINISHED = Counter("herald_campaigns_finished_total", "Campaigns reaching a final status",
                              ["status"])
 
-# --- cancellation (seed 000's four monitoring metrics) ---------------------------------------------
+# --- cancellation: how fast it takes effect, how much went out first, flags, strays ----------
 CANCEL_LATENCY_SECONDS = Histogram(
     "herald_cancel_latency_seconds",
     "From the cancel request to the last pod's acknowledgement", buckets=LATENCY_BUCKETS_S)
@@ -43,7 +43,8 @@ CANCEL_SENT_RATIO = Histogram(
 CANCEL_FLAGS = Gauge("herald_cancel_flags", "Cancel flags alive in Redis")
 CANCEL_UNMATCHED = Counter(
     "herald_cancel_unmatched_total",
-    "Cancel messages acted on for a campaign with no matching cancel request (should stay 0)")
+    "Cancel messages for a campaign that is unknown or already finished, counted by each pod "
+    "that receives one (should stay 0)")
 
 # --- pods and scheduling ---------------------------------------------------------------------------
 PODS_LIVE = Gauge("herald_pods_live", "Pods with a fresh heartbeat", ["service"])

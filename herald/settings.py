@@ -10,14 +10,15 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 GOOGLE_FCM_ENDPOINT = "https://fcm.googleapis.com"
 DEFAULT_MONGODB_DATABASE = "herald"
 
+MIN_SECRET_CHARS = 24
 PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 
@@ -29,6 +30,39 @@ def _require_scheme(url: str, schemes: tuple[str, ...], name: str) -> str:
         wanted = " or ".join(f"{s}://host..." for s in schemes)
         raise ValueError(f"{name} must look like {wanted}, got {url!r}")
     return url
+
+
+# TLS: every driver reads its CA and client certificate from its URL's query, so no other setting
+# is needed; what is checked at start is that the files exist and that the URL is a TLS one.
+MONGODB_TLS_FILES = ("tlscafile", "tlscertificatekeyfile", "tlscrlfile")  # case-insensitive
+RABBITMQ_TLS_FILES = ("cafile", "certfile", "keyfile")  # aiormq's amqps:// options
+RABBITMQ_TLS_DIRS = ("capath",)
+REDIS_TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")  # redis-py's rediss:// options
+REDIS_TLS_DIRS = ("ssl_ca_path",)
+REDIS_CERT_REQS = ("none", "optional", "required")
+
+
+def _query(url: str, *, lower: bool = False) -> dict[str, str]:
+    pairs = parse_qsl(urlsplit(url).query, keep_blank_values=True)
+    return {(key.lower() if lower else key): value for key, value in pairs}
+
+
+def _require_tls_paths(options: Mapping[str, str], name: str, files: tuple[str, ...],
+                       directories: tuple[str, ...] = ()) -> None:
+    """Each TLS file (or directory) the URL names must exist, or the process stops now."""
+    for key, value in options.items():
+        if key in files and not Path(value).is_file():
+            raise ValueError(f"{name}: {key}={value}: no such file")
+        if key in directories and not Path(value).is_dir():
+            raise ValueError(f"{name}: {key}={value}: no such directory")
+
+
+def _require_tls_scheme(url: str, options: Mapping[str, str], tls_options: tuple[str, ...],
+                        tls_scheme: str, name: str) -> None:
+    """TLS options on a plain URL would be ignored (or fail on first use): refuse them."""
+    given = sorted(key for key in options if key in tls_options)
+    if given and urlsplit(url).scheme != tls_scheme:
+        raise ValueError(f"{name}: {', '.join(given)}: TLS options, for {tls_scheme}:// URLs only")
 
 
 class Settings(BaseSettings):
@@ -44,6 +78,12 @@ class Settings(BaseSettings):
     fcm_credentials: Path | None = None
 
     api_port: int = Field(default=8000, ge=0, le=65535)
+    bootstrap_api_key: SecretStr | None = None
+    """The secret of the ``admin`` key named ``bootstrap`` (or ``bootstrap_api_key_file``)."""
+    bootstrap_api_key_file: Path | None = None
+    api_max_body_bytes: PositiveInt = 16 * 1024 * 1024
+    api_rate_per_s: PositiveFloat = 50.0
+    api_burst: PositiveInt = 200
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     log_level: str = "INFO"
 
@@ -57,6 +97,9 @@ class Settings(BaseSettings):
     fcm_rate_per_min: PositiveInt = 600_000
     chunk_max_attempts: PositiveInt = 5
     chunk_budget_s: PositiveFloat = 300.0
+
+    # Dispatcher tuning.
+    dispatcher_prefetch: PositiveInt = 10
 
     # Coordination.
     grace_period_s: PositiveFloat = 20.0
@@ -73,17 +116,28 @@ class Settings(BaseSettings):
     @field_validator("mongodb_url")
     @classmethod
     def _mongodb_url(cls, value: str) -> str:
-        return _require_scheme(value, ("mongodb", "mongodb+srv"), "HERALD_MONGODB_URL")
+        name = "HERALD_MONGODB_URL"
+        _require_tls_paths(_query(value, lower=True), name, MONGODB_TLS_FILES)
+        return _require_scheme(value, ("mongodb", "mongodb+srv"), name)
 
     @field_validator("rabbitmq_url")
     @classmethod
     def _rabbitmq_url(cls, value: str) -> str:
-        return _require_scheme(value, ("amqp", "amqps"), "HERALD_RABBITMQ_URL")
+        name, options = "HERALD_RABBITMQ_URL", _query(value)
+        _require_tls_scheme(value, options, RABBITMQ_TLS_FILES + RABBITMQ_TLS_DIRS, "amqps", name)
+        _require_tls_paths(options, name, RABBITMQ_TLS_FILES, RABBITMQ_TLS_DIRS)
+        return _require_scheme(value, ("amqp", "amqps"), name)
 
     @field_validator("redis_url")
     @classmethod
     def _redis_url(cls, value: str) -> str:
-        return _require_scheme(value, ("redis", "rediss", "unix"), "HERALD_REDIS_URL")
+        name, options = "HERALD_REDIS_URL", _query(value)
+        tls_options = (*REDIS_TLS_FILES, *REDIS_TLS_DIRS, "ssl_cert_reqs", "ssl_check_hostname")
+        _require_tls_scheme(value, options, tls_options, "rediss", name)
+        _require_tls_paths(options, name, REDIS_TLS_FILES, REDIS_TLS_DIRS)
+        if options.get("ssl_cert_reqs", "required") not in REDIS_CERT_REQS:
+            raise ValueError(f"{name}: ssl_cert_reqs must be one of {', '.join(REDIS_CERT_REQS)}")
+        return _require_scheme(value, ("redis", "rediss", "unix"), name)
 
     @field_validator("fcm_endpoint")
     @classmethod
@@ -109,6 +163,28 @@ class Settings(BaseSettings):
         if self.fcm_credentials is not None and not self.fcm_credentials.is_file():
             raise ValueError(f"HERALD_FCM_CREDENTIALS: no such file {self.fcm_credentials}")
         return self
+
+    @model_validator(mode="after")
+    def _bootstrap_key_from_file(self) -> Settings:
+        if self.bootstrap_api_key_file is None:
+            return self
+        if self.bootstrap_api_key is not None:
+            raise ValueError("set HERALD_BOOTSTRAP_API_KEY or HERALD_BOOTSTRAP_API_KEY_FILE, "
+                             "not both")
+        try:  # a mounted secret file often ends with a newline
+            secret = self.bootstrap_api_key_file.read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"HERALD_BOOTSTRAP_API_KEY_FILE: cannot read it ({exc})") from exc
+        object.__setattr__(self, "bootstrap_api_key", SecretStr(secret))
+        return self
+
+    @field_validator("bootstrap_api_key")
+    @classmethod
+    def _bootstrap_key_strength(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().strip()) < MIN_SECRET_CHARS:
+            raise ValueError(f"HERALD_BOOTSTRAP_API_KEY must be at least {MIN_SECRET_CHARS} "
+                             "characters (e.g. openssl rand -hex 32)")
+        return value
 
     @property
     def mongodb_database(self) -> str:

@@ -1,4 +1,5 @@
-"""Test tiers are chosen by folder: tests/unit, tests/integration, tests/e2e (markers follow)."""
+"""Test tiers are chosen by folder: tests/unit, tests/deploy, tests/integration, tests/e2e (markers
+follow)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-TIERS = ("unit", "integration", "e2e")
+TIERS = ("unit", "deploy", "integration", "e2e")
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        parts = Path(str(item.fspath)).parts
-        for tier in TIERS:
-            if tier in parts:
-                item.add_marker(getattr(pytest.mark, tier))
+        # The first folder under tests/ only: a checkout under, say, /srv/deploy/ stays untiered.
+        folder = Path(str(item.fspath)).resolve().relative_to(TESTS).parts[0]
+        if folder in TIERS:
+            item.add_marker(getattr(pytest.mark, folder))

@@ -1,4 +1,5 @@
-"""Helpers shared by the integration and end-to-end tiers: unique names, private vhosts, waits.
+"""Helpers shared by the integration and end-to-end tiers: unique names, private vhosts, and
+waiting for a condition with a deadline (never a bare sleep that hopes).
 
 Every test gets its own MongoDB database and RabbitMQ vhost (and, through the database name, its
 own Redis key namespace), so tests never see each other's data, and everything is removed after.
@@ -6,19 +7,24 @@ own Redis key namespace), so tests never see each other's data, and everything i
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from devstack.isolation import create_vhost, delete_vhost, unique_name
+import httpx
 
-__all__ = ["create_vhost", "delete_vhost", "unique_name", "wait_for"]
+from devstack.isolation import unique_name
+
+__all__ = ["error_code", "eventually", "unique_name", "wait_for"]
 
 T = TypeVar("T")
 
+POLL_S = 0.05
+
 
 def wait_for(probe: Callable[[], T | None], timeout_s: float, what: str,
-             interval_s: float = 0.05) -> T:
+             interval_s: float = POLL_S) -> T:
     """Poll ``probe`` until it returns something truthy; fail with ``what`` after the deadline."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -28,3 +34,24 @@ def wait_for(probe: Callable[[], T | None], timeout_s: float, what: str,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(interval_s)
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], timeout_s: float = 10.0,
+                     what: str = "the condition", interval_s: float = POLL_S) -> T:
+    """The asynchronous ``wait_for``: await ``probe`` until it returns something truthy."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(interval_s)
+
+
+def error_code(response: httpx.Response) -> str:
+    """The machine-readable code of an API error, checking the error's shape on the way."""
+    body = response.json()
+    assert set(body) == {"error"}
+    assert body["error"]["message"]
+    return str(body["error"]["code"])

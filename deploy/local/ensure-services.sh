@@ -30,6 +30,28 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# promtool (Debian's prometheus package) checks and unit-tests deploy/prometheus/alerts.yml. Only
+# the tool is wanted: the package's own Prometheus server must not start and hold :9090, so its
+# start is refused through policy-rc.d while installing (and it is disabled where systemd runs).
+install_promtool() {
+  local policy=/usr/sbin/policy-rc.d placed=""
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# ensure-services.sh: no service starts while promtool is installed\nexit 101\n' \
+      | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod 0755 "$policy"
+    placed=yes
+  fi
+  [ "${#missing[@]}" -gt 0 ] || $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends prometheus \
+    || { [ -z "$placed" ] || $SUDO rm -f "$policy"; return 1; }
+  [ -z "$placed" ] || $SUDO rm -f "$policy"
+  if has_systemd; then $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
+}
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "ensure-services: installing prometheus (for promtool; its server stays stopped)"
+  install_promtool
+fi
+
 if ! port_open 6379; then
   echo "ensure-services: starting Redis"
   if has_systemd; then $SUDO systemctl start redis-server; else

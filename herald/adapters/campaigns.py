@@ -1,75 +1,70 @@
-"""Campaign documents in MongoDB. Every status change is a conditional ``findOneAndUpdate``.
+"""Campaigns in MongoDB. Every status change is a conditional ``findOneAndUpdate``.
 
-A campaign document carries its content, its audience, its live counters, the dispatcher's lease
-and cursor checkpoint, and, once asked, the cancel record:
-
-    {_id, name, title, body, image_url, data, audience | retarget, chunk_size, rate_per_s,
-     status, counts: {targeted, sent, failed}, progress: {chunks_published, chunks_done},
-     (live counts grow by whole chunks; final counts are recomputed from the records)
-     dispatch: {owner, lease_until, until, next_seq, done},
-     cancel: {requested_at, reason, requested_by, expected_pods, acks, acknowledged_at} | null,
-     created_at, due_at, started_at, finished_at, updated_at, schedule_id, source}
+A campaign document is ``herald.domain.documents.Campaign`` as stored (``adapters.records``):
+its content, audience or follow-up source, live counters, the dispatcher's lease and paging
+checkpoint (``dispatch``), and, once asked, the cancel record. Live counts grow by whole chunks;
+final counts are recomputed from the records when the campaign finishes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from bson import ObjectId
-from bson.errors import InvalidId
 from pymongo import DESCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from herald import names
 from herald.adapters.mongo import Database, Document
+from herald.adapters.records import from_bson, maybe, object_id, to_bson
+from herald.domain.documents import Campaign, CancelRecord, Counts
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
+from herald.domain.timing import Wave
 
 _STILL_COUNTING = sorted(status.value for status in Status if status not in TERMINAL)
 """Statuses in which a finished chunk still adds to the live counts."""
 
 
-def object_id(campaign_id: str | ObjectId) -> ObjectId | None:
-    """The ObjectId behind an id from a URL or a message, or ``None`` when it is not one."""
-    if isinstance(campaign_id, ObjectId):
-        return campaign_id
-    try:
-        return ObjectId(campaign_id)
-    except (InvalidId, TypeError):
-        return None
+def _counts(counts: Counts) -> Document:
+    return {"counts.targeted": counts.targeted, "counts.sent": counts.sent,
+            "counts.failed": counts.failed}
 
 
 class CampaignStore:
     def __init__(self, db: Database) -> None:
         self._campaigns = db[names.CAMPAIGNS]
 
-    async def insert(self, document: Document) -> None:
+    async def insert(self, campaign: Campaign) -> None:
+        document = to_bson(campaign)
+        if document["run_key"] is None:
+            # Only schedule runs have a key, and its unique index is sparse: a sparse index
+            # still indexes an explicit null on MongoDB, so a second null would be a duplicate.
+            del document["run_key"]
         await self._campaigns.insert_one(document)
 
-    async def get(self, campaign_id: str | ObjectId) -> Document | None:
+    async def get(self, campaign_id: str) -> Campaign | None:
         oid = object_id(campaign_id)
-        return None if oid is None else await self._campaigns.find_one({"_id": oid})
+        return None if oid is None else maybe(Campaign, await self._campaigns.find_one({"_id": oid}))
 
-    async def page(self, statuses: Iterable[Status] | None, before: ObjectId | None,
-                   limit: int) -> list[Document]:
+    async def page(self, statuses: Iterable[Status] | None, before: str | None,
+                   limit: int) -> list[Campaign]:
         """Newest first, ``limit`` campaigns created before the campaign ``before``."""
-        query: dict[str, Any] = {}
+        query: Document = {}
         if statuses:
             query["status"] = {"$in": [s.value for s in statuses]}
         if before is not None:
-            query["_id"] = {"$lt": before}
-        cursor = self._campaigns.find(query).sort("_id", DESCENDING).limit(limit)
-        return await cursor.to_list()
+            query["_id"] = {"$lt": object_id(before)}
+        return await self._find(query, sort=("_id", DESCENDING), limit=limit)
 
-    async def with_status(self, status: Status, limit: int = 100) -> list[Document]:
-        cursor = self._campaigns.find({"status": status.value}).sort("_id", 1).limit(limit)
-        return await cursor.to_list()
+    async def with_status(self, status: Status, limit: int = 100) -> list[Campaign]:
+        return await self._find({"status": status.value}, sort=("_id", 1), limit=limit)
 
-    async def transition(self, campaign_id: str | ObjectId, transition: Transition, now: datetime,
-                         *, also_set: Mapping[str, Any] | None = None,
-                         where: Mapping[str, Any] | None = None) -> Document | None:
-        """Apply ``transition`` if the campaign's status allows it; the updated document, or None.
+    async def transition(self, campaign_id: str, transition: Transition, now: datetime, *,
+                         also_set: Mapping[str, Any] | None = None,
+                         where: Mapping[str, Any] | None = None) -> Campaign | None:
+        """Apply ``transition`` if the campaign's status allows it; the updated campaign, or None.
 
         The status test and the write are one atomic operation, so of two racing transitions
         exactly one wins, whatever the order in which they read the campaign.
@@ -81,45 +76,82 @@ class CampaignStore:
                  **(where or {})}
         update = {"$set": {"status": target_of(transition).value, "updated_at": now,
                            **(also_set or {})}}
-        return await self._campaigns.find_one_and_update(
-            query, update, return_document=ReturnDocument.AFTER)
+        return maybe(Campaign, await self._campaigns.find_one_and_update(
+            query, update, return_document=ReturnDocument.AFTER))
 
-    async def insert_run(self, document: Document) -> Document:
+    # --- named transitions, each with what it records --------------------------------------------
+    async def fire(self, campaign_id: str, now: datetime, fired_by: str) -> Campaign | None:
+        return await self.transition(campaign_id, Transition.FIRE, now,
+                                     also_set={"fired_at": now, "fired_by": fired_by})
+
+    async def miss(self, campaign_id: str, reason: str, now: datetime) -> Campaign | None:
+        return await self.transition(campaign_id, Transition.MISS, now,
+                                     also_set={"error": reason, "finished_at": now})
+
+    async def finish(self, campaign_id: str, transition: Transition, counts: Counts,
+                     error: str | None, now: datetime) -> Campaign | None:
+        """``complete`` or ``fail`` with the final counts."""
+        return await self.transition(campaign_id, transition, now, also_set={
+            **_counts(counts), "finished_at": now, "error": error})
+
+    async def cancel_at_once(self, campaign_id: str, record: CancelRecord) -> Campaign | None:
+        now = record.requested_at
+        return await self.transition(campaign_id, Transition.CANCEL_AT_ONCE, now, also_set={
+            "cancel": asdict(record) | {"acknowledged_at": now}, "finished_at": now})
+
+    async def begin_cancel(self, campaign_id: str, record: CancelRecord) -> Campaign | None:
+        return await self.transition(campaign_id, Transition.BEGIN_CANCEL, record.requested_at,
+                                     also_set={"cancel": asdict(record)})
+
+    async def confirm_cancel(self, campaign_id: str, counts: Counts,
+                             now: datetime) -> Campaign | None:
+        return await self.transition(campaign_id, Transition.CONFIRM_CANCEL, now, also_set={
+            **_counts(counts), "cancel.acknowledged_at": now, "finished_at": now})
+
+    # --- creation and edits ----------------------------------------------------------------------
+    async def insert_run(self, campaign: Campaign) -> Campaign:
         """Insert a schedule's run; if its ``run_key`` exists already, the earlier run stands."""
         try:
-            await self._campaigns.insert_one(document)
+            await self.insert(campaign)
         except DuplicateKeyError:
-            earlier = await self._campaigns.find_one({"run_key": document["run_key"]})
+            earlier = await self._campaigns.find_one({"run_key": campaign.run_key})
             assert earlier is not None
-            return earlier
-        return document
+            return from_bson(Campaign, earlier)
+        return campaign
 
-    async def due_scheduled(self, now: datetime, limit: int = 100) -> list[Document]:
-        cursor = self._campaigns.find({"status": Status.SCHEDULED.value, "due_at": {"$lte": now}})
-        return await cursor.sort("due_at", 1).limit(limit).to_list()
+    async def find_run(self, run_key: str) -> Campaign | None:
+        """A schedule's run, by its unique key; None if no replica created it yet."""
+        return maybe(Campaign, await self._campaigns.find_one({"run_key": run_key}))
+
+    async def due_scheduled(self, now: datetime, limit: int = 100) -> list[Campaign]:
+        return await self._find({"status": Status.SCHEDULED.value, "due_at": {"$lte": now}},
+                                sort=("due_at", 1), limit=limit)
 
     async def next_scheduled_due(self) -> datetime | None:
         earliest = await self._campaigns.find_one(
             {"status": Status.SCHEDULED.value}, {"due_at": 1}, sort=[("due_at", 1)])
         return earliest["due_at"] if earliest else None
 
-    async def patch_scheduled(self, campaign_id: str, changes: Mapping[str, Any],
-                              now: datetime) -> Document | None:
-        """Change a campaign only while it is still ``scheduled``; the result, or None."""
-        oid = object_id(campaign_id)
-        if oid is None:
-            return None
-        return await self._campaigns.find_one_and_update(
-            {"_id": oid, "status": Status.SCHEDULED.value},
-            {"$set": {**changes, "updated_at": now}}, return_document=ReturnDocument.AFTER)
+    async def patch_scheduled(self, edited: Campaign, now: datetime) -> Campaign | None:
+        """Write the edited name, content, audience and timing of a campaign only while it is
+        still ``scheduled``; the result, or None."""
+        document = to_bson(edited)
+        changes = {key: document[key] for key in ("name", "content", "audience", "due_at",
+                                                  "local_time", "edited_by")}
+        return maybe(Campaign, await self._campaigns.find_one_and_update(
+            {"_id": object_id(edited.id), "status": Status.SCHEDULED.value},
+            {"$set": {**changes, "updated_at": now}}, return_document=ReturnDocument.AFTER))
 
+    # --- dispatch: claims, leases, checkpoints ---------------------------------------------------
     async def claim_for_dispatch(self, campaign_id: str | None, pod_id: str, now: datetime,
-                                 lease_until: datetime) -> Document | None:
+                                 lease_until: datetime) -> Campaign | None:
         """Take a pending campaign, or one whose dispatcher's lease ran out, for paging."""
         lease = {"dispatch.owner": pod_id, "dispatch.lease_until": lease_until}
-        target: dict[str, Any] = {} if campaign_id is None else {"_id": object_id(campaign_id)}
-        if campaign_id is not None and target["_id"] is None:
-            return None
+        target: Document = {}
+        if campaign_id is not None:
+            target["_id"] = object_id(campaign_id)
+            if target["_id"] is None:
+                return None
         fresh = await self._campaigns.find_one_and_update(
             {**target, "status": {"$in": [s.value for s in sources_for(Transition.CLAIM)]},
              "due_at": {"$lte": now}},
@@ -127,120 +159,137 @@ class CampaignStore:
                       "updated_at": now, **lease}},
             sort=[("_id", 1)], return_document=ReturnDocument.AFTER)
         if fresh is not None:
-            return fresh
-        return await self._campaigns.find_one_and_update(
+            return from_bson(Campaign, fresh)
+        return maybe(Campaign, await self._campaigns.find_one_and_update(
             {**target, "status": Status.IN_PROGRESS.value, "dispatch.done": False,
              "dispatch.lease_until": {"$lt": now}},
             {"$set": {"updated_at": now, **lease}, "$inc": {"dispatch.takeovers": 1}},
-            sort=[("_id", 1)], return_document=ReturnDocument.AFTER)
+            sort=[("_id", 1)], return_document=ReturnDocument.AFTER))
 
-    async def renew_lease(self, campaign_id: ObjectId, pod_id: str, lease_until: datetime) -> bool:
+    async def renew_lease(self, campaign_id: str, pod_id: str, lease_until: datetime) -> bool:
         result = await self._campaigns.update_one(
-            {"_id": campaign_id, "status": Status.IN_PROGRESS.value, "dispatch.owner": pod_id,
-             "dispatch.done": False},
+            {"_id": object_id(campaign_id), "status": Status.IN_PROGRESS.value,
+             "dispatch.owner": pod_id, "dispatch.done": False},
             {"$set": {"dispatch.lease_until": lease_until}})
         return result.modified_count == 1
 
-    async def paging(self, limit: int = 100) -> list[Document]:
+    async def paging(self, limit: int = 100) -> list[Campaign]:
         """Campaigns whose dispatcher is (or should be) paging them."""
-        cursor = self._campaigns.find(
-            {"status": Status.IN_PROGRESS.value, "dispatch.done": False},
-            {"dispatch": 1, "status": 1}).limit(limit)
-        return await cursor.to_list()
+        return await self._find({"status": Status.IN_PROGRESS.value, "dispatch.done": False},
+                                limit=limit)
 
-    async def take_over(self, campaign_id: ObjectId, dead_owner: str, pod_id: str,
-                        lease_until: datetime) -> Document | None:
+    async def take_over(self, campaign_id: str, dead_owner: str, pod_id: str,
+                        lease_until: datetime) -> Campaign | None:
         """Take a campaign from a dispatcher whose heartbeat stopped, before its lease expires."""
-        return await self._campaigns.find_one_and_update(
-            {"_id": campaign_id, "status": Status.IN_PROGRESS.value, "dispatch.done": False,
-             "dispatch.owner": dead_owner},
+        return maybe(Campaign, await self._campaigns.find_one_and_update(
+            {"_id": object_id(campaign_id), "status": Status.IN_PROGRESS.value,
+             "dispatch.done": False, "dispatch.owner": dead_owner},
             {"$set": {"dispatch.owner": pod_id, "dispatch.lease_until": lease_until},
              "$inc": {"dispatch.takeovers": 1}},
-            return_document=ReturnDocument.AFTER)
+            return_document=ReturnDocument.AFTER))
 
-    async def paged_and_open(self, limit: int = 100) -> list[Document]:
+    async def paged_and_open(self, limit: int = 100) -> list[Campaign]:
         """Campaigns fully paged but not finished: where a lost chunk count would show."""
-        cursor = self._campaigns.find(
-            {"status": Status.IN_PROGRESS.value, "dispatch.done": True},
-            {"progress": 1, "dispatch": 1}).limit(limit)
-        return await cursor.to_list()
+        return await self._find({"status": Status.IN_PROGRESS.value, "dispatch.done": True},
+                                limit=limit)
 
-    async def stuck_finalizing(self, older_than: datetime, limit: int = 100) -> list[Document]:
+    async def stuck_finalizing(self, older_than: datetime, limit: int = 100) -> list[Campaign]:
         """Campaigns left ``finalizing`` by a pod that died while writing the final counts."""
-        cursor = self._campaigns.find({"status": Status.FINALIZING.value,
-                                       "updated_at": {"$lt": older_than}}).limit(limit)
-        return await cursor.to_list()
+        return await self._find({"status": Status.FINALIZING.value,
+                                 "updated_at": {"$lt": older_than}}, limit=limit)
 
-    async def fix_dispatch_bound(self, campaign_id: ObjectId, pod_id: str, until: Any,
-                                 waves: list[dict[str, Any]] | None = None) -> Document | None:
-        """Record the last device ``_id`` the campaign may reach (and its local-time waves),
-        once, before the first chunk."""
-        bound: dict[str, Any] = {"dispatch.until": until}
+    async def fix_dispatch_bound(self, campaign_id: str, pod_id: str, until: str | None,
+                                 waves: Sequence[Wave] | None = None) -> Campaign | None:
+        """Record the newest device the campaign may reach (and its local-time waves), once,
+        before the first chunk."""
+        bound: Document = {"dispatch.until": until}
         if waves is not None:
-            bound["dispatch.waves"] = waves
+            bound["dispatch.waves"] = [asdict(wave) for wave in waves]
+        oid = object_id(campaign_id)
         await self._campaigns.update_one(
-            {"_id": campaign_id, "dispatch.owner": pod_id, "dispatch.until": None},
-            {"$set": bound})
-        return await self._campaigns.find_one({"_id": campaign_id})
+            {"_id": oid, "dispatch.owner": pod_id, "dispatch.until": None}, {"$set": bound})
+        return maybe(Campaign, await self._campaigns.find_one({"_id": oid}))
 
-    async def checkpoint(self, campaign_id: ObjectId, pod_id: str, seq: int, size: int,
+    async def checkpoint(self, campaign_id: str, pod_id: str, seq: int, size: int,
                          lease_until: datetime) -> bool:
         """Count chunk ``seq`` as published and extend the lease; False if the lease was lost."""
         result = await self._campaigns.update_one(
-            {"_id": campaign_id, "dispatch.owner": pod_id, "dispatch.next_seq": seq},
+            {"_id": object_id(campaign_id), "dispatch.owner": pod_id, "dispatch.next_seq": seq},
             {"$set": {"dispatch.next_seq": seq + 1, "dispatch.lease_until": lease_until},
              "$inc": {"counts.targeted": size, "progress.chunks_published": 1}})
         return result.modified_count == 1
 
-    async def finish_dispatch(self, campaign_id: ObjectId, pod_id: str,
-                              now: datetime) -> Document | None:
-        return await self._campaigns.find_one_and_update(
-            {"_id": campaign_id, "dispatch.owner": pod_id, "dispatch.done": False},
+    async def finish_dispatch(self, campaign_id: str, pod_id: str,
+                              now: datetime) -> Campaign | None:
+        return maybe(Campaign, await self._campaigns.find_one_and_update(
+            {"_id": object_id(campaign_id), "dispatch.owner": pod_id, "dispatch.done": False},
             {"$set": {"dispatch.done": True, "dispatch.lease_until": now, "updated_at": now}},
-            return_document=ReturnDocument.AFTER)
+            return_document=ReturnDocument.AFTER))
 
-    async def release_dispatch(self, campaign_id: ObjectId, pod_id: str, now: datetime) -> None:
-        """Let the lease end at ``now``: at once on a graceful stop (another dispatcher resumes),
+    async def release_dispatch(self, campaign_id: str, pod_id: str, until: datetime) -> None:
+        """Let the lease end at ``until``: now on a graceful stop (another dispatcher resumes),
         or when the next wave of a local-time campaign is due."""
         await self._campaigns.update_one(
-            {"_id": campaign_id, "dispatch.owner": pod_id},
-            {"$set": {"dispatch.lease_until": now}})
+            {"_id": object_id(campaign_id), "dispatch.owner": pod_id},
+            {"$set": {"dispatch.lease_until": until}})
 
+    # --- counting chunks -------------------------------------------------------------------------
     async def count_finished_chunk(self, campaign_id: str, sent: int, failed: int,
-                                   *, done: bool) -> Document | None:
+                                   *, done: bool) -> Campaign | None:
         """Add a finished chunk's outcomes to the live counts (and to the chunks done, if it
         was not cut short by a cancel). Each chunk finishes once, so the counts never drift;
         a campaign already finished keeps the exact counts it was finished with (None)."""
         increments = {"counts.sent": sent, "counts.failed": failed,
                       "progress.chunks_done": 1 if done else 0}
-        return await self._campaigns.find_one_and_update(
-            {"_id": ObjectId(campaign_id), "status": {"$in": _STILL_COUNTING}},
-            {"$inc": increments},
-            return_document=ReturnDocument.AFTER)
+        return maybe(Campaign, await self._campaigns.find_one_and_update(
+            {"_id": object_id(campaign_id), "status": {"$in": _STILL_COUNTING}},
+            {"$inc": increments}, return_document=ReturnDocument.AFTER))
 
-    async def count_frozen_chunk(self, campaign_id: ObjectId, seq: int, size: int) -> bool:
+    async def count_frozen_chunk(self, campaign_id: str, seq: int, size: int) -> bool:
         """Count chunk ``seq`` of a cancelling campaign as targeted (written, never published)."""
         result = await self._campaigns.update_one(
-            {"_id": campaign_id, "status": Status.CANCELLING.value, "dispatch.next_seq": seq},
+            {"_id": object_id(campaign_id), "status": Status.CANCELLING.value,
+             "dispatch.next_seq": seq},
             {"$set": {"dispatch.next_seq": seq + 1}, "$inc": {"counts.targeted": size}})
         return result.modified_count == 1
 
-    async def close_paging(self, campaign_id: ObjectId) -> Document | None:
+    async def close_paging(self, campaign_id: str) -> Campaign | None:
         """A cancelled campaign's recipients are all frozen in chunks: nothing is left to page."""
-        return await self._campaigns.find_one_and_update(
-            {"_id": campaign_id, "status": Status.CANCELLING.value},
-            {"$set": {"dispatch.done": True}}, return_document=ReturnDocument.AFTER)
+        return maybe(Campaign, await self._campaigns.find_one_and_update(
+            {"_id": object_id(campaign_id), "status": Status.CANCELLING.value},
+            {"$set": {"dispatch.done": True}}, return_document=ReturnDocument.AFTER))
 
+    # --- the cancel protocol ---------------------------------------------------------------------
     async def claim_cancel_finalization(self, campaign_id: str, pod_id: str, now: datetime,
                                         until: datetime) -> bool:
         """One pod computes a cancelled campaign's final counts; a dead one's claim expires."""
         result = await self._campaigns.update_one(
-            {"_id": ObjectId(campaign_id), "status": Status.CANCELLING.value,
-             "$or": [{"cancel.finalizer": None}, {"cancel.finalizer_until": {"$lt": now}}]},
+            {"$and": [  # not a sibling $or: nx-27017 drops the other conditions next to one
+                {"_id": object_id(campaign_id), "status": Status.CANCELLING.value},
+                {"$or": [{"cancel.finalizer": None}, {"cancel.finalizer_until": {"$lt": now}}]}]},
             {"$set": {"cancel.finalizer": pod_id, "cancel.finalizer_until": until}})
         return result.modified_count == 1
 
     async def add_cancel_ack(self, campaign_id: str, pod_id: str) -> None:
         await self._campaigns.update_one(
-            {"_id": ObjectId(campaign_id), "status": Status.CANCELLING.value},
+            {"_id": object_id(campaign_id), "status": Status.CANCELLING.value},
             {"$addToSet": {"cancel.acks": pod_id}})
+
+    # --- follow-ups ------------------------------------------------------------------------------
+    async def link_amendment(self, campaign_id: str, amend_id: str) -> None:
+        """List ``amend_id`` among the amends of ``campaign_id``, once, after the earlier ones.
+
+        Every campaign is inserted with an empty ``amended_by``, because nx-27017's
+        ``$addToSet`` on a missing field does nothing; one stored before that field existed
+        gets its array first."""
+        oid = object_id(campaign_id)
+        await self._campaigns.update_one({"_id": oid, "amended_by": {"$exists": False}},
+                                         {"$set": {"amended_by": []}})
+        await self._campaigns.update_one({"_id": oid}, {"$addToSet": {"amended_by": amend_id}})
+
+    async def _find(self, query: Document, *, sort: tuple[str, int] | None = None,
+                    limit: int = 0) -> list[Campaign]:
+        cursor = self._campaigns.find(query)
+        if sort is not None:
+            cursor = cursor.sort(*sort)
+        return [from_bson(Campaign, document) async for document in cursor.limit(limit)]

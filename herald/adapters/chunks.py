@@ -1,98 +1,106 @@
 """Chunks (the frozen recipient lists a dispatcher published) and deliveries (what FCM answered).
 
-A chunk document is written before its message is published and never changes its recipients:
-
-    {_id: "<campaign>:<seq>", campaign_id, seq, recipients: [{token, user_id}], size, cursor,
-     status: pending | done | cancelled | dead, attempts, owner, owner_until, sent, failed,
-     created_at, finished_at}
-
-A sender claims a chunk (``owner``) for the time it sends it, so two copies of one chunk
-message (a dispatcher that died between publishing and checkpointing) are never sent at once.
+A chunk document is ``ChunkState`` plus its ``recipients``, with ``_id`` ``"<campaign>:<seq>"``;
+it is written before its message is published and never changes its recipients. A sender claims
+a chunk (``owner``) for the time it sends it, so two copies of one chunk message (a dispatcher
+that died between publishing and checkpointing) are never sent at once.
 
 A delivery document is written after each FCM batch of a chunk, and only ever inserted, so
 recording an outcome is one cheap write and a crash can at worst lose the batch in flight. It
 names recipients by their position in the chunk's (immutable) recipient list, which keeps the
-hot path's writes about fifty times smaller than copying tokens:
-
-    {campaign_id, seq, pod, at, sent: [position], failed: [{position, error}]}
+hot path's writes about fifty times smaller than copying tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from pymongo import ReturnDocument
-from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.errors import DuplicateKeyError
 
 from herald import names
 from herald.adapters.mongo import Database, Document
+from herald.adapters.records import from_bson, maybe, to_bson
+from herald.domain.documents import (
+    CHUNK_CLOSED_FOR_GOOD,
+    Chunk,
+    ChunkState,
+    ChunkStatus,
+    Cursor,
+    Delivery,
+    Failure,
+    Recorded,
+)
+from herald.domain.messages import Recipient
 
-
-class ChunkStatus(StrEnum):
-    PENDING = "pending"
-    DONE = "done"  # every recipient sent or failed
-    CANCELLED = "cancelled"  # cut short by a cancel; the rest stays unsent
-    DEAD = "dead"  # dead-lettered; the unrecorded rest counts as failed
+_WITHOUT_RECIPIENTS = {"recipients": 0}
 
 
 def chunk_id(campaign_id: str, seq: int) -> str:
     return f"{campaign_id}:{seq:08d}"
 
 
+def _chunk(document: Document) -> Chunk:
+    # Validated when the chunk was written; the audit reads a whole campaign of these.
+    recipients = tuple(Recipient.model_construct(token=r["token"], user_id=r.get("user_id"))
+                       for r in document["recipients"])
+    return Chunk(from_bson(ChunkState, document), recipients)
+
+
 class ChunkStore:
     def __init__(self, db: Database) -> None:
         self._chunks = db[names.CHUNKS]
 
-    async def create(self, campaign_id: str, seq: int, recipients: list[dict[str, Any]],
-                     cursor: Any, now: datetime,
-                     status: ChunkStatus = ChunkStatus.PENDING) -> Document:
+    async def create(self, campaign_id: str, seq: int, recipients: Sequence[Recipient],
+                     cursor: Cursor, now: datetime,
+                     status: ChunkStatus = ChunkStatus.PENDING) -> Chunk:
         """Write chunk ``seq``; if a previous owner already wrote it, that one stands."""
-        document = {"_id": chunk_id(campaign_id, seq), "campaign_id": campaign_id, "seq": seq,
-                    "recipients": recipients, "size": len(recipients), "cursor": cursor,
-                    "status": status.value, "attempts": 0, "owner": None,
-                    "owner_until": None, "sent": 0, "failed": 0, "created_at": now,
-                    "finished_at": None}
+        state = ChunkState(campaign_id=campaign_id, seq=seq, size=len(recipients), cursor=cursor,
+                           status=status, created_at=now)
+        document = {"_id": chunk_id(campaign_id, seq), **to_bson(state),
+                    "recipients": [r.model_dump() for r in recipients]}
         try:
             await self._chunks.insert_one(document)
         except DuplicateKeyError:
             existing = await self.get(campaign_id, seq)
             assert existing is not None
             return existing
-        return document
+        return Chunk(state, tuple(recipients))
 
-    async def get(self, campaign_id: str, seq: int) -> Document | None:
-        return await self._chunks.find_one({"_id": chunk_id(campaign_id, seq)})
+    async def get(self, campaign_id: str, seq: int) -> Chunk | None:
+        document = await self._chunks.find_one({"_id": chunk_id(campaign_id, seq)})
+        return None if document is None else _chunk(document)
 
-    async def state(self, campaign_id: str, seq: int) -> Document | None:
+    async def state(self, campaign_id: str, seq: int) -> ChunkState | None:
         """The chunk without its recipients: status, attempts and who holds it."""
-        return await self._chunks.find_one({"_id": chunk_id(campaign_id, seq)}, {"recipients": 0})
+        return maybe(ChunkState, await self._chunks.find_one(
+            {"_id": chunk_id(campaign_id, seq)}, _WITHOUT_RECIPIENTS))
 
     async def claim(self, campaign_id: str, seq: int, pod_id: str, holder: str | None,
-                    until: datetime) -> Document | None:
+                    until: datetime) -> ChunkState | None:
         """Take a pending chunk from ``holder`` (None: free), counting one more attempt.
 
         Its state before this attempt, or None if it was no longer pending or someone else
         took it meanwhile.
         """
-        return await self._chunks.find_one_and_update(
+        return maybe(ChunkState, await self._chunks.find_one_and_update(
             {"_id": chunk_id(campaign_id, seq), "status": ChunkStatus.PENDING.value,
              "owner": holder},
             {"$set": {"owner": pod_id, "owner_until": until}, "$inc": {"attempts": 1}},
-            projection={"recipients": 0}, return_document=ReturnDocument.BEFORE)
+            projection=_WITHOUT_RECIPIENTS, return_document=ReturnDocument.BEFORE))
 
     async def release(self, campaign_id: str, seq: int, pod_id: str, *, refund: bool) -> None:
         """Give the chunk back; ``refund`` takes back the attempt (an outage, a hand-over)."""
-        update: dict[str, Any] = {"$set": {"owner": None}}
+        update: Document = {"$set": {"owner": None}}
         if refund:
             update["$inc"] = {"attempts": -1}
         await self._chunks.update_one({"_id": chunk_id(campaign_id, seq), "owner": pod_id}, update)
 
     async def finish(self, campaign_id: str, seq: int, status: ChunkStatus, sent: int,
-                     failed: int, now: datetime, owner: str) -> bool:
+                     failed: int, now: datetime, owner: str | None) -> bool:
         """Close a pending chunk this ``owner`` holds; True only for the one that closed it."""
         result = await self._chunks.update_one(
             {"_id": chunk_id(campaign_id, seq), "status": ChunkStatus.PENDING.value,
@@ -101,27 +109,15 @@ class ChunkStore:
                       "finished_at": now, "owner": None}})
         return result.modified_count == 1
 
-    def in_order(self, campaign_id: str) -> AsyncCursor[Document]:
-        return self._chunks.find({"campaign_id": campaign_id}).sort("seq", 1)
+    async def in_order(self, campaign_id: str) -> AsyncIterator[Chunk]:
+        async for document in self._chunks.find({"campaign_id": campaign_id}).sort("seq", 1):
+            yield _chunk(document)
 
-    async def count_done(self, campaign_id: str) -> int:
+    async def count_closed(self, campaign_id: str) -> int:
         """Chunks closed for good (sent, or dead-lettered), read from the chunks themselves."""
         cursor = self._chunks.find({"campaign_id": campaign_id}, {"status": 1})
-        closed = (ChunkStatus.DONE.value, ChunkStatus.DEAD.value)
+        closed = {status.value for status in CHUNK_CLOSED_FOR_GOOD}
         return sum([1 async for chunk in cursor if chunk["status"] in closed])
-
-
-Recorded = dict[int, str | None]
-"""Position in the chunk → FCM error, ``None`` meaning sent."""
-
-
-def recorded_in(delivery: Document, into: Recorded) -> Recorded:
-    """Add a delivery document's outcomes to ``into``; the first record of a position wins."""
-    for position in delivery["sent"]:
-        into.setdefault(position, None)
-    for failure in delivery["failed"]:
-        into.setdefault(failure["position"], failure["error"])
-    return into
 
 
 class DeliveryStore:
@@ -131,19 +127,30 @@ class DeliveryStore:
     async def record(self, campaign_id: str, seq: int, pod_id: str,
                      outcomes: Sequence[tuple[int, str | None]], now: datetime) -> None:
         """Record FCM's answers for recipients of chunk ``seq``, by position: (position, error)."""
-        await self._deliveries.insert_one({
-            "campaign_id": campaign_id, "seq": seq, "pod": pod_id, "at": now,
-            "sent": [position for position, error in outcomes if error is None],
-            "failed": [{"position": position, "error": error}
-                       for position, error in outcomes if error is not None]})
+        delivery = Delivery(
+            campaign_id=campaign_id, seq=seq, pod=pod_id, at=now,
+            sent=tuple(position for position, error in outcomes if error is None),
+            failed=tuple(Failure(position, error) for position, error in outcomes
+                         if error is not None))
+        await self._deliveries.insert_one(asdict(delivery))
 
     async def recorded(self, campaign_id: str, seq: int) -> Recorded:
         """Everything recorded for chunk ``seq`` so far."""
         recorded: Recorded = {}
-        async for delivery in self._deliveries.find({"campaign_id": campaign_id, "seq": seq}):
-            recorded_in(delivery, recorded)
+        async for document in self._deliveries.find({"campaign_id": campaign_id, "seq": seq}):
+            _delivery(document).add_to(recorded)
         return recorded
 
-    def in_order(self, campaign_id: str) -> AsyncCursor[Document]:
-        return (self._deliveries.find({"campaign_id": campaign_id})
-                .sort([("seq", 1), ("_id", 1)]).batch_size(1000))
+    async def in_order(self, campaign_id: str) -> AsyncIterator[Delivery]:
+        cursor = (self._deliveries.find({"campaign_id": campaign_id})
+                  .sort([("seq", 1), ("_id", 1)]).batch_size(1000))
+        async for document in cursor:
+            yield _delivery(document)
+
+
+def _delivery(document: dict[str, Any]) -> Delivery:
+    """A delivery document, read without a validator: the audit reads thousands of them."""
+    return Delivery(
+        campaign_id=document["campaign_id"], seq=document["seq"], pod=document["pod"],
+        at=document["at"], sent=tuple(document["sent"]),
+        failed=tuple(Failure(f["position"], f["error"]) for f in document["failed"]))

@@ -1,20 +1,26 @@
-"""The device registry in MongoDB: upsert by token, stream an audience, retire dead tokens."""
+"""The device registry in MongoDB: upsert by token, stream an audience, retire dead tokens.
+
+A device document is ``herald.domain.documents.Device`` as stored, its ``_id`` an ``ObjectId``:
+``_id`` order is the order in which audiences are paged.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from bson import ObjectId
 from pymongo import DESCENDING, UpdateOne
-from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.errors import BulkWriteError
 
 from herald import names
 from herald.adapters.mongo import Database, Document
+from herald.adapters.records import maybe, object_id
+from herald.domain.api import DeviceIn
+from herald.domain.documents import Device, UpsertCounts
+from herald.domain.messages import Recipient
 
 DUPLICATE_KEY = 11000
 UPDATE_BULK = 500
@@ -23,26 +29,20 @@ STREAM_BATCH = 5000
 """Documents per round trip when streaming an audience: one cursor, large batches."""
 
 
-@dataclass(frozen=True)
-class UpsertCounts:
-    created: int
-    updated: int
-
-
 class DeviceStore:
     """Devices keyed by their token (unique); ``_id`` order is the paging order of audiences."""
 
     def __init__(self, db: Database) -> None:
         self._devices = db[names.DEVICES]
 
-    async def upsert(self, devices: Sequence[Mapping[str, Any]], now: datetime) -> UpsertCounts:
+    async def upsert(self, devices: Sequence[DeviceIn], now: datetime) -> UpsertCounts:
         """Insert new tokens and update known ones; the last entry wins for a repeated token.
 
         New devices go in with one ``insert_many`` and known ones are updated without upserts:
         both are fast on MongoDB, and upserting bulk writes are two orders of magnitude slower on
         the nx-27017 development server.
         """
-        by_token = {device["token"]: dict(device) for device in devices}
+        by_token = {device.token: device.model_dump(mode="json") for device in devices}
         known = await self._ids_of(list(by_token))
         fresh = [self._new_document(fields, now) for token, fields in by_token.items()
                  if token not in known]
@@ -68,29 +68,33 @@ class DeviceStore:
             ordered=False)
         return result.modified_count
 
-    def stream(self, query: Mapping[str, Any], after: ObjectId | None,
-               until: ObjectId | None) -> AsyncCursor[Document]:
-        """Devices matching ``query`` with ``after < _id <= until``, in ``_id`` order, on one cursor."""
-        id_range: dict[str, ObjectId] = {}
+    async def stream(self, query: Mapping[str, Any], after: str | None,
+                     until: str | None) -> AsyncIterator[tuple[str, Recipient]]:
+        """Devices matching ``query`` with ``after < id <= until``, in id order, on one cursor:
+        each device's id and the recipient it is."""
+        id_range: dict[str, ObjectId | None] = {}
         if after is not None:
-            id_range["$gt"] = after
+            id_range["$gt"] = object_id(after)
         if until is not None:
-            id_range["$lte"] = until
+            id_range["$lte"] = object_id(until)
         full = {**query, "_id": id_range} if id_range else dict(query)
-        return (self._devices.find(full, {"token": 1, "user_id": 1})
-                .sort("_id", 1).batch_size(STREAM_BATCH))
+        cursor = (self._devices.find(full, {"token": 1, "user_id": 1})
+                  .sort("_id", 1).batch_size(STREAM_BATCH))
+        async for device in cursor:
+            yield str(device["_id"]), Recipient.model_construct(
+                token=device["token"], user_id=device.get("user_id"))
 
     async def timezones(self, query: Mapping[str, Any]) -> list[str]:
         """The distinct device timezones among the devices matching ``query``."""
         zones = await self._devices.distinct("timezone", dict(query))
         return [zone for zone in zones if isinstance(zone, str)]
 
-    async def newest_id(self) -> ObjectId | None:
+    async def newest_id(self) -> str | None:
         newest = await self._devices.find_one({}, {"_id": 1}, sort=[("_id", DESCENDING)])
-        return newest["_id"] if newest else None
+        return str(newest["_id"]) if newest else None
 
-    async def find_by_token(self, token: str) -> Document | None:
-        return await self._devices.find_one({"token": token})
+    async def find_by_token(self, token: str) -> Device | None:
+        return maybe(Device, await self._devices.find_one({"token": token}))
 
     async def _ids_of(self, tokens: list[str]) -> dict[str, ObjectId]:
         """``_id`` of each known token, through the unique token index.

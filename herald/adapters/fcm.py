@@ -2,7 +2,7 @@
 
 Why not ``firebase_admin.messaging.send_each_async``: it runs on httpx and, measured on this
 machine type, tops out near 400 messages/s on a core, against about 10,000/s for the same requests
-on aiohttp (``bench/transport.py`` repeats the comparison). firebase-admin is still used for what
+on aiohttp (``bench/transport/`` repeats the comparison). firebase-admin is still used for what
 it is good at: loading the service account and minting OAuth2 access tokens. The request body and
 the error model are FCM's documented REST contract (projects.messages.send), encoded here.
 """
@@ -15,42 +15,19 @@ import time
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 
+from herald.domain.fcm_errors import RETRYABLE, FcmError
 from herald.settings import Settings
 
 FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 MAX_RETRY_AFTER_S = 3600.0
 _DELAY_SECONDS = re.compile(r"-?\d{1,9}(\.\d+)?")
 
-
-class FcmError(StrEnum):
-    """FCM's ``FcmError.errorCode`` values, plus the two ways a request can fail before FCM."""
-
-    UNSPECIFIED_ERROR = "UNSPECIFIED_ERROR"
-    INVALID_ARGUMENT = "INVALID_ARGUMENT"
-    UNREGISTERED = "UNREGISTERED"
-    SENDER_ID_MISMATCH = "SENDER_ID_MISMATCH"
-    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
-    UNAVAILABLE = "UNAVAILABLE"
-    INTERNAL = "INTERNAL"
-    THIRD_PARTY_AUTH_ERROR = "THIRD_PARTY_AUTH_ERROR"
-    UNAUTHENTICATED = "UNAUTHENTICATED"
-    TIMEOUT = "TIMEOUT"
-    CONNECTION_ERROR = "CONNECTION_ERROR"
-
-
-RETRYABLE = frozenset({FcmError.QUOTA_EXCEEDED, FcmError.UNAVAILABLE, FcmError.INTERNAL,
-                       FcmError.TIMEOUT, FcmError.CONNECTION_ERROR})
-"""Worth another try after a backoff (FCM's guidance for 429 and 5xx)."""
-
-TOKEN_IS_DEAD = frozenset({FcmError.UNREGISTERED, FcmError.INVALID_ARGUMENT})
-"""The device token will never work again: the device is marked invalid and skipped from then on."""
 
 _BY_GRPC_STATUS = {
     "INVALID_ARGUMENT": FcmError.INVALID_ARGUMENT,

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from pymongo.errors import DuplicateKeyError
 
 from herald import names
 from herald.adapters.mongo import Database, Document
+from herald.domain.documents import IdempotencyBinding
+
+
+def _binding(document: Document) -> IdempotencyBinding:
+    return IdempotencyBinding(key=document["_id"], fingerprint=document["fingerprint"],
+                              campaign_id=document["campaign_id"],
+                              created_at=document["created_at"])
 
 
 class IdempotencyKeys:
@@ -16,14 +21,15 @@ class IdempotencyKeys:
     def __init__(self, db: Database) -> None:
         self._keys = db[names.IDEMPOTENCY_KEYS]
 
-    async def reserve(self, key: str, fingerprint: str, campaign_id: str,
-                      now: datetime) -> Document | None:
-        """Bind ``key`` to ``campaign_id``; if the key was bound before, that earlier binding."""
+    async def reserve(self, binding: IdempotencyBinding) -> IdempotencyBinding | None:
+        """Bind the key to its campaign; if the key was bound before, that earlier binding."""
         try:
-            await self._keys.insert_one({"_id": key, "fingerprint": fingerprint,
-                                         "campaign_id": campaign_id, "created_at": now})
+            await self._keys.insert_one({
+                "_id": binding.key, "fingerprint": binding.fingerprint,
+                "campaign_id": binding.campaign_id, "created_at": binding.created_at})
         except DuplicateKeyError:
-            return await self._keys.find_one({"_id": key})
+            earlier = await self._keys.find_one({"_id": binding.key})
+            return None if earlier is None else _binding(earlier)
         return None
 
     async def rebind(self, key: str, stale_campaign_id: str, campaign_id: str) -> bool:

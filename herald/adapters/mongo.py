@@ -52,6 +52,13 @@ INDEXES: dict[str, list[tuple[list[tuple[str, int]], dict[str, Any]]]] = {
     names.DELIVERIES: [
         ([("campaign_id", ASCENDING), ("seq", ASCENDING)], {"name": "campaign_seq"}),
     ],
+    names.API_KEYS: [
+        ([("secret_hash", ASCENDING)], {"unique": True, "name": "secret_hash_unique"}),
+    ],
+    names.OPERATOR_LOG: [
+        ([("campaign_id", ASCENDING)], {"name": "campaign_id"}),
+        ([("actor.id", ASCENDING)], {"name": "actor_id"}),
+    ],
     names.SCHEDULES: [
         ([("state", ASCENDING), ("next_run_at", ASCENDING)], {"name": "state_next_run"}),
     ],

@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 QUEUE_DELIVERY_LIMIT = 20
 """Broker-side backstop; Herald's own attempt limit (``HERALD_CHUNK_MAX_ATTEMPTS``) acts first."""
 
+CANCEL_PREFETCH = 32
+"""Cancel messages a pod takes at once from its own queue (each is handled in milliseconds)."""
+DEAD_LETTER_PREFETCH = 1
+
 CANCEL_EXCHANGE = RabbitExchange(names.CANCEL_EXCHANGE, type=ExchangeType.FANOUT, durable=True)
 DEAD_LETTER_EXCHANGE = RabbitExchange(
     names.DEAD_LETTER_EXCHANGE, type=ExchangeType.DIRECT, durable=True
@@ -123,16 +127,26 @@ async def execute(message: RabbitMessage, kind: type[Command],
     await message.ack()
 
 
-def consume(broker: RabbitBroker, queue: RabbitQueue, handler: Handler, *,
-            exchange: RabbitExchange | None = None, prefetch: int | None = None) -> None:
-    """Register ``handler`` on ``queue``; it settles (acks, rejects) every message itself."""
-    channel = Channel(prefetch_count=prefetch) if prefetch is not None else None
+def consume(broker: RabbitBroker, queue: RabbitQueue, handler: Handler, *, prefetch: int,
+            exchange: RabbitExchange | None = None) -> None:
+    """Register ``handler`` on ``queue``, on a channel of its own limited to ``prefetch``
+    unacknowledged messages; the handler settles (acks, rejects) every message itself.
+
+    One channel per consumer: a broadcast cancel never waits behind a window of work, and the
+    prefetch is the consumer's alone. The subscriber declares its queue on that channel when the
+    broker starts, which is why ``declare_topology`` runs after ``broker.start()``: FastStream's
+    declarer caches a queue by its definition, so a queue declared earlier through
+    ``broker.declare_queue`` would be consumed on the broker's default channel, which has no
+    prefetch limit (RabbitMQ reports prefetch 0 and delivers the whole queue to one consumer).
+    """
+    channel = Channel(prefetch_count=prefetch)
     broker.subscriber(queue, exchange, channel=channel, ack_policy=AckPolicy.MANUAL,
                       decoder=undecoded)(handler)
 
 
 async def declare_topology(broker: RabbitBroker) -> None:
-    """Declare every durable exchange and queue (idempotent; each service does it at start)."""
+    """Declare every durable exchange and queue, and bind the dead-letter queues (idempotent;
+    each service does it at start, after its own consumers have declared their queues)."""
     await broker.declare_exchange(CANCEL_EXCHANGE)
     dead_letters = await broker.declare_exchange(DEAD_LETTER_EXCHANGE)
     for queue in (DEAD_CHUNKS_QUEUE, DEAD_MESSAGES_QUEUE):
@@ -158,3 +172,8 @@ class Bus:
 
     async def broadcast_cancel(self, message: CancelCampaign) -> None:
         await self._broker.publish(message, exchange=CANCEL_EXCHANGE)
+
+    async def dead_letter(self, body: bytes, routing_key: str) -> None:
+        """Put a message body on a dead-letter queue (``names.DEAD_*_ROUTING_KEY``)."""
+        await self._broker.publish(body, exchange=DEAD_LETTER_EXCHANGE, routing_key=routing_key,
+                                   persist=True)

@@ -14,6 +14,7 @@ import time
 
 from redis.asyncio import Redis
 
+from herald import names
 from herald.names import RedisKeys
 from herald.observability import RATE_LIMIT_WAIT_SECONDS
 
@@ -51,11 +52,12 @@ return {granted, wait_ms}
 class TokenBucket:
     """``rate_per_s`` tokens a second, bursting to one second's worth, shared through Redis."""
 
-    def __init__(self, redis: Redis, key: str, rate_per_s: float) -> None:
+    def __init__(self, redis: Redis, key: str, rate_per_s: float,
+                 capacity: float | None = None) -> None:
         self._redis = redis
         self._key = key
         self._rate = rate_per_s
-        self._capacity = max(1.0, rate_per_s)
+        self._capacity = max(1.0, rate_per_s if capacity is None else capacity)
         self._script = redis.register_script(_TAKE)
 
     async def take(self, wanted: int, stop: asyncio.Event | None = None) -> int:
@@ -70,6 +72,12 @@ class TokenBucket:
                 await _sleep_unless(stop, max(int(wait_ms), 1) / 1000)
         RATE_LIMIT_WAIT_SECONDS.inc(time.monotonic() - started)
         return granted
+
+    async def try_take_one(self) -> float:
+        """Take one token without waiting: 0 if there was one, else the seconds until there
+        will be (nothing is taken)."""
+        got, wait_ms = await self._script(keys=[self._key], args=[self._rate, self._capacity, 1, 0])
+        return 0.0 if int(got) else max(int(wait_ms), 1) / 1000
 
     async def penalize(self, seconds: float) -> None:
         """Empty the bucket for ``seconds``: every sender waits (FCM asked us to back off)."""
@@ -90,7 +98,8 @@ class RateLimits:
     def __init__(self, redis: Redis, keys: RedisKeys, project_rate_per_min: int) -> None:
         self._redis = redis
         self._keys = keys
-        self.project = TokenBucket(redis, keys.rate_bucket("fcm"), project_rate_per_min / 60)
+        self.project = TokenBucket(redis, keys.rate_bucket(names.FLEET_RATE_BUCKET),
+                                   project_rate_per_min / 60)
         self._campaigns: dict[str, TokenBucket] = {}
 
     def for_campaign(self, campaign_id: str, rate_per_s: int | None) -> TokenBucket | None:
@@ -102,3 +111,20 @@ class RateLimits:
                                  rate_per_s)
             self._campaigns[campaign_id] = bucket
         return bucket
+
+
+class RequestBudget:
+    """How many mutating API requests each key may make: ``rate_per_s``, bursting to ``burst``,
+    one bucket per key, shared by every api replica through Redis."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys, rate_per_s: float, burst: int) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._rate_per_s = rate_per_s
+        self._burst = burst
+
+    async def spend(self, key_id: str) -> float:
+        """Spend one request of ``key_id``: 0, or the seconds until it may make one."""
+        bucket = TokenBucket(self._redis, self._keys.api_rate_bucket(key_id), self._rate_per_s,
+                             capacity=self._burst)
+        return await bucket.try_take_one()

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import orjson
 import redis.asyncio as aioredis
 
+from herald.domain.pods import PodBeat
 from herald.names import RedisKeys
 from herald.settings import Settings
 
@@ -55,22 +56,6 @@ class CancelFlags:
         async for _ in self._redis.scan_iter(match=self._keys.cancel_flag_pattern(), count=500):
             found += 1
         return found
-
-
-@dataclass(frozen=True)
-class PodBeat:
-    """What a pod says about itself every heartbeat."""
-
-    id: str
-    service: str
-    host: str
-    pid: int
-    version: str
-    started_at: float
-    beat_at: float = 0.0
-    metrics_port: int | None = None
-    campaigns: list[str] = field(default_factory=list)
-    """Campaigns this pod is working on right now."""
 
 
 class PodRegistry:

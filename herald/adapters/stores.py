@@ -1,28 +1,19 @@
-"""All MongoDB stores of one stack, built once per process from its database."""
+"""The MongoDB repositories of one stack, built once per process from its database."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from herald.adapters.access import ApiKeyStore, OperatorLogStore
 from herald.adapters.campaigns import CampaignStore
 from herald.adapters.chunks import ChunkStore, DeliveryStore
 from herald.adapters.devices import DeviceStore
 from herald.adapters.idempotency import IdempotencyKeys
 from herald.adapters.mongo import Database
 from herald.adapters.schedules import ScheduleStore
+from herald.service_layer.ports import Stores
 
 
-@dataclass(frozen=True)
-class Stores:
-    devices: DeviceStore
-    campaigns: CampaignStore
-    chunks: ChunkStore
-    deliveries: DeliveryStore
-    idempotency: IdempotencyKeys
-    schedules: ScheduleStore
-
-    @classmethod
-    def on(cls, db: Database) -> Stores:
-        return cls(devices=DeviceStore(db), campaigns=CampaignStore(db), chunks=ChunkStore(db),
-                   deliveries=DeliveryStore(db), idempotency=IdempotencyKeys(db),
-                   schedules=ScheduleStore(db))
+def mongo_stores(db: Database) -> Stores:
+    return Stores(devices=DeviceStore(db), campaigns=CampaignStore(db), chunks=ChunkStore(db),
+                  deliveries=DeliveryStore(db), idempotency=IdempotencyKeys(db),
+                  schedules=ScheduleStore(db), api_keys=ApiKeyStore(db),
+                  operator_log=OperatorLogStore(db))

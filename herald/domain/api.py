@@ -8,10 +8,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AnyHttpUrl, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+from herald.domain.access import ActorKind, LogOutcome, Role
 from herald.domain.audience import Audience, Platform
-from herald.domain.payload import DataMap, build_payload, check_payload_size
+from herald.domain.payload import (
+    LONGEST_DEFAULT_KEY,
+    DataMap,
+    ReplaceKey,
+    build_payload,
+    check_payload_size,
+)
 from herald.domain.status import Status
 from herald.domain.timing import validate_cron
 from herald.domain.types import (
@@ -30,6 +37,72 @@ MAX_BULK_DEVICES = 10_000
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+# --- access ----------------------------------------------------------------------------------------
+class ActorView(BaseModel):
+    """Who made a change: a key (``api_key``), a cancel message (``amqp``) or Herald itself."""
+
+    id: str
+    name: str
+    kind: ActorKind
+    verified: bool
+
+
+class ApiKeyCreate(Strict):
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")
+    role: Role
+    expires_at: AwareDatetime | None = Field(default=None, description="Never, when omitted")
+
+
+class ApiKeyView(BaseModel):
+    id: str
+    prefix: str = Field(description="The key's non-secret beginning, to recognise it")
+    name: str
+    role: Role
+    created_at: datetime
+    created_by: ActorView | None
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+    revoked_by: ActorView | None
+
+
+class ApiKeyCreated(ApiKeyView):
+    secret: str = Field(description="The whole key, shown this once: Authorization: Bearer <secret>")
+
+
+class ApiKeyPage(BaseModel):
+    items: list[ApiKeyView]
+    next_cursor: str | None
+
+
+class Me(BaseModel):
+    id: str
+    name: str
+    role: Role
+    scopes: list[str]
+    expires_at: datetime | None
+
+
+class LogEntryView(BaseModel):
+    id: str
+    at: datetime
+    actor: ActorView | None
+    action: str
+    outcome: LogOutcome
+    status_code: int
+    target_kind: str | None
+    target_id: str | None
+    campaign_id: str | None
+    address: str | None
+    on_behalf_of: str | None
+    detail: str | None
+
+
+class OperatorLogPage(BaseModel):
+    items: list[LogEntryView]
+    next_cursor: str | None
 
 
 # --- devices ---------------------------------------------------------------------------------------
@@ -70,12 +143,27 @@ class Content(Strict):
 
     @model_validator(mode="after")
     def _fits_fcm(self) -> Content:
-        check_payload_size(self.payload())
+        check_payload_size(self.payload(self._sized_key()))
         return self
 
-    def payload(self) -> dict[str, object]:
+    def _sized_key(self) -> str:
+        """The key the size rule counts: with none named, the longest Herald derives."""
+        return LONGEST_DEFAULT_KEY
+
+    def payload(self, replace_key: str) -> dict[str, object]:
+        """The FCM message fields this content sends with ``replace_key`` (all but the token)."""
         image = str(self.image_url) if self.image_url else None
-        return build_payload(self.title, self.body, self.data, image)
+        return build_payload(self.title, self.body, self.data, image, replace_key=replace_key)
+
+
+class KeyedContent(Content):
+    """Content that will be sent with a known key (e.g. an amend, with its original's key),
+    checked against FCM's size limit with exactly that key."""
+
+    replace_key: ReplaceKey
+
+    def _sized_key(self) -> str:
+        return self.replace_key
 
 
 class CampaignTemplate(Content):
@@ -89,6 +177,11 @@ class CampaignTemplate(Content):
 
 
 class CampaignCreate(CampaignTemplate):
+    replace_key: ReplaceKey | None = Field(
+        default=None,
+        description="Messages with the same key replace each other on a device (Android tag and "
+                    "collapse_key, APNs apns-collapse-id, web push tag and Topic); 1 to 64 ASCII "
+                    "letters, digits, '_', '-', '.' or ':'. Omitted: 'herald-<campaign id>'")
     send_at: datetime | None = Field(
         default=None, description="ISO 8601 with an offset, or local time with `timezone`; "
                                   "omitted: send now")
@@ -106,6 +199,9 @@ class CampaignCreate(CampaignTemplate):
                              "offset (e.g. 2026-12-01T09:00:00) and a timezone for devices "
                              "that have none")
         return self
+
+    def _sized_key(self) -> str:
+        return self.replace_key or LONGEST_DEFAULT_KEY
 
 
 class CampaignPatch(Strict):
@@ -173,6 +269,8 @@ class ScheduleView(BaseModel):
     missed_total: int
     created_at: datetime
     updated_at: datetime
+    created_by: ActorView | None = None
+    updated_by: ActorView | None = None
 
 
 class SchedulePage(BaseModel):
@@ -196,7 +294,9 @@ class CancelInfo(BaseModel):
     requested_at: datetime
     acknowledged_at: datetime | None
     reason: str | None
-    requested_by: str | None
+    requested_by: ActorView | None
+    on_behalf_of: str | None = Field(
+        default=None, description="What the caller said about itself (X-Requested-By)")
 
 
 class CampaignView(BaseModel):
@@ -223,6 +323,16 @@ class CampaignView(BaseModel):
     waves: list[dict[str, Any]] | None = Field(
         default=None, description="Per-device local-time delivery: when each group of timezones is sent")
     error: str | None
+    created_by: ActorView | None = None
+    edited_by: ActorView | None = None
+    replace_key: str | None = Field(
+        default=None, description="The key every message of the campaign carries (Android tag "
+                                  "and collapse_key, APNs apns-collapse-id, web push tag and "
+                                  "Topic): a later message with the same key replaces it")
+    amends: str | None = Field(
+        default=None, description="The campaign whose notification this one replaces (an amend)")
+    amended_by: list[str] = Field(
+        default_factory=list, description="The amends of this campaign, oldest first")
 
 
 class CancelResult(BaseModel):
@@ -250,6 +360,42 @@ class RetargetRequest(Strict):
     data: DataMap | None = None
     name: str | None = Field(default=None, max_length=200)
     chunk_size: int | None = Field(default=None, ge=1, le=5000)
+
+
+class AmendRequest(RetargetRequest):
+    """Optional new content for the amend, sent to exactly the recipients FCM accepted the
+    original for, with the original's replacement key, so it replaces the original on their
+    devices; what is omitted is copied from the original."""
+
+
+class CorrectRequest(RetargetRequest):
+    """The corrected content: a new notification to the original's unsent recipients (a
+    retarget), a replacement to its sent ones (an amend); what is omitted is copied from the
+    original."""
+
+
+class FollowUpCreated(BaseModel):
+    """One follow-up campaign a correction created."""
+
+    id: str
+    status: Status
+    expected: int = Field(description="Recipients it reaches: the original's final count of "
+                                      "unsent (retarget) or sent (amend)")
+    targeted: int | None = Field(description="Its own count of recipients once its dispatcher "
+                                             "has paged them all (equal to expected); null "
+                                             "until then: read it from `href`")
+    href: str = Field(description="Where to follow it: /v1/campaigns/{id}")
+
+
+class CorrectResult(BaseModel):
+    """Both halves of a correction; a half is null when the original left nobody in it
+    (nothing unsent, or nothing sent)."""
+
+    campaign_id: str = Field(description="The original campaign")
+    retarget: FollowUpCreated | None = Field(
+        description="New notification to the original's unsent recipients")
+    amend: FollowUpCreated | None = Field(
+        description="Replacement of the original on the devices FCM accepted it for")
 
 
 class ErrorBody(BaseModel):

@@ -1,11 +1,30 @@
-"""What goes to FCM: the app's data contract, FCM's size limit, and the per-device request body.
+"""What goes to FCM: the app's data contract, the replacement key, FCM's size limit, and the
+per-device request body.
 
 The API refuses anything FCM would refuse, before a campaign exists, so a campaign never fails
 half-way because of its own content.
+
+**Replacement key.** Every message of a campaign carries one key, so that a later message with the
+same key replaces it on the device instead of showing a second notification:
+
+- ``android.notification.tag``: the notification shown in the Android tray;
+- ``android.collapse_key``: a message FCM still holds for an offline Android device;
+- ``apns.headers["apns-collapse-id"]``: the notification shown on iOS, and one APNs still holds;
+- ``webpush.notification.tag``: the notification a browser shows (the Notification API's ``tag``);
+- ``webpush.headers["Topic"]``: a message the web push service still holds (RFC 8030 §5.4).
+
+By default the key is derived from the campaign id (``herald-<id>``, 31 characters); a campaign
+may name its own (see :data:`REPLACE_KEY_PATTERN`). A web push ``Topic`` must be 1 to 32
+characters of the URL- and filename-safe base64 alphabet (RFC 8030 §5.4, a push service answers
+400 otherwise): a key that qualifies is used as it is (every default key does), any other is
+replaced by the first 32 characters of the base64url encoding of its SHA-256
+(:func:`web_push_topic`).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from typing import Annotated
 
@@ -13,7 +32,12 @@ import orjson
 from pydantic import AfterValidator, Field, StrictStr
 
 MAX_PAYLOAD_BYTES = 4096
-"""FCM's limit on a message's payload (notification plus data), in bytes of JSON."""
+"""FCM's limit on a message's payload, in bytes of JSON.
+
+FCM documents 4096 bytes for "the payload" without saying which fields count. Herald counts
+everything a campaign's messages share (notification, data and the replacement blocks; all but
+the token), which is at least what FCM can count, so nothing Herald accepts is too big for FCM.
+"""
 
 DATA_KEY_PATTERN = re.compile(r"[a-z][A-Za-z0-9]{0,127}")
 RESERVED_DATA_KEYS = frozenset({"from", "notification", "message_type", "collapse_key"})
@@ -43,31 +67,99 @@ DataMap = Annotated[dict[DataKey, StrictStr], Field(max_length=100)]
 class PayloadTooLarge(ValueError):
     def __init__(self, size: int) -> None:
         super().__init__(
-            f"notification plus data is {size} bytes of JSON; FCM accepts at most "
-            f"{MAX_PAYLOAD_BYTES}"
+            f"the message (notification, data and replacement key) is {size} bytes of JSON; "
+            f"FCM accepts at most {MAX_PAYLOAD_BYTES}"
         )
         self.size = size
 
 
-def build_payload(
-    title: str, body: str, data: dict[str, str], image_url: str | None = None
-) -> dict[str, object]:
-    """The FCM ``message`` fields shared by every recipient of a campaign (all but the token)."""
+REPLACE_KEY_PREFIX = "herald-"
+MAX_REPLACE_KEY_BYTES = 64
+"""APNs refuses an ``apns-collapse-id`` over 64 bytes, and FCM refuses the message for it."""
+
+REPLACE_KEY_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+"""A key a campaign may name: 1 to 64 ASCII letters, digits, ``_``, ``-``, ``.`` or ``:``.
+
+That is a subset of what every carrier accepts: ASCII makes 64 characters 64 bytes (the APNs
+limit), no character needs escaping in JSON or in an HTTP header, and none is a space or a
+control character, which an HTTP header value cannot carry.
+"""
+
+WEB_PUSH_TOPIC_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,32}")
+"""RFC 8030 §5.4: at most 32 characters of the URL- and filename-safe base64 alphabet."""
+
+LONGEST_DEFAULT_KEY = f"{REPLACE_KEY_PREFIX}{'0' * 24}"
+"""As long as any derived key (campaign ids are 24-hex-digit ObjectIds): what the size rule counts
+before a campaign has an id."""
+
+
+def _replace_key(key: str) -> str:
+    if not REPLACE_KEY_PATTERN.fullmatch(key):
+        raise ValueError(
+            f"replace_key {key!r} must be 1 to {MAX_REPLACE_KEY_BYTES} characters, each an ASCII "
+            "letter, a digit, '_', '-', '.' or ':' (it becomes the Android notification tag and "
+            "collapse_key, the APNs apns-collapse-id header and the web push tag and Topic)")
+    return key
+
+
+ReplaceKey = Annotated[str, AfterValidator(_replace_key)]
+"""A campaign's own replacement key, validated as :data:`REPLACE_KEY_PATTERN` says."""
+
+
+def default_replace_key(campaign_id: str) -> str:
+    """The key a campaign's messages carry when it names none: ``herald-<campaign id>``."""
+    return f"{REPLACE_KEY_PREFIX}{campaign_id}"
+
+
+def replace_key_for(campaign_id: str, named: str | None) -> str:
+    """The key a campaign's messages carry: the one it named, else the one derived from its id."""
+    return named if named else default_replace_key(campaign_id)
+
+
+def web_push_topic(replace_key: str) -> str:
+    """The key itself if it is a valid RFC 8030 Topic, else 32 characters of its SHA-256.
+
+    Deterministic, so every message with one key carries one Topic.
+    """
+    if WEB_PUSH_TOPIC_PATTERN.fullmatch(replace_key):
+        return replace_key
+    digest = hashlib.sha256(replace_key.encode()).digest()
+    return base64.urlsafe_b64encode(digest).decode()[:32]
+
+
+def build_payload(title: str, body: str, data: dict[str, str], image_url: str | None = None, *,
+                  replace_key: str) -> dict[str, object]:
+    """The FCM ``message`` fields shared by every recipient of a campaign (all but the token),
+    with ``replace_key`` in every platform's replacement fields (see the module's table)."""
     notification: dict[str, str] = {"title": title, "body": body}
     if image_url:
         notification["image"] = image_url
     payload: dict[str, object] = {"notification": notification}
     if data:
         payload["data"] = dict(data)
+    payload.update(replacement_fields(replace_key))
     return payload
 
 
+def replacement_fields(replace_key: str) -> dict[str, object]:
+    """The ``android``, ``apns`` and ``webpush`` blocks that make a message replace an earlier
+    one with the same key."""
+    return {
+        "android": {"collapse_key": replace_key, "notification": {"tag": replace_key}},
+        "apns": {"headers": {"apns-collapse-id": replace_key}},
+        "webpush": {"headers": {"Topic": web_push_topic(replace_key)},
+                    "notification": {"tag": replace_key}},
+    }
+
+
 def payload_size(payload: dict[str, object]) -> int:
-    """Bytes of compact JSON, the measure FCM's limit is expressed in."""
+    """Bytes of compact JSON, the measure FCM's limit is expressed in; give it what
+    :func:`build_payload` returns, so the key is counted as it is sent."""
     return len(orjson.dumps(payload))
 
 
 def check_payload_size(payload: dict[str, object]) -> None:
+    """Raise :class:`PayloadTooLarge` if ``payload`` is over :data:`MAX_PAYLOAD_BYTES`."""
     size = payload_size(payload)
     if size > MAX_PAYLOAD_BYTES:
         raise PayloadTooLarge(size)

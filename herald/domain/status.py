@@ -2,7 +2,7 @@
 
 Every status change in Herald is a conditional update "set status to T where status is one of S";
 ``sources_for`` gives S for a transition, so a finishing sender can never overwrite ``cancelling``
-with ``completed`` (seed 001, case 2) and a cancel can never resurrect a finished campaign.
+with ``completed`` and a cancel can never resurrect a finished campaign.
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ class CancelDecision(StrEnum):
 
 
 def decide_cancel(current: Status) -> CancelDecision:
-    """Decide how to cancel a campaign in status ``current`` (seed 001's protocol)."""
+    """How a cancel applies to a campaign in status ``current``: at once before anything is
+    sent, by stopping every pod while sending, idempotently when already cancelling, never once
+    finished."""
     if current in sources_for(Transition.CANCEL_AT_ONCE):
         return CancelDecision.AT_ONCE
     if current in sources_for(Transition.BEGIN_CANCEL):

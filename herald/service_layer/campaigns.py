@@ -5,22 +5,30 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
-from bson import ObjectId
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from herald.adapters.mongo import Document
-from herald.adapters.rabbit import Bus
-from herald.adapters.stores import Stores
 from herald.clock import utcnow
-from herald.domain.api import CampaignCreate, CampaignPatch, Content, RetargetRequest
+from herald.domain import api
+from herald.domain.access import Actor
+from herald.domain.api import CampaignCreate, CampaignPatch, RetargetRequest
+from herald.domain.audience import Audience
+from herald.domain.documents import (
+    Campaign,
+    Content,
+    FollowUp,
+    FollowUpOf,
+    IdempotencyBinding,
+    LocalTime,
+    new_id,
+)
 from herald.domain.status import TERMINAL, Status
 from herald.domain.timing import AmbiguousTime, first_instant_anywhere, to_utc
-from herald.service_layer.recipients import NOT_SENT, UNSENT_ONLY
+from herald.service_layer.ports import Bus, Stores
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +50,39 @@ class IdempotencyInFlight(Exception):
     """The first request with this key is still creating its campaign."""
 
 
-class NotRetargetable(Exception):
+class NotFinished(Exception):
+    """The campaign is still running: what follows it up must wait for its final outcomes."""
+
+    action = "follow it up"
+
     def __init__(self, status: Status) -> None:
-        super().__init__(f"campaign is {status.value}; retarget it once it has finished")
+        super().__init__(f"campaign is {status.value}; {self.action} once it has finished")
+        self.status = status
+
+
+class NotRetargetable(NotFinished):
+    action = "retarget it"
+
+
+class NotAmendable(NotFinished):
+    action = "amend it (cancel it first to stop it)"
+
+
+class NotCorrectable(NotFinished):
+    action = "correct it (cancel it first to stop it)"
+
+
+class NothingToAmend(Exception):
+    def __init__(self, status: Status) -> None:
+        super().__init__(f"campaign was {status.value} without FCM accepting any message: there "
+                         "is nothing to replace; retarget it instead")
+        self.status = status
+
+
+class NothingToCorrect(Exception):
+    def __init__(self, status: Status) -> None:
+        super().__init__(f"campaign was {status.value} with nobody sent and nobody unsent: "
+                         "there is no one to correct")
         self.status = status
 
 
@@ -77,34 +115,58 @@ class NotEditable(Exception):
 
 @dataclass(frozen=True)
 class Created:
-    campaign: Document
+    campaign: Campaign
     created: bool
 
 
-def new_campaign_document(*, content: dict[str, Any], name: str | None,
-                          audience: dict[str, Any] | None, retarget: dict[str, Any] | None,
-                          chunk_size: int, rate_per_s: int | None, due_at: datetime,
-                          now: datetime, source: str, schedule_id: str | None = None) -> Document:
-    """A fresh campaign document, ``scheduled`` if ``due_at`` is in the future, else ``pending``."""
-    status = Status.SCHEDULED if due_at > now else Status.PENDING
-    return {
-        "_id": ObjectId(), "name": name, **content, "audience": audience, "retarget": retarget,
-        "chunk_size": chunk_size, "rate_per_s": rate_per_s, "status": status.value,
-        "counts": {"targeted": 0, "sent": 0, "failed": 0},
-        "progress": {"chunks_published": 0, "chunks_done": 0},
-        "dispatch": {"owner": None, "lease_until": None, "until": None, "next_seq": 0,
-                     "done": False, "takeovers": 0},
-        "cancel": None, "error": None, "source": source, "schedule_id": schedule_id,
-        "created_at": now, "updated_at": now, "due_at": due_at, "started_at": None,
-        "finished_at": None,
-    }
+@dataclass(frozen=True)
+class Correction:
+    """What ``CampaignCreator.correct`` made of a finished campaign: a retarget of its unsent
+    and an amend of its sent, each None when the original left nobody in that group."""
+
+    original: Campaign
+    retarget: Campaign | None
+    amend: Campaign | None
 
 
-def _content(request: CampaignCreate | RetargetRequest, base: Document | None = None) -> dict[str, Any]:
-    base = base or {}
-    fields = {"title": request.title, "body": request.body, "data": request.data,
-              "image_url": str(request.image_url) if request.image_url else None}
-    return {key: value if value is not None else base.get(key) for key, value in fields.items()}
+def new_campaign(*, content: Content, name: str | None, audience: Audience | None,
+                 follow_up: FollowUp | None, chunk_size: int, rate_per_s: int | None,
+                 due_at: datetime, now: datetime, source: str, schedule_id: str | None = None,
+                 local_time: LocalTime | None = None, run_key: str | None = None,
+                 replace_key: str | None = None, created_by: Actor | None = None) -> Campaign:
+    """A fresh campaign, ``scheduled`` if ``due_at`` is in the future, else ``pending``;
+    ``replace_key`` is the key it names (None: the one derived from its id)."""
+    return Campaign(
+        id=new_id(), status=Status.SCHEDULED if due_at > now else Status.PENDING,
+        content=content, name=name, audience=audience, follow_up=follow_up,
+        chunk_size=chunk_size, rate_per_s=rate_per_s, source=source, schedule_id=schedule_id,
+        local_time=local_time, run_key=run_key, replace_key=replace_key,
+        created_by=created_by, created_at=now, updated_at=now, due_at=due_at)
+
+
+def content_of(template: api.Content) -> Content:
+    """What a validated request asks the devices to show."""
+    return Content(title=template.title, body=template.body, data=dict(template.data),
+                   image_url=str(template.image_url) if template.image_url else None)
+
+
+def sized(content: dict[str, Any], replace_key: str) -> Content:
+    """``content`` as it will be sent with ``replace_key``; :class:`InvalidChange` if it is
+    not valid or, with that key, over FCM's size limit."""
+    try:
+        return content_of(api.KeyedContent.model_validate({**content,
+                                                           "replace_key": replace_key}))
+    except ValidationError as exc:
+        raise InvalidChange(exc) from exc
+
+
+def _follow_up_content(request: RetargetRequest, base: Content, replace_key: str) -> Content:
+    """The follow-up's content: what the request gives, the original's for the rest, sized
+    with the key it is sent with."""
+    return sized({"title": request.title or base.title, "body": request.body or base.body,
+                  "data": base.data if request.data is None else request.data,
+                  "image_url": str(request.image_url) if request.image_url else base.image_url},
+                 replace_key)
 
 
 def _due_at(request: CampaignCreate, now: datetime) -> datetime:
@@ -119,15 +181,20 @@ def _due_at(request: CampaignCreate, now: datetime) -> datetime:
     return due_at
 
 
-def _local_time(request: CampaignCreate) -> dict[str, Any] | None:
-    if not request.deliver_in_local_time or request.send_at is None:
+def _local_time(request: CampaignCreate) -> LocalTime | None:
+    if not request.deliver_in_local_time or request.send_at is None or request.timezone is None:
         return None
-    return {"wall": request.send_at.isoformat(), "timezone": request.timezone}
+    return LocalTime(wall=request.send_at.isoformat(), timezone=request.timezone)
 
 
-def fingerprint(request: CampaignCreate) -> str:
+def fingerprint(request: BaseModel) -> str:
     canonical = orjson.dumps(request.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
+
+
+FOLLOW_UP_SOURCES = {FollowUpOf.UNSENT: "retarget", FollowUpOf.SENT: "amend",
+                     FollowUpOf.NOT_SENT: "retry"}
+"""What each kind of follow-up is called: its ``source``, and its action in the operator log."""
 
 
 class CampaignCreator:
@@ -135,60 +202,146 @@ class CampaignCreator:
         self._stores = stores
         self._bus = bus
 
-    async def create(self, request: CampaignCreate, idempotency_key: str | None) -> Created:
+    async def create(self, request: CampaignCreate, idempotency_key: str | None,
+                     by: Actor) -> Created:
+        """Create (and launch, if due) the campaign ``by`` asks for. A retry with the same
+        ``Idempotency-Key`` from the same key gets the first campaign back; keys never share
+        idempotency keys."""
         now = utcnow()
-        document = new_campaign_document(
-            content=_content(request), name=request.name,
-            audience=request.audience.model_dump(mode="json", by_alias=True), retarget=None,
-            chunk_size=request.chunk_size, rate_per_s=request.rate_per_s,
-            due_at=_due_at(request, now), now=now, source="api")
-        document["local_time"] = _local_time(request)
+        campaign = new_campaign(
+            content=content_of(request), name=request.name, audience=request.audience,
+            follow_up=None, chunk_size=request.chunk_size, rate_per_s=request.rate_per_s,
+            due_at=_due_at(request, now), now=now, source="api",
+            local_time=_local_time(request), replace_key=request.replace_key, created_by=by)
         if idempotency_key is not None:
-            earlier = await self._earlier_campaign(idempotency_key, fingerprint(request), document)
+            earlier = await self._earlier_campaign(f"{by.id}:{idempotency_key}",
+                                                   fingerprint(request), campaign)
             if earlier is not None:
                 return Created(earlier, created=False)
-        await self.launch(document)
-        return Created(document, created=True)
+        await self.launch(campaign)
+        return Created(campaign, created=True)
 
-    async def retarget(self, parent_id: str, request: RetargetRequest) -> Document | None:
+    async def retarget(self, parent_id: str, request: RetargetRequest, by: Actor,
+                       idempotency_key: str | None = None) -> Campaign | None:
         """A new campaign to exactly the unsent recipients of a finished one; None if unknown."""
-        parent = await self._stores.campaigns.get(parent_id)
+        parent = await self._finished(parent_id, NotRetargetable)
         if parent is None:
             return None
-        if Status(parent["status"]) not in TERMINAL:
-            raise NotRetargetable(Status(parent["status"]))
-        if parent["dispatch"].get("owner") is None:
-            raise NothingToFollowUp(Status(parent["status"]))
-        return await self._follow_up(parent, request, UNSENT_ONLY, "retarget")
+        if not parent.dispatch.started:
+            raise NothingToFollowUp(parent.status)
+        return await self._follow_up(parent, request, FollowUpOf.UNSENT, by, idempotency_key)
 
-    async def retry(self, parent_id: str) -> Document | None:
+    async def amend(self, parent_id: str, request: RetargetRequest, by: Actor,
+                    idempotency_key: str | None = None) -> Campaign | None:
+        """A new campaign to exactly the recipients FCM accepted a finished campaign for, with
+        that campaign's replacement key, so that on their devices it replaces what they were
+        shown (an amend of an amend keeps the first key). None if unknown."""
+        parent = await self._finished(parent_id, NotAmendable)
+        if parent is None:
+            return None
+        if parent.counts.sent == 0:
+            raise NothingToAmend(parent.status)
+        return await self._follow_up(parent, request, FollowUpOf.SENT, by, idempotency_key)
+
+    async def correct(self, parent_id: str, request: RetargetRequest, by: Actor,
+                      idempotency_key: str | None = None) -> Correction | None:
+        """Correct a finished campaign in one step: the corrected content as a new notification
+        to its unsent recipients (a retarget) and as a replacement to its sent ones (an amend);
+        a half whose group is empty is not created. None if unknown.
+
+        Nobody gets both halves, whether they come from this call or from separate retarget and
+        amend calls, one after the other or at once: each half's dispatcher pages one part of
+        the original's audit, ``unsent`` or ``sent``, and those parts cannot share anyone.
+
+        - At any one reading, a recipient's outcome is a function of the records of its
+          position in its chunk: ``sent`` if the first record is a success, ``failed`` if it is
+          an error, ``unsent`` if there is none (``recipients.outcome_of``). One position, one
+          outcome.
+        - Both halves read the original only once it is finished, and a finished campaign's
+          records no longer change: it completed or failed once every chunk was closed for good
+          (every position recorded; a dead-lettered chunk's rest recorded failed), or it was
+          cancelled once every sender alive at the cancel had acknowledged, after recording the
+          requests it had on the wire, and its unpaged rest was frozen into chunks that are
+          never published (``cancellation``, ``recipients.freeze_unpaged``). So every reading,
+          by either half, whenever its dispatcher pages, sees the same outcomes, and the
+          positions a follow-up resumes from stay valid.
+
+        The README's crash gap is the one way a device can have the original without being
+        ``sent`` (a sender killed with a batch on the wire, then a cancel): the retarget carries
+        the original's key too, so there it replaces the original instead of adding to it.
+
+        With an ``Idempotency-Key`` each half is bound to it as a retarget or an amend of this
+        campaign by this key: a repeated call (or a retarget or amend with the same key and
+        body) returns the same follow-ups, and one that died half-way is completed.
+        """
+        parent = await self._finished(parent_id, NotCorrectable)
+        if parent is None:
+            return None
+        counts = parent.counts
+        if counts.unsent == 0 and counts.sent == 0:
+            raise NothingToCorrect(parent.status)
+        retarget = await self._follow_up(parent, request, FollowUpOf.UNSENT, by,
+                                         idempotency_key) if counts.unsent else None
+        amend = await self._follow_up(parent, request, FollowUpOf.SENT, by,
+                                      idempotency_key) if counts.sent else None
+        return Correction(parent, retarget, amend)
+
+    async def retry(self, parent_id: str, by: Actor,
+                    idempotency_key: str | None = None) -> Campaign | None:
         """Re-run a ``failed`` campaign for everyone it did not reach: unsent, or failed for a
-        reason other than their token (seed 002's manual retry). None if unknown."""
+        reason other than their token (an operator's manual retry). None if unknown."""
         parent = await self._stores.campaigns.get(parent_id)
         if parent is None:
             return None
-        if parent["status"] != Status.FAILED.value:
-            raise NotRetryable(Status(parent["status"]))
-        return await self._follow_up(parent, RetargetRequest(), NOT_SENT, "retry")
+        if parent.status is not Status.FAILED:
+            raise NotRetryable(parent.status)
+        return await self._follow_up(parent, RetargetRequest(), FollowUpOf.NOT_SENT, by,
+                                     idempotency_key)
 
-    async def _follow_up(self, parent: Document, request: RetargetRequest, outcome: str,
-                         source: str) -> Document:
-        now, parent_id = utcnow(), str(parent["_id"])
-        document = new_campaign_document(
-            content=_content(request, parent),
-            name=request.name or f"{parent.get('name') or parent_id} ({source})",
-            audience=None, retarget={"campaign_id": parent_id, "outcome": outcome},
-            chunk_size=request.chunk_size or parent["chunk_size"],
-            rate_per_s=parent.get("rate_per_s"), due_at=now, now=now, source=source,
-            schedule_id=parent.get("schedule_id"))
-        await self.launch(document)
-        return document
+    async def _finished(self, campaign_id: str,
+                        refusal: type[NotFinished]) -> Campaign | None:
+        campaign = await self._stores.campaigns.get(campaign_id)
+        if campaign is not None and campaign.status not in TERMINAL:
+            raise refusal(campaign.status)
+        return campaign
 
-    async def launch(self, document: Document) -> None:
+    async def _follow_up(self, parent: Campaign, request: RetargetRequest, of: FollowUpOf,
+                         by: Actor, idempotency_key: str | None) -> Campaign:
+        """A campaign to the ``of`` recipients of ``parent``. It carries ``parent``'s
+        replacement key: an amend must, to replace; a retarget or retry reaches devices that
+        were meant to get ``parent`` (and may have, in the crash gap, or had the original of an
+        amend), so there too it replaces rather than adds."""
+        now = utcnow()
+        source = FOLLOW_UP_SOURCES[of]
+        campaign = new_campaign(
+            content=_follow_up_content(request, parent.content, parent.sent_with_key),
+            name=request.name or f"{parent.name or parent.id} ({source})",
+            audience=None, follow_up=FollowUp(parent.id, of),
+            chunk_size=request.chunk_size or parent.chunk_size, rate_per_s=parent.rate_per_s,
+            due_at=now, now=now, source=source, schedule_id=parent.schedule_id,
+            replace_key=parent.sent_with_key, created_by=by)
+        if idempotency_key is not None:
+            # Scoped to the action, the original and the key: never equal to a creation's key.
+            key = f"{source}/{parent.id}/{by.id}:{idempotency_key}"
+            earlier = await self._earlier_campaign(key, fingerprint(request), campaign)
+            if earlier is not None:
+                await self._link(earlier)  # a first call that died before linking it
+                return earlier
+        await self._stores.campaigns.insert(campaign)
+        await self._link(campaign)
+        await self.wake_dispatcher(campaign.id)
+        return campaign
+
+    async def _link(self, follow_up: Campaign) -> None:
+        """An amend is listed on its original (``amended_by``), once however often linked."""
+        if follow_up.amends is not None:
+            await self._stores.campaigns.link_amendment(follow_up.amends, follow_up.id)
+
+    async def launch(self, campaign: Campaign) -> None:
         """Store the campaign and, if it is due, wake a dispatcher (its sweep is the fallback)."""
-        await self._stores.campaigns.insert(document)
-        if document["status"] == Status.PENDING.value:
-            await self.wake_dispatcher(str(document["_id"]))
+        await self._stores.campaigns.insert(campaign)
+        if campaign.status is Status.PENDING:
+            await self.wake_dispatcher(campaign.id)
 
     async def wake_dispatcher(self, campaign_id: str) -> None:
         try:
@@ -197,62 +350,67 @@ class CampaignCreator:
             log.warning("could not publish dispatch of %s; the sweep will pick it up",
                         campaign_id, exc_info=True)
 
-    async def _earlier_campaign(self, key: str, print_: str, document: Document) -> Document | None:
-        campaign_id = str(document["_id"])
+    async def _earlier_campaign(self, key: str, print_: str, campaign: Campaign) -> Campaign | None:
+        binding = IdempotencyBinding(key, print_, campaign.id, campaign.created_at)
         for _ in range(20):
-            bound = await self._stores.idempotency.reserve(key, print_, campaign_id,
-                                                           document["created_at"])
+            bound = await self._stores.idempotency.reserve(binding)
             if bound is None:
                 return None
-            if bound["fingerprint"] != print_:
+            if bound.fingerprint != print_:
                 raise IdempotencyMismatch(key)
-            earlier = await self._stores.campaigns.get(bound["campaign_id"])
+            earlier = await self._stores.campaigns.get(bound.campaign_id)
             if earlier is not None:
                 return earlier
-            stale = utcnow() - bound["created_at"] > STALE_KEY_AFTER
-            if stale and await self._stores.idempotency.rebind(key, bound["campaign_id"],
-                                                                campaign_id):
+            stale = utcnow() - bound.created_at > STALE_KEY_AFTER
+            if stale and await self._stores.idempotency.rebind(key, bound.campaign_id,
+                                                                campaign.id):
                 return None
             await asyncio.sleep(0.05)
         raise IdempotencyInFlight(key)
 
 
-def _new_timing(current: Document, patch: CampaignPatch) -> dict[str, Any]:
+def _moved(current: Campaign, patch: CampaignPatch) -> tuple[datetime, LocalTime | None]:
     """``due_at`` (and the wall clock of a local-time campaign) after moving a campaign."""
-    local = current.get("local_time")
-    wall = datetime.fromisoformat(local["wall"]) if local else None
+    local = current.local_time
+    wall = datetime.fromisoformat(local.wall) if local else None
     try:
         timing = CampaignCreate(
             title="-", body="-", send_at=patch.send_at or wall, deliver_in_local_time=bool(local),
-            timezone=patch.timezone or (local["timezone"] if local else None))
+            timezone=patch.timezone or (local.timezone if local else None))
     except ValidationError as exc:
         raise InvalidChange(exc) from exc
     if timing.send_at is None:
         raise AmbiguousTime("a timezone alone does not move a campaign: give send_at too")
-    changed: dict[str, Any] = {"due_at": _due_at(timing, utcnow())}
-    if local:
-        changed["local_time"] = _local_time(timing)
-    return changed
+    return _due_at(timing, utcnow()), _local_time(timing) if local else None
 
 
-async def edit_scheduled(stores: Stores, campaign_id: str, patch: CampaignPatch) -> Document | None:
+def _edited(current: Campaign, patch: CampaignPatch, by: Actor) -> Campaign:
+    """``current`` with the patch applied; its content must still fit FCM's limits."""
+    given = patch.model_fields_set
+    content = sized({"title": patch.title or current.content.title,
+                     "body": patch.body or current.content.body,
+                     "data": current.content.data if patch.data is None else patch.data,
+                     "image_url": patch.image_url if "image_url" in given and patch.image_url
+                     else current.content.image_url}, current.sent_with_key)
+    edited = replace(
+        current, content=content, name=current.name if patch.name is None else patch.name,
+        audience=current.audience if patch.audience is None else patch.audience, edited_by=by)
+    if patch.send_at is not None or patch.timezone is not None:
+        due_at, local_time = _moved(current, patch)
+        edited = replace(edited, due_at=due_at, local_time=local_time)
+    return edited
+
+
+async def edit_scheduled(stores: Stores, campaign_id: str, patch: CampaignPatch,
+                         by: Actor) -> Campaign | None:
     """Change the time or content of a campaign that has not fired yet; None if unknown."""
     current = await stores.campaigns.get(campaign_id)
     if current is None:
         return None
-    if current["status"] != Status.SCHEDULED.value:
-        raise NotEditable(Status(current["status"]))
-    changes = patch.model_dump(exclude_unset=True, exclude_none=True, mode="json", by_alias=True,
-                               exclude={"send_at", "timezone"})
-    merged = {key: changes.get(key, current.get(key)) for key in ("title", "body", "data", "image_url")}
-    try:
-        Content.model_validate(merged)  # the merged content must still fit FCM's limits
-    except ValidationError as exc:
-        raise InvalidChange(exc) from exc
-    if patch.send_at is not None or patch.timezone is not None:
-        changes.update(_new_timing(current, patch))
-    updated = await stores.campaigns.patch_scheduled(campaign_id, changes, utcnow())
+    if current.status is not Status.SCHEDULED:
+        raise NotEditable(current.status)
+    updated = await stores.campaigns.patch_scheduled(_edited(current, patch, by), utcnow())
     if updated is None:  # it fired (or was cancelled) between our read and our write
         latest = await stores.campaigns.get(campaign_id)
-        raise NotEditable(Status(latest["status"] if latest else Status.SCHEDULED))
+        raise NotEditable(latest.status if latest else Status.SCHEDULED)
     return updated

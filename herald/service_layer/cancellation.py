@@ -1,4 +1,4 @@
-"""The cancellation protocol (seeds 000 and 001), shared by the API and every pod.
+"""The cancellation protocol, shared by the API and every pod.
 
 Asking (``request``): a conditional status change in MongoDB decides, once, what the cancel
 means; then a Redis flag (for pods that start later or miss the broadcast) and a message on the
@@ -14,23 +14,20 @@ dead, or seen idle by its heartbeat), the campaign becomes ``cancelled`` with ex
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from dataclasses import dataclass, replace
+from datetime import timedelta
 
-from herald.adapters.errors import INFRASTRUCTURE_ERRORS
-from herald.adapters.mongo import Document
-from herald.adapters.rabbit import Bus
-from herald.adapters.redis import CancelFlags, PodBeat, PodRegistry
-from herald.adapters.stores import Stores
 from herald.clock import utcnow
+from herald.domain.access import Actor
+from herald.domain.documents import Campaign, CancelRecord
 from herald.domain.messages import CancelCampaign
-from herald.domain.status import CancelDecision, Status, Transition, decide_cancel
+from herald.domain.status import CancelDecision, Status, decide_cancel
 from herald.observability import (
     CAMPAIGNS_FINISHED,
     CANCEL_LATENCY_SECONDS,
     CANCEL_SENT_RATIO,
 )
+from herald.service_layer.ports import Bus, CancelFlags, PodRegistry, Stores
 from herald.service_layer.recipients import final_counts, freeze_unpaged
 
 log = logging.getLogger(__name__)
@@ -46,7 +43,9 @@ FINALIZER_LEASE = timedelta(seconds=30)
 
 
 class CampaignNotFound(LookupError):
-    pass
+    def __init__(self, campaign_id: str) -> None:
+        super().__init__(f"no campaign {campaign_id}")
+        self.campaign_id = campaign_id
 
 
 class CannotCancel(Exception):
@@ -58,11 +57,11 @@ class CannotCancel(Exception):
 @dataclass(frozen=True)
 class CancelOutcome:
     decision: CancelDecision
-    campaign: Document
+    campaign: Campaign
 
     @property
     def status(self) -> Status:
-        return Status(self.campaign["status"])
+        return self.campaign.status
 
 
 class Cancellation:
@@ -74,67 +73,61 @@ class Cancellation:
         self._bus = bus
         self._pod_id = pod_id
 
-    async def request(self, campaign_id: str, reason: str | None, requested_by: str | None,
-                      *, broadcast: bool) -> CancelOutcome:
-        """Cancel ``campaign_id``; raises ``CampaignNotFound`` or ``CannotCancel``."""
+    async def request(self, campaign_id: str, reason: str | None, requested_by: Actor | None,
+                      *, broadcast: bool, on_behalf_of: str | None = None) -> CancelOutcome:
+        """Cancel ``campaign_id`` as ``requested_by``; raises ``CampaignNotFound`` or
+        ``CannotCancel``."""
         for _ in range(MAX_RACE_RETRIES):
             campaign = await self._stores.campaigns.get(campaign_id)
             if campaign is None:
                 raise CampaignNotFound(campaign_id)
-            outcome = await self._decide(campaign, reason, requested_by, broadcast=broadcast)
+            record = CancelRecord(requested_at=utcnow(), reason=reason,
+                                  requested_by=requested_by, on_behalf_of=on_behalf_of)
+            outcome = await self._decide(campaign, record, broadcast=broadcast)
             if outcome is not None:
                 return outcome
         raise RuntimeError(f"campaign {campaign_id} kept changing status while being cancelled")
 
-    async def _decide(self, campaign: Document, reason: str | None, requested_by: str | None,
+    async def _decide(self, campaign: Campaign, record: CancelRecord,
                       *, broadcast: bool) -> CancelOutcome | None:
-        decision = decide_cancel(Status(campaign["status"]))
+        decision = decide_cancel(campaign.status)
         if decision is CancelDecision.REFUSE:
-            raise CannotCancel(Status(campaign["status"]))
+            raise CannotCancel(campaign.status)
         if decision is CancelDecision.ALREADY:
             return CancelOutcome(decision, campaign)
-        campaign_id = str(campaign["_id"])
-        record: dict[str, Any] = {
-            "requested_at": utcnow(), "reason": reason, "requested_by": requested_by,
-            "expected_pods": [], "acks": [], "acknowledged_at": None}
         if decision is CancelDecision.AT_ONCE:
-            updated = await self._cancel_at_once(campaign_id, record)
+            updated = await self._cancel_at_once(campaign.id, record)
         else:
-            updated = await self._begin_cancel(campaign_id, record, broadcast=broadcast)
+            updated = await self._begin_cancel(campaign.id, record, broadcast=broadcast)
         return None if updated is None else CancelOutcome(decision, updated)
 
-    async def _cancel_at_once(self, campaign_id: str, record: dict[str, Any]) -> Document | None:
-        now = record["requested_at"]
-        updated = await self._stores.campaigns.transition(
-            campaign_id, Transition.CANCEL_AT_ONCE, now,
-            also_set={"cancel": {**record, "acknowledged_at": now}, "finished_at": now})
+    async def _cancel_at_once(self, campaign_id: str, record: CancelRecord) -> Campaign | None:
+        updated = await self._stores.campaigns.cancel_at_once(campaign_id, record)
         if updated is not None:
             await self._raise_flag(campaign_id)
             CAMPAIGNS_FINISHED.labels(Status.CANCELLED.value).inc()
             log.info("campaign %s cancelled before sending", campaign_id)
         return updated
 
-    async def _begin_cancel(self, campaign_id: str, record: dict[str, Any],
-                            *, broadcast: bool) -> Document | None:
-        record["expected_pods"] = await self._stopping_pods()
-        updated = await self._stores.campaigns.transition(
-            campaign_id, Transition.BEGIN_CANCEL, record["requested_at"],
-            also_set={"cancel": record})
+    async def _begin_cancel(self, campaign_id: str, record: CancelRecord,
+                            *, broadcast: bool) -> Campaign | None:
+        record = replace(record, expected_pods=await self._stopping_pods())
+        updated = await self._stores.campaigns.begin_cancel(campaign_id, record)
         if updated is None:
             return None
         await self._raise_flag(campaign_id)
         if broadcast and self._bus is not None:
             await self._broadcast(campaign_id, record)
         log.info("campaign %s cancelling; waiting for %s pods", campaign_id,
-                 "unknown" if record["expected_pods"] is None else len(record["expected_pods"]))
+                 "unknown" if record.expected_pods is None else len(record.expected_pods))
         return updated
 
-    async def _stopping_pods(self) -> list[str] | None:
+    async def _stopping_pods(self) -> tuple[str, ...] | None:
         """Senders and dispatchers alive now; None if Redis cannot tell (then every pod alive
         when the cancel is finished must have stopped, see ``_still_stopping``)."""
         try:
-            return [pod.id for pod in await self._pods.live(STOPPING_SERVICES)]
-        except INFRASTRUCTURE_ERRORS:
+            return tuple(pod.id for pod in await self._pods.live(STOPPING_SERVICES))
+        except Exception:  # best effort: waiting for every live pod is the safe fallback
             log.warning("live pods unknown (Redis away); waiting for their heartbeats")
             return None
 
@@ -142,18 +135,18 @@ class Cancellation:
         """The flag is for pods that miss the broadcast; MongoDB's status is the truth."""
         try:
             await self._flags.raise_flag(campaign_id)
-        except INFRASTRUCTURE_ERRORS:
+        except Exception:  # best effort: the status in MongoDB is what stops pods for good
             log.warning("cancel flag of %s not raised (Redis away); the status still stops "
                         "pods that load the campaign", campaign_id)
 
-    async def _broadcast(self, campaign_id: str, record: dict[str, Any]) -> None:
+    async def _broadcast(self, campaign_id: str, record: CancelRecord) -> None:
         """Tell every pod at once; if RabbitMQ is away, pods still see the flag within a second."""
         assert self._bus is not None
         try:
             await self._bus.broadcast_cancel(CancelCampaign(
-                campaign_id=campaign_id, reason=record["reason"],
-                requested_by=record["requested_by"]))
-        except INFRASTRUCTURE_ERRORS:
+                campaign_id=campaign_id, reason=record.reason,
+                requested_by=record.requested_by.label if record.requested_by else None))
+        except Exception:  # best effort: the flag reaches every pod within a second anyway
             log.warning("cancel broadcast of %s failed; pods will find the Redis flag",
                         campaign_id, exc_info=True)
 
@@ -162,10 +155,10 @@ class Cancellation:
         await self._stores.campaigns.add_cancel_ack(campaign_id, pod_id)
         await self.try_finalize(campaign_id)
 
-    async def try_finalize(self, campaign_id: str) -> Document | None:
+    async def try_finalize(self, campaign_id: str) -> Campaign | None:
         """``cancelling → cancelled`` if no pod is still stopping; the cancelled campaign."""
         campaign = await self._stores.campaigns.get(campaign_id)
-        if campaign is None or campaign["status"] != Status.CANCELLING.value:
+        if campaign is None or campaign.status is not Status.CANCELLING:
             return None
         if await self._still_stopping(campaign):
             return None
@@ -174,43 +167,42 @@ class Cancellation:
                 campaign_id, self._pod_id, now, now + FINALIZER_LEASE):
             return None  # another pod is writing the final counts
         frozen = await freeze_unpaged(self._stores, campaign)
-        counts = await final_counts(self._stores, frozen or campaign)
-        now = utcnow()
-        cancelled = await self._stores.campaigns.transition(
-            campaign_id, Transition.CONFIRM_CANCEL, now,
-            also_set={**counts.as_document(), "cancel.acknowledged_at": now, "finished_at": now})
-        if cancelled is not None:
-            _observe_cancelled(cancelled["cancel"]["requested_at"], now, counts.sent,
-                               counts.targeted)
+        counts = (await final_counts(self._stores, frozen or campaign)).counts
+        cancelled = await self._stores.campaigns.confirm_cancel(campaign_id, counts, utcnow())
+        if cancelled is not None and cancelled.cancel is not None:
+            _observe_cancelled(cancelled)
             log.info("campaign %s cancelled: %d of %d sent, %d failed", campaign_id,
                      counts.sent, counts.targeted, counts.failed)
         return cancelled
 
-    async def _still_stopping(self, campaign: Document) -> list[str]:
+    async def try_finalize_quietly(self, campaign_id: str) -> None:
+        """``try_finalize`` in the background: a failure is logged; the sweep retries."""
+        try:
+            await self.try_finalize(campaign_id)
+        except Exception:
+            log.warning("finalizing cancel of %s failed; the sweep retries", campaign_id,
+                        exc_info=True)
+
+    async def _still_stopping(self, campaign: Campaign) -> list[str]:
         """Pods that may still send: those alive at the request that neither acknowledged nor
         were seen idle since, and any live pod whose heartbeat says it works on the campaign."""
-        cancel, campaign_id = campaign["cancel"], str(campaign["_id"])
+        cancel = campaign.cancel
+        assert cancel is not None
         live = {pod.id: pod for pod in await self._pods.live(STOPPING_SERVICES)}
-        expected = cancel["expected_pods"]
-        if expected is None:
-            expected = list(live)
-        idle_after = cancel["requested_at"] + timedelta(seconds=FLAG_REFRESH_S)
+        expected = list(live) if cancel.expected_pods is None else cancel.expected_pods
+        idle_after_s = cancel.requested_at.timestamp() + FLAG_REFRESH_S
         waiting = [pod_id for pod_id in expected
-                   if pod_id not in cancel["acks"] and pod_id in live
-                   and not _seen_idle(live[pod_id], campaign_id, idle_after)]
+                   if pod_id not in cancel.acks and pod_id in live
+                   and not live[pod_id].seen_idle(campaign.id, idle_after_s)]
         busy_newcomers = [pod.id for pod in live.values()
-                          if pod.id not in expected and campaign_id in pod.campaigns]
+                          if pod.id not in expected and campaign.id in pod.campaigns]
         return waiting + busy_newcomers
 
 
-def _seen_idle(pod: PodBeat, campaign_id: str, after: datetime) -> bool:
-    """A heartbeat written after ``after`` shows the pod is not working on the campaign."""
-    return pod.beat_at > after.timestamp() and campaign_id not in pod.campaigns
-
-
-def _observe_cancelled(requested_at: datetime, acknowledged_at: datetime, sent: int,
-                       targeted: int) -> None:
+def _observe_cancelled(cancelled: Campaign) -> None:
+    assert cancelled.cancel is not None and cancelled.cancel.acknowledged_at is not None
     CAMPAIGNS_FINISHED.labels(Status.CANCELLED.value).inc()
-    CANCEL_LATENCY_SECONDS.observe((acknowledged_at - requested_at).total_seconds())
-    if targeted:
-        CANCEL_SENT_RATIO.observe(sent / targeted)
+    latency = cancelled.cancel.acknowledged_at - cancelled.cancel.requested_at
+    CANCEL_LATENCY_SECONDS.observe(latency.total_seconds())
+    if cancelled.counts.targeted:
+        CANCEL_SENT_RATIO.observe(cancelled.counts.sent / cancelled.counts.targeted)

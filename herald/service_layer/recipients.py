@@ -2,7 +2,7 @@
 
 Two questions share this module because each answers part of the other:
 - *recipient sources*: the ordered, resumable stream of recipients a dispatcher pages into chunks
-  (an audience over the device registry, or the unsent recipients of an earlier campaign);
+  (an audience over the device registry, or some recipients of an earlier campaign);
 - *the audit*: per recipient, ``sent``/``failed`` as recorded from FCM's answers, and ``unsent``
   for everyone targeted (in a chunk, or still in the source past the last chunk) but not recorded.
 Final counts are computed from the audit itself, so the numbers and the lists never disagree.
@@ -10,27 +10,26 @@ Final counts are computed from the audit itself, so the numbers and the lists ne
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from herald.adapters.chunks import ChunkStatus, Recorded, recorded_in
-from herald.adapters.fcm import TOKEN_IS_DEAD
-from herald.adapters.mongo import Document
-from herald.adapters.stores import Stores
 from herald.clock import utcnow
 from herald.domain.audience import Audience, audience_query
-
-SENT = "sent"
-FAILED = "failed"
-UNSENT = "unsent"
-OUTCOMES = (SENT, FAILED, UNSENT)
-
-UNSENT_ONLY = "unsent"
-"""A follow-up's source: the parent's recipients that were never sent (retarget)."""
-NOT_SENT = "not_sent"
-"""A follow-up's source: unsent, or failed for a reason other than their token (retry)."""
+from herald.domain.documents import (
+    Campaign,
+    ChunkStatus,
+    Counts,
+    Cursor,
+    FollowUpOf,
+    Outcome,
+    Recorded,
+)
+from herald.domain.fcm_errors import token_is_dead
+from herald.domain.messages import Recipient
+from herald.domain.timing import Wave
+from herald.service_layer.ports import Stores
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,70 +38,72 @@ class RecipientLine:
 
     token: str
     user_id: str | None
-    outcome: str
+    outcome: Outcome
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"token": self.token, "user_id": self.user_id, "outcome": self.outcome,
+        return {"token": self.token, "user_id": self.user_id, "outcome": self.outcome.value,
                 "error": self.error}
 
 
 @dataclass(frozen=True, slots=True)
 class FinalCounts:
-    targeted: int
-    sent: int
-    failed: int
+    counts: Counts
     failed_not_by_token: int = 0
     """Failures a retry could fix (quota, outages, dead-lettered chunks), not dead tokens."""
 
-    def as_document(self) -> dict[str, int]:
-        return {"counts.targeted": self.targeted, "counts.sent": self.sent,
-                "counts.failed": self.failed}
-
-
-TOKEN_ERRORS = frozenset(error.value for error in TOKEN_IS_DEAD)
-"""Failures that say the device's token is dead: sending again would fail again."""
-
 
 class RecipientSource(Protocol):
-    def stream(self, after: Any) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
-        """Recipients ``{token, user_id}`` after position ``after``, each with its position."""
+    def stream(self, after: Cursor) -> AsyncGenerator[tuple[Cursor, Recipient], None]:
+        """Recipients after position ``after``, each with its position."""
         ...
 
 
 class AudienceSource:
-    """Devices matching an audience, in ``_id`` order, up to the newest device at claim time."""
+    """Devices matching an audience, in id order, up to the newest device at claim time."""
 
-    def __init__(self, stores: Stores, audience: Audience, until: Any) -> None:
+    def __init__(self, stores: Stores, audience: Audience, until: str | None) -> None:
         self._stores = stores
         self._query = audience_query(audience)
         self._until = until
 
-    async def stream(self, after: Any) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
-        async for device in self._stores.devices.stream(self._query, after, self._until):
-            yield device["_id"], {"token": device["token"], "user_id": device.get("user_id")}
+    async def stream(self, after: Cursor) -> AsyncGenerator[tuple[Cursor, Recipient], None]:
+        start = after if isinstance(after, str) else None
+        async for device_id, recipient in self._stores.devices.stream(self._query, start,
+                                                                      self._until):
+            yield device_id, recipient
 
 
-class UnsentOf:
-    """Recipients a finished campaign did not reach, by position in its audit: the unsent ones,
-    and with ``include_failed`` also those that failed for a reason other than their token."""
+class FollowUpSource:
+    """Some recipients of a finished campaign, by position in its audit: the unsent ones
+    (retarget); with ``of=NOT_SENT`` also those that failed for a reason other than their token
+    (retry); with ``of=SENT`` those FCM accepted (amend).
 
-    def __init__(self, stores: Stores, parent: Document, *, include_failed: bool = False) -> None:
+    The positions stay valid across pages because a finished campaign's records no longer
+    change (``CampaignCreator.correct`` says why)."""
+
+    def __init__(self, stores: Stores, parent: Campaign,
+                 of: FollowUpOf = FollowUpOf.UNSENT) -> None:
         self._stores = stores
         self._parent = parent
-        self._include_failed = include_failed
+        self._of = of
 
-    async def stream(self, after: Any) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+    async def stream(self, after: Cursor) -> AsyncGenerator[tuple[Cursor, Recipient], None]:
+        skip = after if isinstance(after, int) else 0
         position = 0
-        async for line in self._not_reached():
+        async for line in self._lines():
             position += 1
-            if after is None or position > after:
-                yield position, {"token": line.token, "user_id": line.user_id}
+            if position > skip:
+                yield position, Recipient.model_construct(token=line.token, user_id=line.user_id)
 
-    async def _not_reached(self) -> AsyncIterator[RecipientLine]:
-        if self._include_failed:
-            async for line in audit(self._stores, self._parent, FAILED):
-                if line.error not in TOKEN_ERRORS:
+    async def _lines(self) -> AsyncIterator[RecipientLine]:
+        if self._of is FollowUpOf.SENT:
+            async for line in audit(self._stores, self._parent, Outcome.SENT):
+                yield line
+            return
+        if self._of is FollowUpOf.NOT_SENT:
+            async for line in audit(self._stores, self._parent, Outcome.FAILED):
+                if not token_is_dead(line.error):
                     yield line
         async for line in unsent(self._stores, self._parent):
             yield line
@@ -110,67 +111,58 @@ class UnsentOf:
 
 class LocalTimeSource:
     """Per-device local-time delivery: the audience wave by wave (a wave is the timezones where
-    the campaign's wall-clock time happens at one instant), each in ``_id`` order.
+    the campaign's wall-clock time happens at one instant), each in id order.
 
-    Positions are ``[wave, device _id]``. With ``due_by`` the stream stops before the first wave
+    Positions are ``(wave, device id)``. With ``due_by`` the stream stops before the first wave
     that is not due yet; without it, it runs to the end (what the audit counts as unsent).
     """
 
-    def __init__(self, stores: Stores, audience: Audience, waves: list[dict[str, Any]],
-                 until: Any, due_by: datetime | None) -> None:
+    def __init__(self, stores: Stores, audience: Audience, waves: tuple[Wave, ...],
+                 until: str | None, due_by: datetime | None) -> None:
         self._stores = stores
         self._query = audience_query(audience)
         self._waves = waves
         self._until = until
         self._due_by = due_by
-        self._listed = sorted({zone for wave in waves for zone in wave["zones"]})
+        self._listed = sorted({zone for wave in waves for zone in wave.zones})
 
-    def _wave_query(self, wave: dict[str, Any]) -> dict[str, Any]:
-        own: dict[str, Any] = {"timezone": {"$in": wave["zones"]}}
-        if wave["others"]:  # no timezone, or one unknown when the waves were planned
+    def _wave_query(self, wave: Wave) -> dict[str, Any]:
+        own: dict[str, Any] = {"timezone": {"$in": list(wave.zones)}}
+        if wave.others:  # no timezone, or one unknown when the waves were planned
             own = {"$or": [own, {"timezone": {"$nin": self._listed}}]}
-        return {**self._query, **own}
+        return {"$and": [self._query, own]}
 
-    async def stream(self, after: Any) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
-        first_wave, after_id = (after[0], after[1]) if after else (0, None)
+    async def stream(self, after: Cursor) -> AsyncGenerator[tuple[Cursor, Recipient], None]:
+        first_wave, after_id = after if isinstance(after, tuple) else (0, None)
         for index in range(first_wave, len(self._waves)):
             wave = self._waves[index]
-            if self._due_by is not None and wave["due_at"] > self._due_by:
+            if self._due_by is not None and wave.due_at > self._due_by:
                 return
             start = after_id if index == first_wave else None
-            async for device in self._stores.devices.stream(self._wave_query(wave), start,
-                                                            self._until):
-                yield [index, device["_id"]], {"token": device["token"],
-                                               "user_id": device.get("user_id")}
+            async for device_id, recipient in self._stores.devices.stream(
+                    self._wave_query(wave), start, self._until):
+                yield (index, device_id), recipient
 
     def next_wave_due(self) -> datetime | None:
         """When the first wave this stream stopped before is due (None: nothing left)."""
         if self._due_by is None:
             return None
-        return min((w["due_at"] for w in self._waves if w["due_at"] > self._due_by), default=None)
+        return min((w.due_at for w in self._waves if w.due_at > self._due_by), default=None)
 
 
-async def source_for(stores: Stores, campaign: Document,
+async def source_for(stores: Stores, campaign: Campaign,
                      due_by: datetime | None = None) -> RecipientSource:
     """Where ``campaign``'s recipients come from; ``due_by`` limits local-time waves to the due."""
-    retarget = campaign.get("retarget")
-    if retarget:
-        parent = await stores.campaigns.get(retarget["campaign_id"])
+    if campaign.follow_up is not None:
+        parent = await stores.campaigns.get(campaign.follow_up.campaign_id)
         if parent is None:
-            raise LookupError(f"campaign {retarget['campaign_id']} is gone")
-        return UnsentOf(stores, parent, include_failed=retarget["outcome"] == NOT_SENT)
-    audience = Audience.model_validate(campaign["audience"])
-    dispatch = campaign["dispatch"]
-    if campaign.get("local_time") and dispatch.get("waves") is not None:
-        return LocalTimeSource(stores, audience, dispatch["waves"], dispatch.get("until"), due_by)
-    return AudienceSource(stores, audience, dispatch.get("until"))
-
-
-def _source_not_exhausted(campaign: Document) -> bool:
-    """The dispatcher started paging but did not reach the end of the source."""
-    dispatch = campaign.get("dispatch") or {}
-    started = dispatch.get("owner") is not None
-    return started and not dispatch.get("done", False)
+            raise LookupError(f"campaign {campaign.follow_up.campaign_id} is gone")
+        return FollowUpSource(stores, parent, campaign.follow_up.outcome)
+    audience = campaign.audience or Audience()
+    dispatch = campaign.dispatch
+    if campaign.local_time is not None and dispatch.waves is not None:
+        return LocalTimeSource(stores, audience, dispatch.waves, dispatch.until, due_by)
+    return AudienceSource(stores, audience, dispatch.until)
 
 
 async def _recorded_by_chunk(stores: Stores, campaign_id: str) -> AsyncIterator[tuple[int, Recorded]]:
@@ -178,11 +170,11 @@ async def _recorded_by_chunk(stores: Stores, campaign_id: str) -> AsyncIterator[
     seq: int | None = None
     group: Recorded = {}
     async for delivery in stores.deliveries.in_order(campaign_id):
-        if delivery["seq"] != seq:
+        if delivery.seq != seq:
             if seq is not None:
                 yield seq, group
-            seq, group = delivery["seq"], {}
-        recorded_in(delivery, group)
+            seq, group = delivery.seq, {}
+        delivery.add_to(group)
     if seq is not None:
         yield seq, group
 
@@ -204,115 +196,107 @@ class _Lookahead:
         return {}
 
 
-_NOTHING = object()
+def outcome_of(recorded: Recorded, position: int) -> tuple[Outcome, str | None]:
+    """The audit's outcome of the recipient at ``position`` of a chunk, and its error."""
+    if position not in recorded:
+        return Outcome.UNSENT, None
+    error = recorded[position]
+    return (Outcome.SENT, None) if error is None else (Outcome.FAILED, error)
 
 
-def _outcome_of(recorded: Recorded, position: int) -> tuple[str, str | None]:
-    error = recorded.get(position, _NOTHING)
-    if error is _NOTHING:
-        return UNSENT, None
-    return (SENT, None) if error is None else (FAILED, str(error))
-
-
-async def audit(stores: Stores, campaign: Document, outcome: str) -> AsyncIterator[RecipientLine]:
+async def audit(stores: Stores, campaign: Campaign,
+                outcome: Outcome) -> AsyncIterator[RecipientLine]:
     """The recipients of ``campaign`` whose outcome is ``outcome``, in chunk order.
 
     ``unsent`` also covers the part of the source the dispatcher never paged (it stopped early).
     """
-    campaign_id = str(campaign["_id"])
-    records = _Lookahead(_recorded_by_chunk(stores, campaign_id))
-    cursor = None
-    async for chunk in stores.chunks.in_order(campaign_id):
-        recorded = await records.for_chunk(chunk["seq"])
-        cursor = chunk["cursor"]
-        for position, recipient in enumerate(chunk["recipients"]):
-            found, error = _outcome_of(recorded, position)
-            if found == outcome:
-                yield RecipientLine(recipient["token"], recipient.get("user_id"), found, error)
-    if outcome == UNSENT and _source_not_exhausted(campaign):
+    records = _Lookahead(_recorded_by_chunk(stores, campaign.id))
+    cursor: Cursor = None
+    async for chunk in stores.chunks.in_order(campaign.id):
+        recorded = await records.for_chunk(chunk.seq)
+        cursor = chunk.state.cursor
+        for position, recipient in enumerate(chunk.recipients):
+            found, error = outcome_of(recorded, position)
+            if found is outcome:
+                yield RecipientLine(recipient.token, recipient.user_id, found, error)
+    if outcome is Outcome.UNSENT and campaign.source_not_exhausted:
         source = await source_for(stores, campaign)
         async for _, recipient in source.stream(after=cursor):
-            yield RecipientLine(recipient["token"], recipient.get("user_id"), UNSENT)
+            yield RecipientLine(recipient.token, recipient.user_id, Outcome.UNSENT)
 
 
-def unsent(stores: Stores, campaign: Document) -> AsyncIterator[RecipientLine]:
+def unsent(stores: Stores, campaign: Campaign) -> AsyncIterator[RecipientLine]:
     """Targeted but neither sent nor failed: the rest of every chunk, then the unpaged source."""
-    return audit(stores, campaign, UNSENT)
+    return audit(stores, campaign, Outcome.UNSENT)
 
 
-async def freeze_unpaged(stores: Stores, campaign: Document) -> Document | None:
+async def freeze_unpaged(stores: Stores, campaign: Campaign) -> Campaign | None:
     """Write what a cancelled dispatcher never paged as chunks that are never published.
 
     From then on the campaign's recipients are fixed: the audit's ``unsent`` list, the final
     counts and a retarget all read the same frozen chunks, whatever later happens to the devices.
     Returns the updated campaign, or None when there was nothing left to page.
     """
-    if not _source_not_exhausted(campaign):
+    if not campaign.source_not_exhausted:
         return None
-    campaign_id, chunk_size = str(campaign["_id"]), campaign["chunk_size"]
-    seq = campaign["dispatch"].get("next_seq", 0)
-    cursor = await _count_unchecked(stores, campaign, seq)
-    if cursor is not _NOTHING:
-        seq += 1
-    else:
-        previous = await stores.chunks.state(campaign_id, seq - 1) if seq else None
-        cursor = previous["cursor"] if previous else None
+    seq = campaign.dispatch.next_seq
+    cursor, seq = await _count_unchecked(stores, campaign, seq)
     source = await source_for(stores, campaign)
-    batch: list[dict[str, Any]] = []
+    batch: list[Recipient] = []
     async for position, recipient in source.stream(after=cursor):
         batch.append(recipient)
-        if len(batch) == chunk_size:
+        if len(batch) == campaign.chunk_size:
             await _freeze(stores, campaign, seq, batch, position)
             seq, batch = seq + 1, []
     if batch:
         await _freeze(stores, campaign, seq, batch, position)
-    return await stores.campaigns.close_paging(campaign["_id"])
+    return await stores.campaigns.close_paging(campaign.id)
 
 
-async def _count_unchecked(stores: Stores, campaign: Document, seq: int) -> Any:
-    """A chunk a dead dispatcher wrote but never checkpointed: count it; its cursor, or nothing."""
-    written = await stores.chunks.state(str(campaign["_id"]), seq)
-    if written is None:
-        return _NOTHING
-    await stores.campaigns.count_frozen_chunk(campaign["_id"], seq, written["size"])
-    return written["cursor"]
+async def _count_unchecked(stores: Stores, campaign: Campaign, seq: int) -> tuple[Cursor, int]:
+    """Where freezing starts: after a chunk a dead dispatcher wrote but never checkpointed
+    (counted now), or after the last checkpointed chunk. The cursor and the next seq."""
+    written = await stores.chunks.state(campaign.id, seq)
+    if written is not None:
+        await stores.campaigns.count_frozen_chunk(campaign.id, seq, written.size)
+        return written.cursor, seq + 1
+    previous = await stores.chunks.state(campaign.id, seq - 1) if seq else None
+    return (previous.cursor if previous else None), seq
 
 
-async def _freeze(stores: Stores, campaign: Document, seq: int,
-                  recipients: list[dict[str, Any]], cursor: Any) -> None:
-    chunk = await stores.chunks.create(str(campaign["_id"]), seq, recipients, cursor, utcnow(),
+async def _freeze(stores: Stores, campaign: Campaign, seq: int, recipients: list[Recipient],
+                  cursor: Cursor) -> None:
+    chunk = await stores.chunks.create(campaign.id, seq, recipients, cursor, utcnow(),
                                        status=ChunkStatus.CANCELLED)
-    await stores.campaigns.count_frozen_chunk(campaign["_id"], seq, chunk["size"])
+    await stores.campaigns.count_frozen_chunk(campaign.id, seq, chunk.state.size)
 
 
-async def targeted(stores: Stores, campaign: Document) -> int:
+async def targeted(stores: Stores, campaign: Campaign) -> int:
     """Every recipient of every chunk, plus what the source still holds if paging stopped early.
 
     The checkpoints counted each published chunk once; a chunk its dispatcher wrote but died
     before checkpointing is added; then the unpaged rest of the source, counted from the last
     chunk's position.
     """
-    campaign_id, dispatch = str(campaign["_id"]), campaign["dispatch"]
-    total = campaign["counts"]["targeted"]
-    next_seq = dispatch.get("next_seq", 0)
-    unchecked = await stores.chunks.state(campaign_id, next_seq)
-    last = unchecked or (await stores.chunks.state(campaign_id, next_seq - 1) if next_seq else None)
+    total = campaign.counts.targeted
+    next_seq = campaign.dispatch.next_seq
+    unchecked = await stores.chunks.state(campaign.id, next_seq)
+    last = unchecked or (await stores.chunks.state(campaign.id, next_seq - 1) if next_seq else None)
     if unchecked is not None:
-        total += unchecked["size"]
-    if _source_not_exhausted(campaign):
+        total += unchecked.size
+    if campaign.source_not_exhausted:
         source = await source_for(stores, campaign)
-        total += sum([1 async for _ in source.stream(after=last["cursor"] if last else None)])
-    return int(total)
+        total += sum([1 async for _ in source.stream(after=last.cursor if last else None)])
+    return total
 
 
-async def final_counts(stores: Stores, campaign: Document) -> FinalCounts:
+async def final_counts(stores: Stores, campaign: Campaign) -> FinalCounts:
     """Exact counts from the records (what the audit lists), read once a campaign is finished."""
-    campaign_id = str(campaign["_id"])
     sent = failed = retryable = 0
-    async for _, group in _recorded_by_chunk(stores, campaign_id):
+    async for _, group in _recorded_by_chunk(stores, campaign.id):
         errors = [error for error in group.values() if error is not None]
         sent += len(group) - len(errors)
         failed += len(errors)
-        retryable += sum(error not in TOKEN_ERRORS for error in errors)
-    return FinalCounts(targeted=await targeted(stores, campaign), sent=sent, failed=failed,
-                       failed_not_by_token=retryable)
+        retryable += sum(not token_is_dead(error) for error in errors)
+    counts = Counts(targeted=await targeted(stores, campaign), sent=sent, failed=failed)
+    return FinalCounts(counts, failed_not_by_token=retryable)

@@ -16,18 +16,15 @@ reason, instead of being sent late.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from bson import ObjectId
-
-from herald.adapters.mongo import Document
-from herald.adapters.stores import Stores
 from herald.clock import utcnow
-from herald.domain.api import CampaignTemplate
-from herald.domain.status import Transition
+from herald.domain.access import Actor
+from herald.domain.api import CampaignTemplate, ScheduleCreate
+from herald.domain.documents import Campaign, Schedule, ScheduleRun, ScheduleState, new_id
 from herald.domain.timing import next_occurrence, occurrences_until
 from herald.observability import (
     SCHEDULE_CLAIMS,
@@ -35,7 +32,8 @@ from herald.observability import (
     SCHEDULE_LAG_SECONDS,
     SCHEDULE_MISSED,
 )
-from herald.service_layer.campaigns import CampaignCreator, new_campaign_document
+from herald.service_layer.campaigns import CampaignCreator, content_of, new_campaign
+from herald.service_layer.ports import Stores
 
 log = logging.getLogger(__name__)
 
@@ -68,46 +66,45 @@ class Scheduling:
         """Fire (or mark missed) every one-off campaign due at or before ``now``."""
         handled = 0
         for campaign in await self._stores.campaigns.due_scheduled(now):
-            grace = self._policy.misfire_grace_s
-            overdue = _overdue_s(campaign["due_at"], now)
-            if overdue > grace:
-                handled += await self._miss_campaign(campaign, overdue, grace, now)
+            grace_s = self._policy.misfire_grace_s
+            overdue_s = _overdue_s(campaign.due_at, now)
+            if overdue_s > grace_s:
+                handled += await self._miss_campaign(campaign, overdue_s, grace_s, now)
             else:
-                handled += await self._fire_campaign(campaign, overdue, now)
+                handled += await self._fire_campaign(campaign, overdue_s, now)
         return handled
 
-    async def _fire_campaign(self, campaign: Document, overdue: float, now: datetime) -> int:
-        fired = await self._stores.campaigns.transition(
-            campaign["_id"], Transition.FIRE, now,
-            also_set={"fired_at": now, "fired_by": self._policy.pod_id})
+    async def _fire_campaign(self, campaign: Campaign, overdue_s: float, now: datetime) -> int:
+        fired = await self._stores.campaigns.fire(campaign.id, now, self._policy.pod_id)
         if fired is None:
             SCHEDULE_CLAIMS_LOST.inc()
             return 0
         SCHEDULE_CLAIMS.inc()
-        SCHEDULE_LAG_SECONDS.observe(max(0.0, overdue))
-        log.info("fired %s, due %s (%.3fs late)", fired["_id"], fired["due_at"].isoformat(), overdue)
-        await self._creator.wake_dispatcher(str(fired["_id"]))
+        SCHEDULE_LAG_SECONDS.observe(max(0.0, overdue_s))
+        log.info("fired %s, due %s (%.3fs late)", fired.id, fired.due_at.isoformat(), overdue_s)
+        await self._creator.wake_dispatcher(fired.id)
         return 1
 
-    async def _miss_campaign(self, campaign: Document, overdue: float, grace: float,
+    async def _miss_campaign(self, campaign: Campaign, overdue_s: float, grace_s: float,
                              now: datetime) -> int:
-        reason = f"missed: found {overdue:.0f}s overdue, beyond the misfire grace of {grace:.0f}s"
-        missed = await self._stores.campaigns.transition(
-            campaign["_id"], Transition.MISS, now, also_set={"error": reason, "finished_at": now})
+        reason = (f"missed: found {overdue_s:.0f}s overdue, beyond the misfire grace of "
+                  f"{grace_s:.0f}s")
+        missed = await self._stores.campaigns.miss(campaign.id, reason, now)
         if missed is None:
             SCHEDULE_CLAIMS_LOST.inc()
             return 0
         SCHEDULE_MISSED.inc()
-        log.warning("campaign %s %s", campaign["_id"], reason)
+        log.warning("campaign %s %s", campaign.id, reason)
         return 1
 
     async def run_due_schedules(self, now: datetime) -> int:
         """Run (or mark missed) the due occurrence of every active schedule."""
         handled = 0
         for schedule in await self._stores.schedules.due(now):
+            assert schedule.next_run_at is not None
             lease_until = now + timedelta(seconds=self._policy.lease_s)
             claimed = await self._stores.schedules.claim(
-                schedule["_id"], schedule["next_run_at"], self._policy.pod_id, now, lease_until)
+                schedule.id, schedule.next_run_at, self._policy.pod_id, now, lease_until)
             if claimed is None:
                 SCHEDULE_CLAIMS_LOST.inc()
                 continue
@@ -115,66 +112,78 @@ class Scheduling:
             handled += 1
         return handled
 
-    async def _run_occurrences(self, schedule: Document, now: datetime) -> None:
+    async def _run_occurrences(self, schedule: Schedule, now: datetime) -> None:
         """Run the latest due occurrence if within the grace; every other one is missed."""
-        cron, zone = schedule["cron"], schedule["timezone"]
-        due = occurrences_until(cron, zone, schedule["next_run_at"], now)
-        grace = _grace(schedule, self._policy.misfire_grace_s)
+        assert schedule.next_run_at is not None
+        due = occurrences_until(schedule.cron, schedule.timezone, schedule.next_run_at, now)
+        grace_s = _grace_s(schedule, self._policy.misfire_grace_s)
         latest = due[-1]
-        runs: list[dict[str, Any]] = []
-        on_time = _overdue_s(latest, now) <= grace
+        runs: list[ScheduleRun] = []
+        # A run a replica created before dying went out, however late this replica is.
+        started = await self._stores.campaigns.find_run(run_key(schedule, latest))
+        on_time = started is not None or _overdue_s(latest, now) <= grace_s
         missed = due[:-1] if on_time else due
         if missed:
-            runs.append(_missed_run(missed, grace, now))
+            runs.append(_missed_run(missed, grace_s, now))
             SCHEDULE_MISSED.inc(len(missed))
-        if on_time:
+        if started is not None:  # the dispatchers' sweep claims it if it was never announced
+            runs.append(_fired_run(latest, started.id, now))
+        elif on_time:
             runs.append(await self._start_run(schedule, latest, now))
-        following = next_occurrence(cron, zone, max(latest, now))
+        following = next_occurrence(schedule.cron, schedule.timezone, max(latest, now))
         if not await self._stores.schedules.advance(schedule, self._policy.pod_id, following,
                                                     runs, len(missed), now):
             log.warning("schedule %s was changed while running; its next run is recomputed",
-                        schedule["_id"])
+                        schedule.id)
 
-    async def _start_run(self, schedule: Document, occurrence: datetime,
-                         now: datetime) -> dict[str, Any]:
-        template = CampaignTemplate.model_validate(schedule["template"])
-        document = new_campaign_document(
-            content={"title": template.title, "body": template.body, "data": template.data,
-                     "image_url": str(template.image_url) if template.image_url else None},
-            name=template.name or schedule.get("name"),
-            audience=template.audience.model_dump(mode="json", by_alias=True), retarget=None,
-            chunk_size=template.chunk_size, rate_per_s=template.rate_per_s, due_at=occurrence,
-            now=now, source="schedule", schedule_id=str(schedule["_id"]))
-        document.update(run_key=f"{schedule['_id']}:{occurrence.isoformat()}", fired_at=now,
-                        fired_by=self._policy.pod_id)
-        run = await self._stores.campaigns.insert_run(document)
+    async def _start_run(self, schedule: Schedule, occurrence: datetime,
+                         now: datetime) -> ScheduleRun:
+        template = CampaignTemplate.model_validate(schedule.template)
+        fresh = new_campaign(
+            content=content_of(template), name=template.name or schedule.name,
+            audience=template.audience, follow_up=None, chunk_size=template.chunk_size,
+            rate_per_s=template.rate_per_s, due_at=occurrence, now=now, source="schedule",
+            schedule_id=schedule.id, run_key=run_key(schedule, occurrence),
+            created_by=schedule.created_by)
+        run = await self._stores.campaigns.insert_run(
+            replace(fresh, fired_at=now, fired_by=self._policy.pod_id))
         SCHEDULE_CLAIMS.inc()
         SCHEDULE_LAG_SECONDS.observe(max(0.0, _overdue_s(occurrence, now)))
-        await self._creator.wake_dispatcher(str(run["_id"]))
-        log.info("schedule %s: run %s for %s", schedule["_id"], run["_id"], occurrence.isoformat())
-        return {"occurrence": occurrence, "outcome": "fired", "campaign_id": str(run["_id"]),
-                "reason": None, "recorded_at": now}
+        await self._creator.wake_dispatcher(run.id)
+        log.info("schedule %s: run %s for %s", schedule.id, run.id, occurrence.isoformat())
+        return _fired_run(occurrence, run.id, now)
 
 
-def _grace(schedule: Document, default_s: float) -> float:
-    own = schedule.get("misfire_grace_s")
-    return default_s if own is None else float(own)
+def run_key(schedule: Schedule, occurrence: datetime) -> str:
+    """The unique key of a schedule's run for one occurrence: a retry creates nothing twice."""
+    return f"{schedule.id}:{occurrence.isoformat()}"
 
 
-def _missed_run(missed: list[datetime], grace: float, now: datetime) -> dict[str, Any]:
+def _grace_s(schedule: Schedule, default_s: float) -> float:
+    return default_s if schedule.misfire_grace_s is None else float(schedule.misfire_grace_s)
+
+
+def _fired_run(occurrence: datetime, campaign_id: str, now: datetime) -> ScheduleRun:
+    return ScheduleRun(occurrence=occurrence, outcome="fired", campaign_id=campaign_id,
+                       reason=None, recorded_at=now)
+
+
+def _missed_run(missed: list[datetime], grace_s: float, now: datetime) -> ScheduleRun:
     count = len(missed)
     what = "1 occurrence" if count == 1 else f"{count} occurrences up to this one"
-    return {"occurrence": missed[-1], "outcome": "missed", "campaign_id": None,
-            "reason": f"{what} overdue beyond the misfire grace of {grace:.0f}s (scheduler down?)",
-            "recorded_at": now}
+    return ScheduleRun(
+        occurrence=missed[-1], outcome="missed", campaign_id=None, recorded_at=now,
+        reason=f"{what} overdue beyond the misfire grace of {grace_s:.0f}s (scheduler down?)")
 
 
-def new_schedule_document(*, name: str | None, template: dict[str, Any], cron: str,
-                          timezone: str, misfire_grace_s: int | None, now: datetime) -> Document:
-    return {"_id": ObjectId(), "name": name, "template": template, "cron": cron,
-            "timezone": timezone, "state": "active", "misfire_grace_s": misfire_grace_s,
-            "next_run_at": next_occurrence(cron, timezone, now), "claim": None, "runs": [],
-            "missed_total": 0, "created_at": now, "updated_at": now}
+def new_schedule(request: ScheduleCreate, now: datetime, by: Actor | None = None) -> Schedule:
+    return Schedule(
+        id=new_id(), name=request.name,
+        template=request.template.model_dump(mode="json", by_alias=True), cron=request.cron,
+        timezone=request.timezone, state=ScheduleState.ACTIVE,
+        misfire_grace_s=request.misfire_grace_s,
+        next_run_at=next_occurrence(request.cron, request.timezone, now),
+        created_at=now, updated_at=now, created_by=by)
 
 
 def local_time(instant: datetime | None, timezone: str) -> str | None:
@@ -187,19 +196,35 @@ class ScheduleEnded(Exception):
         super().__init__("the schedule has ended; create a new one")
 
 
-async def replan(stores: Stores, schedule_id: str, changes: dict[str, Any]) -> Document | None:
+async def create_schedule(stores: Stores, request: ScheduleCreate, by: Actor) -> Schedule:
+    schedule = new_schedule(request, utcnow(), by)
+    await stores.schedules.insert(schedule)
+    return schedule
+
+
+async def replan(stores: Stores, schedule_id: str, changes: dict[str, Any],
+                 by: Actor) -> Schedule | None:
     """Apply edits to a schedule, recomputing its next run from now when they affect it."""
     current = await stores.schedules.get(schedule_id)
     if current is None:
         return None
-    if current["state"] == "ended":
+    if current.state is ScheduleState.ENDED:
         raise ScheduleEnded
-    merged = {**current, **changes}
+    cron = changes.get("cron", current.cron)
+    timezone = changes.get("timezone", current.timezone)
+    state = changes.get("state", current.state)
     now = utcnow()
-    if {"cron", "timezone", "state"} & set(changes) and merged["state"] == "active":
-        changes["next_run_at"] = next_occurrence(merged["cron"], merged["timezone"], now)
-    updated = await stores.schedules.update(schedule_id, {**changes, "updated_at": now},
-                                            where={"state": {"$ne": "ended"}})
+    if {"cron", "timezone", "state"} & set(changes) and state == ScheduleState.ACTIVE:
+        changes["next_run_at"] = next_occurrence(cron, timezone, now)
+    updated = await stores.schedules.update(
+        schedule_id, {**changes, "updated_at": now, "updated_by": asdict(by)}, unless_ended=True)
     if updated is None:
         raise ScheduleEnded
     return updated
+
+
+async def end_schedule(stores: Stores, schedule_id: str, by: Actor) -> Schedule | None:
+    """No further runs; past runs stay as they are. None if there is no such schedule."""
+    return await stores.schedules.update(
+        schedule_id, {"state": ScheduleState.ENDED.value, "next_run_at": None,
+                      "updated_at": utcnow(), "updated_by": asdict(by)})

@@ -10,47 +10,99 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
+from herald import names
+from herald.adapters.fleet_gauges import QueueDepths, refresh_fleet_gauges
+from herald.adapters.rate_limit import RequestBudget
+from herald.clock import utcnow
 from herald.observability import CANCEL_FLAGS, PODS_LIVE
-from herald.runtime import VERSION, Pod
+from herald.runtime.identity import VERSION
+from herald.runtime.resources import Resources
+from herald.runtime.worker import PodParts, running_pod
+from herald.service_layer.access import Authenticator, OperatorLog, ensure_bootstrap_key
 from herald.service_layer.campaigns import CampaignCreator
 from herald.settings import Settings
 from services.api import errors
+from services.api.auth import document_scopes
 from services.api.deps import AppServices
-from services.api.routes import campaigns, devices, ops, schedules
+from services.api.limits import BodySizeLimit
+from services.api.readiness import Readiness
+from services.api.routes import access, campaigns, devices, ops, schedules
 
 log = logging.getLogger(__name__)
 
 GAUGE_REFRESH_S = 5.0
+API_DESCRIPTION = """Every `/v1` call carries `Authorization: Bearer <API key>`; each operation
+names the scope it needs (`x-herald-scope`). Roles hand out scopes: `viewer` reads everything,
+`responder` also cancels, `operator` also sends, edits and schedules, `ingest` registers devices,
+`admin` does everything including keys. `/healthz`, `/readyz`, `/metrics`, `/docs` and
+`/openapi.json` are open."""
 SERVICES = ("api", "dispatcher", "sender", "scheduler")
 
 
 def create_app(settings: Settings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pod = Pod("api", settings, acknowledges_cancels=False)
-        app.state.services = AppServices(pod=pod, creator=CampaignCreator(pod.stores, pod.bus))
-        await pod.start()
-        pod.spawn(_refresh_gauges(pod), "gauges")
-        log.info("api ready: pod %s on :%d", pod.id, settings.api_port)
-        yield
-        await pod.stop()
+        async with running_pod("api", settings, acknowledges_cancels=False) as (parts, _):
+            if settings.bootstrap_api_key is not None:
+                await ensure_bootstrap_key(parts.resources.stores.api_keys,
+                                           settings.bootstrap_api_key.get_secret_value())
+            app.state.services = _services(parts)
+            parts.background.spawn(_refresh_gauges(parts), "gauges")
+            log.info("api ready: pod %s on :%d", parts.identity.id, settings.api_port)
+            yield
 
     app = FastAPI(title="Herald", version=VERSION, lifespan=lifespan,
-                  summary="Mass push-notification campaigns through FCM, stoppable mid-flight.")
+                  summary="Mass push-notification campaigns through FCM, stoppable mid-flight.",
+                  description=API_DESCRIPTION)
     errors.install(app)
-    for module in (devices, campaigns, schedules, ops):
+    for module in (devices, campaigns, schedules, access, ops):
         app.include_router(module.router)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.api_max_body_bytes)
+    document_scopes(app)
     return app
 
 
-async def _refresh_gauges(pod: Pod) -> None:
-    """Gauges read from Redis: live pods per service and live cancel flags."""
-    while True:
-        try:
-            live = Counter(beat.service for beat in await pod.pods.live())
-            for service in SERVICES:
-                PODS_LIVE.labels(service).set(live.get(service, 0))
-            CANCEL_FLAGS.set(await pod.flags.count())
-        except Exception:
-            log.warning("refreshing gauges failed", exc_info=True)
-        await asyncio.sleep(GAUGE_REFRESH_S)
+def _services(parts: PodParts) -> AppServices:
+    resources = parts.resources
+    readiness = Readiness({
+        "mongodb": lambda: resources.db.command("ping"),
+        "rabbitmq": lambda: resources.broker.ping(timeout=2.0),
+        "redis": lambda: resources.redis.ping(),
+    })
+    settings = parts.settings
+    return AppServices(
+        pod_id=parts.identity.id, settings=settings, stores=resources.stores,
+        creator=CampaignCreator(resources.stores, resources.bus),
+        cancellation=parts.cancellation, registry=resources.registry, readiness=readiness,
+        background=parts.background, authenticator=Authenticator(resources.stores.api_keys),
+        operator_log=OperatorLog(resources.stores.operator_log),
+        request_budget=RequestBudget(resources.redis, resources.keys, settings.api_rate_per_s,
+                                     settings.api_burst))
+
+
+async def _refresh_gauges(parts: PodParts) -> None:
+    """Gauges of the whole stack, for dashboards and alerts: live pods per service, live cancel
+    flags, and the fleet gauges (campaigns by status, queues, the FCM bucket...)."""
+    resources, settings = parts.resources, parts.settings
+    depths = QueueDepths(settings.rabbitmq_url)
+    try:
+        while True:
+            try:
+                await _refresh_once(resources, depths, settings.fcm_rate_per_min)
+            except Exception:
+                log.warning("refreshing gauges failed", exc_info=True)
+            await asyncio.sleep(GAUGE_REFRESH_S)
+    finally:
+        await depths.close()
+
+
+async def _refresh_once(resources: Resources, depths: QueueDepths, fcm_rate_per_min: int) -> None:
+    live = Counter(beat.service for beat in await resources.registry.live())
+    for service in SERVICES:
+        PODS_LIVE.labels(service).set(live.get(service, 0))
+    CANCEL_FLAGS.set(await resources.flags.count())
+    reading = await refresh_fleet_gauges(resources.db[names.CAMPAIGNS], resources.redis,
+                                         resources.keys, depths, fcm_rate_per_min, utcnow())
+    if reading.without_request_ids:
+        log.warning("campaigns cancelled without a cancel request (see the runbook of "
+                    "HeraldCancellationWithoutRequest): %s", reading.without_request_ids)

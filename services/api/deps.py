@@ -2,37 +2,40 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 
-from herald.runtime import Pod
+from herald.adapters.rate_limit import RequestBudget
+from herald.runtime.tasks import Background
+from herald.service_layer.access import Authenticator, OperatorLog
 from herald.service_layer.campaigns import CampaignCreator
+from herald.service_layer.cancellation import Cancellation
+from herald.service_layer.ports import PodRegistry, Stores
+from herald.settings import Settings
+from services.api.readiness import Readiness
 
-log = logging.getLogger(__name__)
 
-
-@dataclass
+@dataclass(frozen=True)
 class AppServices:
-    pod: Pod
+    pod_id: str
+    settings: Settings
+    stores: Stores
     creator: CampaignCreator
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    cancellation: Cancellation
+    registry: PodRegistry
+    readiness: Readiness
+    background: Background
+    authenticator: Authenticator
+    operator_log: OperatorLog
+    request_budget: RequestBudget
 
     def finalize_cancel_soon(self, campaign_id: str) -> None:
-        """Finish a cancel nobody has to acknowledge (no sender alive) without waiting for a sweep."""
-        task = asyncio.create_task(self._finalize(campaign_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _finalize(self, campaign_id: str) -> None:
-        try:
-            await self.pod.cancellation.try_finalize(campaign_id)
-        except Exception:
-            log.warning("finalizing cancel of %s failed; the sweep retries", campaign_id,
-                        exc_info=True)
+        """Finish a cancel nobody has to acknowledge (no sender alive) without waiting for a
+        sweep; if it fails, the dispatchers' sweep retries."""
+        self.background.spawn(self.cancellation.try_finalize_quietly(campaign_id),
+                              f"finalize-{campaign_id}")
 
 
 def _services(request: Request) -> AppServices:

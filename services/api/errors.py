@@ -18,36 +18,45 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from herald.domain.payload import PayloadTooLarge
 from herald.domain.timing import AmbiguousTime
+from herald.service_layer.access import KeyNotFound
 from herald.service_layer.campaigns import (
     IdempotencyInFlight,
     IdempotencyMismatch,
     InvalidChange,
+    NotAmendable,
+    NotCorrectable,
     NotEditable,
+    NothingToAmend,
+    NothingToCorrect,
     NothingToFollowUp,
     NotRetargetable,
     NotRetryable,
     SendAtInPast,
 )
 from herald.service_layer.cancellation import CampaignNotFound, CannotCancel
+from herald.service_layer.queries import ScheduleNotFound
 from herald.service_layer.scheduling import ScheduleEnded
 
 log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers
 
 
 def error_response(status: int, code: str, message: str,
-                   details: list[dict[str, Any]] | None = None) -> JSONResponse:
+                   details: list[dict[str, Any]] | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
     body: dict[str, Any] = {"code": code, "message": message}
     if details is not None:
         body["details"] = details
-    return JSONResponse({"error": body}, status_code=status)
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
 def not_found(campaign_id: str) -> ApiError:
@@ -60,9 +69,15 @@ def schedule_not_found(schedule_id: str) -> ApiError:
 
 DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     CampaignNotFound: (404, "campaign_not_found"),
+    ScheduleNotFound: (404, "schedule_not_found"),
+    KeyNotFound: (404, "api_key_not_found"),
     CannotCancel: (409, "not_cancellable"),
     NotRetargetable: (409, "not_retargetable"),
     NothingToFollowUp: (409, "not_retargetable"),
+    NotAmendable: (409, "not_amendable"),
+    NothingToAmend: (409, "nothing_to_amend"),
+    NotCorrectable: (409, "not_correctable"),
+    NothingToCorrect: (409, "nothing_to_correct"),
     NotRetryable: (409, "not_retryable"),
     NotEditable: (409, "not_editable"),
     ScheduleEnded: (409, "schedule_ended"),
@@ -71,6 +86,9 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     IdempotencyMismatch: (422, "idempotency_key_reused"),
     IdempotencyInFlight: (409, "idempotency_key_in_flight"),
 }
+
+
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
 def _validation_details(errors: Sequence[Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -93,7 +111,7 @@ def _unprocessable(errors: Sequence[Any]) -> JSONResponse:
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message)
+        return error_response(exc.status, exc.code, exc.message, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -105,8 +123,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail))
+        code = HTTP_CODES.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail),
+                              headers=dict(exc.headers) if exc.headers else None)
 
     for error_type, (status, code) in DOMAIN_ERRORS.items():
         app.add_exception_handler(error_type, _domain_handler(status, code))

@@ -1,44 +1,102 @@
-"""Campaign documents as the API shows them."""
+"""Herald's records as the API shows them."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict
 
-from herald.domain.api import CampaignView, CancelInfo, Counts, ScheduleRun, ScheduleView
+from herald.domain.access import Actor, ApiKey, LogEntry
+from herald.domain.api import (
+    ActorView,
+    ApiKeyView,
+    CampaignView,
+    CancelInfo,
+    CorrectResult,
+    Counts,
+    FollowUpCreated,
+    LogEntryView,
+    ScheduleRun,
+    ScheduleView,
+)
+from herald.domain.documents import Campaign, Schedule
+from herald.service_layer.campaigns import Correction
 from herald.service_layer.scheduling import local_time
 
 
-def counts_of(campaign: dict[str, Any]) -> Counts:
-    raw = campaign.get("counts") or {}
-    targeted, sent, failed = (int(raw.get(k, 0)) for k in ("targeted", "sent", "failed"))
-    return Counts(targeted=targeted, sent=sent, failed=failed,
-                  unsent=max(0, targeted - sent - failed))
+def counts_of(campaign: Campaign) -> Counts:
+    counts = campaign.counts
+    return Counts(targeted=counts.targeted, sent=counts.sent, failed=counts.failed,
+                  unsent=counts.unsent)
 
 
-def campaign_view(campaign: dict[str, Any]) -> CampaignView:
-    cancel = campaign.get("cancel")
+def campaign_view(campaign: Campaign) -> CampaignView:
+    cancel, content, dispatch = campaign.cancel, campaign.content, campaign.dispatch
+    follow_up = campaign.follow_up
     return CampaignView(
-        id=str(campaign["_id"]), name=campaign.get("name"), status=campaign["status"],
-        title=campaign["title"], body=campaign["body"], image_url=campaign.get("image_url"),
-        data=campaign.get("data") or {}, audience=campaign.get("audience"),
-        retarget=campaign.get("retarget"), chunk_size=campaign["chunk_size"],
-        counts=counts_of(campaign), created_at=campaign["created_at"],
-        due_at=campaign.get("due_at"), fired_at=campaign.get("fired_at"),
-        started_at=campaign.get("started_at"),
-        finished_at=campaign.get("finished_at"),
-        cancel=CancelInfo(**{k: cancel.get(k) for k in CancelInfo.model_fields}) if cancel else None,
-        schedule_id=campaign.get("schedule_id"), local_time=campaign.get("local_time"),
-        waves=(campaign.get("dispatch") or {}).get("waves"), error=campaign.get("error"))
+        id=campaign.id, name=campaign.name, status=campaign.status, title=content.title,
+        body=content.body, image_url=content.image_url, data=content.data,
+        audience=campaign.audience.model_dump(mode="json", by_alias=True)
+        if campaign.audience else None,
+        retarget={"campaign_id": follow_up.campaign_id, "outcome": follow_up.outcome.value}
+        if follow_up else None,
+        chunk_size=campaign.chunk_size, counts=counts_of(campaign),
+        created_at=campaign.created_at, due_at=campaign.due_at, fired_at=campaign.fired_at,
+        started_at=campaign.started_at, finished_at=campaign.finished_at,
+        cancel=CancelInfo(requested_at=cancel.requested_at,
+                          acknowledged_at=cancel.acknowledged_at, reason=cancel.reason,
+                          requested_by=actor_view(cancel.requested_by),
+                          on_behalf_of=cancel.on_behalf_of) if cancel else None,
+        created_by=actor_view(campaign.created_by), edited_by=actor_view(campaign.edited_by),
+        schedule_id=campaign.schedule_id,
+        local_time=asdict(campaign.local_time) if campaign.local_time else None,
+        waves=[asdict(wave) for wave in dispatch.waves] if dispatch.waves is not None else None,
+        error=campaign.error, replace_key=campaign.sent_with_key, amends=campaign.amends,
+        amended_by=list(campaign.amended_by))
 
 
-def schedule_view(schedule: dict[str, Any], misfire_grace_s: float) -> ScheduleView:
+def correct_result(correction: Correction) -> CorrectResult:
+    counts = correction.original.counts
+    return CorrectResult(campaign_id=correction.original.id,
+                         retarget=follow_up_created(correction.retarget, counts.unsent),
+                         amend=follow_up_created(correction.amend, counts.sent))
+
+
+def follow_up_created(campaign: Campaign | None, expected: int) -> FollowUpCreated | None:
+    if campaign is None:
+        return None
+    paged = campaign.dispatch.done  # its own count is exact once paging is over
+    return FollowUpCreated(id=campaign.id, status=campaign.status, expected=expected,
+                           targeted=campaign.counts.targeted if paged else None,
+                           href=f"/v1/campaigns/{campaign.id}")
+
+
+def schedule_view(schedule: Schedule, misfire_grace_s: float) -> ScheduleView:
+    grace_s = misfire_grace_s if schedule.misfire_grace_s is None else schedule.misfire_grace_s
     return ScheduleView(
-        id=str(schedule["_id"]), name=schedule.get("name"), state=schedule["state"],
-        cron=schedule["cron"], timezone=schedule["timezone"], template=schedule["template"],
-        misfire_grace_s=int(misfire_grace_s if schedule.get("misfire_grace_s") is None
-                            else schedule["misfire_grace_s"]),
-        next_run_at=schedule.get("next_run_at"),
-        next_run_local=local_time(schedule.get("next_run_at"), schedule["timezone"]),
-        runs=[ScheduleRun(**run) for run in reversed(schedule.get("runs") or [])],
-        missed_total=schedule.get("missed_total", 0), created_at=schedule["created_at"],
-        updated_at=schedule["updated_at"])
+        id=schedule.id, name=schedule.name, state=schedule.state.value, cron=schedule.cron,
+        timezone=schedule.timezone, template=schedule.template, misfire_grace_s=int(grace_s),
+        next_run_at=schedule.next_run_at,
+        next_run_local=local_time(schedule.next_run_at, schedule.timezone),
+        runs=[ScheduleRun(**asdict(run)) for run in reversed(schedule.runs)],
+        missed_total=schedule.missed_total, created_at=schedule.created_at,
+        updated_at=schedule.updated_at, created_by=actor_view(schedule.created_by),
+        updated_by=actor_view(schedule.updated_by))
+
+
+def actor_view(actor: Actor | None) -> ActorView | None:
+    return None if actor is None else ActorView(id=actor.id, name=actor.name, kind=actor.kind,
+                                                verified=actor.verified)
+
+
+def api_key_view(key: ApiKey) -> ApiKeyView:
+    return ApiKeyView(id=key.id, prefix=key.prefix, name=key.name, role=key.role,
+                      created_at=key.created_at, created_by=actor_view(key.created_by),
+                      expires_at=key.expires_at, last_used_at=key.last_used_at,
+                      revoked_at=key.revoked_at, revoked_by=actor_view(key.revoked_by))
+
+
+def log_entry_view(entry: LogEntry) -> LogEntryView:
+    return LogEntryView(
+        id=entry.id, at=entry.at, actor=actor_view(entry.actor), action=entry.action,
+        outcome=entry.outcome, status_code=entry.status_code, target_kind=entry.target_kind,
+        target_id=entry.target_id, campaign_id=entry.campaign_id, address=entry.address,
+        on_behalf_of=entry.on_behalf_of, detail=entry.detail)

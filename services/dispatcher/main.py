@@ -15,18 +15,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from bson import ObjectId
 from faststream.rabbit.annotations import RabbitMessage
 
 from herald.adapters import rabbit
-from herald.adapters.mongo import Document
 from herald.clock import utcnow
+from herald.domain.documents import Campaign
 from herald.domain.messages import DispatchCampaign
 from herald.domain.status import Status
-from herald.runtime import Pod, Worker
+from herald.runtime.tasks import Background
+from herald.runtime.tracking import WorkTracker
+from herald.runtime.worker import PodParts, Worker
+from herald.service_layer.cancellation import Cancellation
 from herald.service_layer.completion import complete, reconcile
+from herald.service_layer.ports import PodRegistry, Stores
 from services.dispatcher.paging import Paging
 
 log = logging.getLogger(__name__)
@@ -36,131 +40,157 @@ RETRY_PAUSE_S = 1.0
 RECONCILE_EVERY_SWEEPS = 10
 
 
+@dataclass(frozen=True)
+class DispatchPolicy:
+    pod_id: str
+    lease_s: float
+    sweep_interval_s: float
+    grace_period_s: float
+
+
 class Dispatcher(Worker):
-    def __init__(self, pod: Pod) -> None:
-        self._pod = pod
+    def __init__(self, stores: Stores, registry: PodRegistry, cancellation: Cancellation,
+                 tracker: WorkTracker, background: Background, paging: Paging,
+                 policy: DispatchPolicy, stopping: asyncio.Event) -> None:
+        self._stores = stores
+        self._registry = registry
+        self._cancellation = cancellation
+        self._tracker = tracker
+        self._background = background
+        self._paging = paging
+        self._policy = policy
         self._running: dict[str, asyncio.Task[None]] = {}
-        self._stopping = False
+        self._stopping = stopping
         self._sweeps = 0
-        rabbit.consume(pod.broker, rabbit.DISPATCH_QUEUE, self._on_dispatch, prefetch=10)
 
     async def start(self) -> None:
-        self._pod.spawn(self._sweep_loop(), "sweep")
-        self._pod.spawn(self._renew_leases(), "leases")
+        self._background.spawn(self._sweep_loop(), "sweep")
+        self._background.spawn(self._renew_leases(), "leases")
 
     async def stop(self) -> None:
         """Stop paging at the next chunk boundary and give the leases up."""
-        self._stopping = True
+        self._stopping.set()
         if self._running:
-            await asyncio.wait(list(self._running.values()),
-                               timeout=self._pod.settings.grace_period_s)
+            await asyncio.wait(list(self._running.values()), timeout=self._policy.grace_period_s)
 
-    async def _on_dispatch(self, message: RabbitMessage) -> None:
-        await rabbit.execute(message, DispatchCampaign,
-                             lambda command: self._claim(command.campaign_id))
+    async def on_dispatch(self, message: RabbitMessage) -> None:
+        await rabbit.execute(message, DispatchCampaign, self._claim_announced)
+
+    async def _claim_announced(self, command: DispatchCampaign) -> None:
+        await self._claim(command.campaign_id)
 
     def _lease_until(self) -> datetime:
-        return utcnow() + timedelta(seconds=self._pod.settings.lease_s)
+        return utcnow() + timedelta(seconds=self._policy.lease_s)
 
     async def _claim(self, campaign_id: str | None) -> bool:
         """Claim one campaign (that one, or any claimable) and start paging it."""
-        if self._stopping or campaign_id in self._running:
+        if self._stopping.is_set() or campaign_id in self._running:
             return False
-        campaign = await self._pod.stores.campaigns.claim_for_dispatch(
-            campaign_id, self._pod.id, utcnow(), self._lease_until())
+        campaign = await self._stores.campaigns.claim_for_dispatch(
+            campaign_id, self._policy.pod_id, utcnow(), self._lease_until())
         if campaign is None:
             return False
         self._start_paging(campaign)
         return True
 
-    def _start_paging(self, campaign: Document) -> None:
-        campaign_id = str(campaign["_id"])
-        if campaign_id in self._running:
+    def _start_paging(self, campaign: Campaign) -> None:
+        if campaign.id in self._running:
             return  # this dispatcher re-claimed its own campaign (its lease lapsed): one is enough
-        log.info("claimed %s (%s)", campaign_id,
-                 "takeover" if campaign["dispatch"]["takeovers"] else "new")
-        self._running[campaign_id] = asyncio.create_task(self._page(campaign), name=campaign_id)
+        log.info("claimed %s (%s)", campaign.id,
+                 "takeover" if campaign.dispatch.takeovers else "new")
+        self._running[campaign.id] = asyncio.create_task(self._page(campaign), name=campaign.id)
 
-    async def _page(self, campaign: Document | None) -> None:
-        assert campaign is not None
-        campaign_id = str(campaign["_id"])
+    async def _page(self, campaign: Campaign) -> None:
+        campaign_id = campaign.id
+        current: Campaign | None = campaign
         try:
-            async with self._pod.tracker.working_on(campaign_id):
-                while campaign is not None and not self._stopping:
+            async with self._tracker.working_on(campaign_id):
+                while current is not None and not self._stopping.is_set():
                     try:
-                        await Paging(self._pod, campaign, lambda: self._stopping).run()
+                        await self._paging.run(current)
                         return
                     except Exception:
                         log.exception("paging %s failed; resuming from its checkpoint", campaign_id)
                         await asyncio.sleep(RETRY_PAUSE_S)
-                        campaign = await self._still_mine_or_none(campaign["_id"])
+                        current = await self._still_mine_or_none(campaign_id)
         finally:
             self._running.pop(campaign_id, None)
 
-    async def _still_mine_or_none(self, campaign_id: ObjectId) -> Document | None:
+    async def _still_mine_or_none(self, campaign_id: str) -> Campaign | None:
         """The campaign, if this dispatcher still holds its lease (renewed); None if it lost it
         or cannot tell (an outage): the lease then expires and any dispatcher resumes."""
         try:
-            if await self._pod.stores.campaigns.renew_lease(campaign_id, self._pod.id,
-                                                            self._lease_until()):
-                return await self._pod.stores.campaigns.get(campaign_id)
+            if await self._stores.campaigns.renew_lease(campaign_id, self._policy.pod_id,
+                                                        self._lease_until()):
+                return await self._stores.campaigns.get(campaign_id)
         except Exception:
             log.warning("cannot tell whether %s is still ours; leaving it to its lease",
                         campaign_id, exc_info=True)
         return None
 
     async def _renew_leases(self) -> None:
-        while not self._stopping:
-            await asyncio.sleep(self._pod.settings.lease_s / 3)
+        while not self._stopping.is_set():
+            await asyncio.sleep(self._policy.lease_s / 3)
             for campaign_id in list(self._running):
                 try:
-                    await self._pod.stores.campaigns.renew_lease(
-                        ObjectId(campaign_id), self._pod.id, self._lease_until())
+                    await self._stores.campaigns.renew_lease(campaign_id, self._policy.pod_id,
+                                                             self._lease_until())
                 except Exception:
                     log.warning("renewing the lease of %s failed", campaign_id, exc_info=True)
 
     async def _sweep_loop(self) -> None:
-        while not self._stopping:
+        while not self._stopping.is_set():
             try:
                 await self._sweep()
             except Exception:
                 log.warning("sweep failed; retrying", exc_info=True)
-            await asyncio.sleep(self._pod.settings.sweep_interval_s)
+            await asyncio.sleep(self._policy.sweep_interval_s)
 
     async def _sweep(self) -> None:
         while len(self._running) < MAX_CONCURRENT_CAMPAIGNS and await self._claim(None):
             pass
         await self._take_over_from_dead_dispatchers()
-        for campaign in await self._pod.stores.campaigns.with_status(Status.CANCELLING):
-            await self._pod.cancellation.try_finalize(str(campaign["_id"]))
+        for campaign in await self._stores.campaigns.with_status(Status.CANCELLING):
+            await self._cancellation.try_finalize(campaign.id)
         self._sweeps += 1
         if self._sweeps % RECONCILE_EVERY_SWEEPS == 0:
             await self._finish_interrupted()
 
     async def _finish_interrupted(self) -> None:
         """Campaigns whose finishing a dead pod (or an outage) interrupted."""
-        stores = self._pod.stores
-        for campaign in await stores.campaigns.paged_and_open():
-            await reconcile(stores, campaign)
-        stale = utcnow() - timedelta(seconds=self._pod.settings.lease_s)
-        for campaign in await stores.campaigns.stuck_finalizing(stale):
-            log.warning("campaign %s was left finalizing; finishing it", campaign["_id"])
-            await complete(stores, campaign)
+        for campaign in await self._stores.campaigns.paged_and_open():
+            await reconcile(self._stores, campaign)
+        stale = utcnow() - timedelta(seconds=self._policy.lease_s)
+        for campaign in await self._stores.campaigns.stuck_finalizing(stale):
+            log.warning("campaign %s was left finalizing; finishing it", campaign.id)
+            await complete(self._stores, campaign)
 
     async def _take_over_from_dead_dispatchers(self) -> None:
-        stores = self._pod.stores
-        live = {pod.id for pod in await self._pod.pods.live(("dispatcher",))}
-        for campaign in await stores.campaigns.paging():
-            owner = campaign["dispatch"]["owner"]
-            if owner in live or len(self._running) >= MAX_CONCURRENT_CAMPAIGNS or self._stopping:
+        live = {pod.id for pod in await self._registry.live(("dispatcher",))}
+        for campaign in await self._stores.campaigns.paging():
+            owner = campaign.dispatch.owner
+            if (owner is None or owner in live or self._stopping.is_set()
+                    or len(self._running) >= MAX_CONCURRENT_CAMPAIGNS):
                 continue
-            taken = await stores.campaigns.take_over(campaign["_id"], owner, self._pod.id,
-                                                     self._lease_until())
+            taken = await self._stores.campaigns.take_over(campaign.id, owner,
+                                                           self._policy.pod_id,
+                                                           self._lease_until())
             if taken is not None:
                 log.warning("dispatcher %s is gone (no heartbeat); taking %s over", owner,
-                            taken["_id"])
+                            taken.id)
                 self._start_paging(taken)
 
 
-def build(pod: Pod) -> Dispatcher:
-    return Dispatcher(pod)
+def compose(parts: PodParts) -> Dispatcher:
+    settings, resources, pod_id = parts.settings, parts.resources, parts.identity.id
+    policy = DispatchPolicy(pod_id=pod_id, lease_s=settings.lease_s,
+                            sweep_interval_s=settings.sweep_interval_s,
+                            grace_period_s=settings.grace_period_s)
+    stopping = asyncio.Event()
+    paging = Paging(resources.stores, resources.bus.send_chunk, parts.watch.is_cancelled,
+                    stopping.is_set, pod_id, settings.lease_s)
+    dispatcher = Dispatcher(resources.stores, resources.registry, parts.cancellation,
+                            parts.tracker, parts.background, paging, policy, stopping)
+    rabbit.consume(resources.broker, rabbit.DISPATCH_QUEUE, dispatcher.on_dispatch,
+                   prefetch=settings.dispatcher_prefetch)
+    return dispatcher

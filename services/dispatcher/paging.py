@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
 
-from bson import ObjectId
-
-from herald.adapters.mongo import Document
 from herald.clock import utcnow
-from herald.domain.audience import Audience, audience_query
+from herald.domain.audience import audience_query
+from herald.domain.documents import Campaign, Cursor
 from herald.domain.messages import Recipient, SendChunk
-from herald.domain.timing import local_time_waves
+from herald.domain.timing import Wave, local_time_waves
 from herald.observability import CHUNKS_PUBLISHED
-from herald.runtime import Pod
-from herald.service_layer.completion import all_chunks_finished, finalize
+from herald.service_layer.completion import finalize
+from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import LocalTimeSource, source_for
 
 log = logging.getLogger(__name__)
@@ -43,111 +41,102 @@ class Parked(Exception):
 
 
 class Paging:
-    def __init__(self, pod: Pod, campaign: Document, is_stopping: Any) -> None:
-        self._pod = pod
-        self._campaign = campaign
-        self._id: ObjectId = campaign["_id"]
-        self._campaign_id = str(campaign["_id"])
-        self._is_stopping = is_stopping
-        self._lease = timedelta(seconds=pod.settings.lease_s)
+    """Pages campaigns for dispatcher ``pod_id``; one ``run`` per claimed campaign."""
 
-    async def run(self) -> None:
+    def __init__(self, stores: Stores, publish: Callable[[SendChunk], Awaitable[None]],
+                 is_cancelled: Callable[[str], Awaitable[bool]], is_stopping: Callable[[], bool],
+                 pod_id: str, lease_s: float) -> None:
+        self._stores = stores
+        self._publish_message = publish
+        self._is_cancelled = is_cancelled
+        self._is_stopping = is_stopping
+        self._pod_id = pod_id
+        self._lease = timedelta(seconds=lease_s)
+
+    async def run(self, campaign: Campaign) -> None:
+        campaigns = self._stores.campaigns
         try:
-            await self._page_all()
+            await self._page_all(campaign)
         except StopPaging as stop:
-            log.info("paging of %s stopped: %s", self._campaign_id, stop)
+            log.info("paging of %s stopped: %s", campaign.id, stop)
             if self._is_stopping():
-                await self._pod.stores.campaigns.release_dispatch(self._id, self._pod.id,
-                                                                  utcnow())
+                await campaigns.release_dispatch(campaign.id, self._pod_id, utcnow())
             return
         except Parked as parked:
             # The lease simply runs until the next wave: then any dispatcher's sweep takes it.
-            log.info("paged the due waves of %s; %s", self._campaign_id, parked)
-            await self._pod.stores.campaigns.release_dispatch(self._id, self._pod.id,
-                                                              parked.resume_at)
+            log.info("paged the due waves of %s; %s", campaign.id, parked)
+            await campaigns.release_dispatch(campaign.id, self._pod_id, parked.resume_at)
             return
-        finished = await self._pod.stores.campaigns.finish_dispatch(self._id, self._pod.id,
-                                                                    utcnow())
+        finished = await campaigns.finish_dispatch(campaign.id, self._pod_id, utcnow())
         if finished is not None:
-            log.info("paged %s: %d chunks", self._campaign_id,
-                     finished["progress"]["chunks_published"])
-            if all_chunks_finished(finished):
-                await finalize(self._pod.stores, self._campaign_id)
+            log.info("paged %s: %d chunks", campaign.id, finished.progress.chunks_published)
+            if finished.all_chunks_finished:
+                await finalize(self._stores, campaign.id)
 
-    async def _page_all(self) -> None:
-        campaign = await self._bound(self._campaign)
-        seq = campaign["dispatch"]["next_seq"]
-        cursor = await self._resume_cursor(seq)
-        if cursor is not _NOT_WRITTEN:
+    async def _page_all(self, campaign: Campaign) -> None:
+        campaign = await self._bound(campaign)
+        seq = campaign.dispatch.next_seq
+        unchecked = await self._stores.chunks.get(campaign.id, seq)
+        if unchecked is not None:  # a dead owner wrote it but never checkpointed: publish it
+            log.info("resuming %s at chunk %d written by a previous owner", campaign.id, seq)
+            cursor = unchecked.state.cursor
+            await self._publish(campaign.id, seq, list(unchecked.recipients), cursor)
             seq += 1
         else:
-            cursor = await self._checkpointed_cursor(seq)
-        size = campaign["chunk_size"]
-        source = await source_for(self._pod.stores, campaign, due_by=utcnow())
-        batch: list[dict[str, Any]] = []
+            cursor = await self._checkpointed_cursor(campaign.id, seq)
+        source = await source_for(self._stores, campaign, due_by=utcnow())
+        batch: list[Recipient] = []
+        position: Cursor = cursor
         async with contextlib.aclosing(source.stream(after=cursor)) as recipients:
             async for position, recipient in recipients:
                 batch.append(recipient)
-                if len(batch) == size:
-                    await self._publish(seq, batch, position)
+                if len(batch) == campaign.chunk_size:
+                    await self._publish(campaign.id, seq, batch, position)
                     seq, batch = seq + 1, []
         if batch:
-            await self._publish(seq, batch, position)
+            await self._publish(campaign.id, seq, batch, position)
         if isinstance(source, LocalTimeSource) and (resume_at := source.next_wave_due()):
             raise Parked(resume_at)
 
-    async def _bound(self, campaign: Document) -> Document:
+    async def _bound(self, campaign: Campaign) -> Campaign:
         """Fix the newest device the campaign may reach (and, for local-time delivery, its
         waves), once, so a resumed run sees the same audience."""
-        dispatch = campaign["dispatch"]
-        if campaign.get("retarget") or dispatch.get("until") is not None:
+        if campaign.follow_up is not None or campaign.dispatch.until is not None:
             return campaign
-        stores = self._pod.stores
-        waves = await self._plan_waves(campaign) if campaign.get("local_time") else None
-        bounded = await stores.campaigns.fix_dispatch_bound(
-            self._id, self._pod.id, await stores.devices.newest_id(), waves)
+        waves = await self._plan_waves(campaign) if campaign.local_time else None
+        bounded = await self._stores.campaigns.fix_dispatch_bound(
+            campaign.id, self._pod_id, await self._stores.devices.newest_id(), waves)
         if bounded is None:
             raise StopPaging("campaign vanished")
         return bounded
 
-    async def _plan_waves(self, campaign: Document) -> list[dict[str, Any]]:
-        local = campaign["local_time"]
-        zones = await self._pod.stores.devices.timezones(
-            audience_query(Audience.model_validate(campaign["audience"])))
-        waves = local_time_waves(datetime.fromisoformat(local["wall"]), local["timezone"], zones)
-        log.info("%s: %d waves of local-time delivery, from %s to %s", self._campaign_id,
+    async def _plan_waves(self, campaign: Campaign) -> list[Wave]:
+        assert campaign.local_time is not None and campaign.audience is not None
+        local = campaign.local_time
+        zones = await self._stores.devices.timezones(audience_query(campaign.audience))
+        waves = local_time_waves(datetime.fromisoformat(local.wall), local.timezone, zones)
+        log.info("%s: %d waves of local-time delivery, from %s to %s", campaign.id,
                  len(waves), waves[0].due_at.isoformat(), waves[-1].due_at.isoformat())
-        return [{"due_at": w.due_at, "zones": list(w.zones), "others": w.others} for w in waves]
+        return waves
 
-    async def _checkpointed_cursor(self, next_seq: int) -> Any:
+    async def _checkpointed_cursor(self, campaign_id: str, next_seq: int) -> Cursor:
+        """Where the last checkpointed chunk ended (None: paging starts at the beginning)."""
         if next_seq == 0:
             return None
-        previous = await self._pod.stores.chunks.get(self._campaign_id, next_seq - 1)
-        return previous["cursor"] if previous else None
+        previous = await self._stores.chunks.state(campaign_id, next_seq - 1)
+        return previous.cursor if previous else None
 
-    async def _resume_cursor(self, seq: int) -> Any:
-        """A chunk a dead owner wrote but never checkpointed: publish it again, as written."""
-        written = await self._pod.stores.chunks.get(self._campaign_id, seq)
-        if written is None:
-            return _NOT_WRITTEN
-        log.info("resuming %s at chunk %d written by a previous owner", self._campaign_id, seq)
-        await self._publish(seq, written["recipients"], written["cursor"])
-        return written["cursor"]
-
-    async def _publish(self, seq: int, recipients: list[dict[str, Any]], cursor: Any) -> None:
+    async def _publish(self, campaign_id: str, seq: int, recipients: list[Recipient],
+                       cursor: Cursor) -> None:
         if self._is_stopping():
             raise StopPaging("pod shutting down")
-        if await self._pod.is_cancelled(self._campaign_id):
+        if await self._is_cancelled(campaign_id):
             raise StopPaging("cancelled")
-        stores, now = self._pod.stores, utcnow()
-        chunk = await stores.chunks.create(self._campaign_id, seq, recipients, cursor, now)
-        await self._pod.bus.send_chunk(SendChunk(
-            campaign_id=self._campaign_id, seq=seq,
-            recipients=[Recipient(**r) for r in chunk["recipients"]]))
+        now = utcnow()
+        chunk = await self._stores.chunks.create(campaign_id, seq, recipients, cursor, now)
+        await self._publish_message(SendChunk(campaign_id=campaign_id, seq=seq,
+                                              recipients=list(chunk.recipients)))
         CHUNKS_PUBLISHED.inc()
-        if not await stores.campaigns.checkpoint(self._id, self._pod.id, seq, chunk["size"],
-                                                 now + self._lease):
+        if not await self._stores.campaigns.checkpoint(campaign_id, self._pod_id, seq,
+                                                       chunk.state.size, now + self._lease):
             raise StopPaging("lease lost to another dispatcher")
-
-
-_NOT_WRITTEN = object()

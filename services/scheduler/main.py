@@ -11,7 +11,8 @@ import contextlib
 import logging
 
 from herald.clock import utcnow
-from herald.runtime import Pod, Worker
+from herald.runtime.tasks import Background
+from herald.runtime.worker import PodParts, Worker
 from herald.service_layer.campaigns import CampaignCreator
 from herald.service_layer.scheduling import SchedulerPolicy, Scheduling
 
@@ -21,16 +22,14 @@ MIN_WAIT_S = 0.01
 
 
 class Scheduler(Worker):
-    def __init__(self, pod: Pod) -> None:
-        self._pod = pod
-        settings = pod.settings
-        self._scheduling = Scheduling(pod.stores, CampaignCreator(pod.stores, pod.bus),
-                                      SchedulerPolicy(pod.id, settings.misfire_grace_s,
-                                                      settings.lease_s))
+    def __init__(self, scheduling: Scheduling, background: Background, poll_s: float) -> None:
+        self._scheduling = scheduling
+        self._background = background
+        self._poll_s = poll_s
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
-        self._pod.spawn(self._loop(), "fire-due")
+        self._background.spawn(self._loop(), "fire-due")
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -41,7 +40,7 @@ class Scheduler(Worker):
                 wait_s = await self._tick()
             except Exception:
                 log.warning("firing due work failed; retrying", exc_info=True)
-                wait_s = self._pod.settings.scheduler_poll_s
+                wait_s = self._poll_s
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), wait_s)
 
@@ -51,9 +50,12 @@ class Scheduler(Worker):
         await self._scheduling.fire_due_campaigns(now)
         await self._scheduling.run_due_schedules(now)
         until_due = await self._scheduling.seconds_until_due(utcnow())
-        poll_s = self._pod.settings.scheduler_poll_s
+        poll_s = self._poll_s
         return poll_s if until_due is None else max(MIN_WAIT_S, min(until_due, poll_s))
 
 
-def build(pod: Pod) -> Scheduler:
-    return Scheduler(pod)
+def compose(parts: PodParts) -> Scheduler:
+    settings, stores = parts.settings, parts.resources.stores
+    policy = SchedulerPolicy(parts.identity.id, settings.misfire_grace_s, settings.lease_s)
+    scheduling = Scheduling(stores, CampaignCreator(stores, parts.resources.bus), policy)
+    return Scheduler(scheduling, parts.background, settings.scheduler_poll_s)

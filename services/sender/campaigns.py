@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from herald.domain.payload import MessageTemplate, build_payload
 from herald.domain.status import ACTIVE, Status
-from herald.runtime import Pod
+from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.cancellation import FLAG_REFRESH_S
+from herald.service_layer.ports import CampaignRepository
 
 CACHE_SIZE = 1000
 
@@ -27,8 +28,9 @@ class CampaignInfo:
 
 
 class CampaignCache:
-    def __init__(self, pod: Pod) -> None:
-        self._pod = pod
+    def __init__(self, campaigns: CampaignRepository, watch: CancelWatch) -> None:
+        self._campaigns = campaigns
+        self._watch = watch
         self._entries: OrderedDict[str, CampaignInfo] = OrderedDict()
 
     async def get(self, campaign_id: str) -> CampaignInfo | None:
@@ -37,17 +39,17 @@ class CampaignCache:
         if info is not None:
             self._entries.move_to_end(campaign_id)
             return info
-        campaign = await self._pod.stores.campaigns.get(campaign_id)
+        campaign = await self._campaigns.get(campaign_id)
         if campaign is None:
             return None
-        status = Status(campaign["status"])
-        if status in (Status.CANCELLING, Status.CANCELLED):
-            self._pod.learn_cancel(campaign_id)
-        if status not in ACTIVE:
+        if campaign.status in (Status.CANCELLING, Status.CANCELLED):
+            self._watch.learn(campaign_id)
+        if campaign.status not in ACTIVE:
             return None
-        payload = build_payload(campaign["title"], campaign["body"], campaign.get("data") or {},
-                                campaign.get("image_url"))
-        info = CampaignInfo(MessageTemplate(payload), campaign.get("rate_per_s"))
+        content = campaign.content
+        payload = build_payload(content.title, content.body, content.data, content.image_url,
+                                replace_key=campaign.sent_with_key)
+        info = CampaignInfo(MessageTemplate(payload), campaign.rate_per_s)
         self._entries[campaign_id] = info
         if len(self._entries) > CACHE_SIZE:
             self._entries.popitem(last=False)
@@ -55,7 +57,7 @@ class CampaignCache:
 
     async def is_cancelled(self, campaign_id: str) -> bool:
         """Known cancelled here, or flagged in Redis (read at most once a second)."""
-        if self._pod.watch.is_cancelled(campaign_id):
+        if self._watch.knows(campaign_id):
             return True
         info = self._entries.get(campaign_id)
         now = time.monotonic()
@@ -63,4 +65,4 @@ class CampaignCache:
             return False
         if info is not None:
             info.flag_checked_at = now
-        return await self._pod.is_cancelled(campaign_id)
+        return await self._watch.is_cancelled(campaign_id)

@@ -8,14 +8,13 @@ chunk held by a live sender waits; a chunk whose holder died is taken over.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from datetime import timedelta
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from enum import Enum
 
-from herald.adapters.chunks import ChunkStatus, chunk_id
-from herald.adapters.mongo import Document
 from herald.clock import utcnow
-from herald.runtime import Pod
+from herald.domain.documents import ChunkState, ChunkStatus
+from herald.service_layer.ports import ChunkRepository, PodRegistry
 
 
 class NotTaken(Enum):
@@ -24,15 +23,19 @@ class NotTaken(Enum):
 
 
 class ChunkClaims:
-    def __init__(self, pod: Pod, hold_s: float) -> None:
-        self._pod = pod
+    def __init__(self, chunks: ChunkRepository, registry: PodRegistry, pod_id: str,
+                 hold_s: float, clock: Callable[[], datetime] = utcnow) -> None:
+        self._chunks = chunks
+        self._registry = registry
+        self._pod_id = pod_id
         self._hold = timedelta(seconds=hold_s)
+        self._clock = clock
         self._in_hand: set[str] = set()
 
     @contextlib.contextmanager
     def first_here(self, campaign_id: str, seq: int) -> Iterator[bool]:
         """Whether this delivery is the only one of its chunk being handled in this process."""
-        key = chunk_id(campaign_id, seq)
+        key = f"{campaign_id}:{seq}"
         if key in self._in_hand:
             yield False
             return
@@ -42,20 +45,21 @@ class ChunkClaims:
         finally:
             self._in_hand.discard(key)
 
-    async def take(self, campaign_id: str, seq: int) -> Document | NotTaken:
+    async def take(self, campaign_id: str, seq: int) -> ChunkState | NotTaken:
         """Hold the chunk for this pod: its state before (counting one more attempt), or why not."""
-        chunks, now = self._pod.stores.chunks, utcnow()
-        state = await chunks.state(campaign_id, seq)
-        if state is None or state["status"] != ChunkStatus.PENDING.value:
+        now = self._clock()
+        state = await self._chunks.state(campaign_id, seq)
+        if state is None or state.status is not ChunkStatus.PENDING:
             return NotTaken.CLOSED
-        holder = state.get("owner")
-        if holder not in (None, self._pod.id) and state["owner_until"] > now and (
-                await self._pod.pods.is_alive(holder)):
+        holder = state.owner
+        if (holder is not None and holder != self._pod_id and state.owner_until is not None
+                and state.owner_until > now and await self._registry.is_alive(holder)):
             return NotTaken.BUSY
-        before = await chunks.claim(campaign_id, seq, self._pod.id, holder, now + self._hold)
+        before = await self._chunks.claim(campaign_id, seq, self._pod_id, holder,
+                                          now + self._hold)
         return NotTaken.BUSY if before is None else before
 
     async def release(self, campaign_id: str, seq: int, *, refund: bool) -> None:
         """Give the chunk back, as far as MongoDB lets us (a hold also expires by itself)."""
         with contextlib.suppress(Exception):
-            await self._pod.stores.chunks.release(campaign_id, seq, self._pod.id, refund=refund)
+            await self._chunks.release(campaign_id, seq, self._pod_id, refund=refund)

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from faststream.rabbit.annotations import RabbitMessage
 from pydantic import ValidationError
 
 from herald import names
 from herald.adapters import rabbit
-from herald.adapters.chunks import ChunkStatus
-from herald.clock import utcnow
+from herald.domain.documents import ChunkStatus
 from herald.domain.messages import SendChunk
-from herald.observability import CHUNKS, CHUNKS_DEAD_LETTERED, CHUNKS_DEFERRED
-from herald.runtime import Pod
-from herald.service_layer.completion import chunk_finished
-from services.sender.chunks import count_outcomes
+from herald.observability import CHUNKS_DEAD_LETTERED, CHUNKS_DEFERRED
+from herald.service_layer.chunk_lifecycle import ChunkLifecycle, Tally
 from services.sender.claims import ChunkClaims, NotTaken
 
 log = logging.getLogger(__name__)
@@ -25,11 +23,17 @@ log = logging.getLogger(__name__)
 DEAD_LETTERED = "HERALD_DEAD_LETTERED"
 """Error recorded for recipients of a chunk that could not be processed."""
 
+Forward = Callable[[bytes, str], Awaitable[None]]
+"""Publish a message body to the dead-letter exchange with a routing key."""
+
 
 class DeadChunks:
-    def __init__(self, pod: Pod, claims: ChunkClaims) -> None:
-        self._pod = pod
+    def __init__(self, lifecycle: ChunkLifecycle, claims: ChunkClaims,
+                 is_cancelled: Callable[[str], Awaitable[bool]], forward: Forward) -> None:
+        self._lifecycle = lifecycle
         self._claims = claims
+        self._is_cancelled = is_cancelled
+        self._forward_to = forward
 
     async def handle(self, message: RabbitMessage) -> None:
         try:
@@ -55,8 +59,7 @@ class DeadChunks:
 
     async def _forward(self, body: bytes, routing_key: str, message: RabbitMessage) -> None:
         """Put a copy on a dead-letter queue and acknowledge this delivery."""
-        await self._pod.broker.publish(body, exchange=rabbit.DEAD_LETTER_EXCHANGE,
-                                       routing_key=routing_key, persist=True)
+        await self._forward_to(body, routing_key)
         await message.ack()
 
     async def _settle(self, chunk: SendChunk) -> bool:
@@ -67,25 +70,16 @@ class DeadChunks:
             return True
         if taken is NotTaken.BUSY:
             return False
-        stores, campaign_id = self._pod.stores, chunk.campaign_id
-        recorded = await stores.deliveries.recorded(campaign_id, chunk.seq)
+        recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
+        tally = Tally.of(recorded)
         rest = [position for position in range(len(chunk.recipients)) if position not in recorded]
-        failed = sum(error is not None for error in recorded.values())
-        sent = len(recorded) - failed
-        cancelled = await self._pod.is_cancelled(campaign_id)
-        now = utcnow()
-        if rest and not cancelled:
-            await stores.deliveries.record(campaign_id, chunk.seq, self._pod.id,
-                                           [(position, DEAD_LETTERED) for position in rest], now)
-            count_outcomes([DEAD_LETTERED] * len(rest))
-            failed += len(rest)
-        status = ChunkStatus.CANCELLED if cancelled else ChunkStatus.DEAD
+        cancelled = await self._is_cancelled(chunk.campaign_id)
+        if not cancelled:
+            await self._lifecycle.record(chunk.campaign_id, chunk.seq,
+                                         [(position, DEAD_LETTERED) for position in rest], tally)
         CHUNKS_DEAD_LETTERED.inc()
-        log.error("chunk %s:%d dead-lettered; %d recipients recorded as failed", campaign_id,
-                  chunk.seq, 0 if cancelled else len(rest))
-        if await stores.chunks.finish(campaign_id, chunk.seq, status, sent, failed, now,
-                                      owner=self._pod.id):
-            CHUNKS.labels(status.value).inc()
-            await chunk_finished(stores, campaign_id, sent, failed,
-                                 done=status is ChunkStatus.DEAD)
+        log.error("chunk %s:%d dead-lettered; %d recipients recorded as failed",
+                  chunk.campaign_id, chunk.seq, 0 if cancelled else len(rest))
+        status = ChunkStatus.CANCELLED if cancelled else ChunkStatus.DEAD
+        await self._lifecycle.close(chunk.campaign_id, chunk.seq, status, tally)
         return True

@@ -15,8 +15,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from herald.adapters.fcm import FcmClient, FcmError, SendResult
+from herald.adapters.fcm import FcmClient, SendResult
 from herald.adapters.rate_limit import TokenBucket
+from herald.domain.fcm_errors import FcmError
 from herald.domain.payload import MessageTemplate
 from herald.observability import FCM_REQUEST_SECONDS, FCM_RETRIES
 

@@ -14,9 +14,11 @@ from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.rate_limit import RateLimits
 from herald.domain.messages import SendChunk
 from herald.observability import CHUNKS_DEFERRED
-from herald.runtime import Pod, Worker
+from herald.runtime.worker import PodParts, Worker
+from herald.service_layer.chunk_lifecycle import ChunkLifecycle
+from herald.service_layer.ports import Bus
 from services.sender.campaigns import CampaignCache
-from services.sender.chunks import ChunkSender, Verdict
+from services.sender.chunks import ChunkSender, SendingPolicy, Verdict
 from services.sender.claims import ChunkClaims
 from services.sender.dead_letters import DeadChunks
 from services.sender.delivery import BatchSender
@@ -25,28 +27,20 @@ log = logging.getLogger(__name__)
 
 
 class Sender(Worker):
-    def __init__(self, pod: Pod) -> None:
-        self._pod = pod
-        settings = pod.settings
-        self._session = fcm.open_session(settings)
-        client = fcm.FcmClient(self._session, settings, fcm.access_tokens(settings))
-        limits = RateLimits(pod.redis, pod.keys, settings.fcm_rate_per_min)
-        batches = BatchSender(client, settings.sender_concurrency, settings.fcm_max_retries,
-                              limits.project)
-        self._claims = ChunkClaims(pod, settings.chunk_budget_s + settings.grace_period_s)
-        self._chunks = ChunkSender(pod, CampaignCache(pod), batches, limits, self._claims)
-        self._dead = DeadChunks(pod, self._claims)
-        rabbit.consume(pod.broker, rabbit.CHUNKS_QUEUE, self._on_chunk,
-                       prefetch=settings.sender_prefetch)
-        rabbit.consume(pod.broker, rabbit.DEAD_CHUNKS_QUEUE, self._dead.handle, prefetch=1)
+    def __init__(self, chunks: ChunkSender, claims: ChunkClaims, bus: Bus,
+                 close: contextlib.AsyncExitStack) -> None:
+        self._chunks = chunks
+        self._claims = claims
+        self._bus = bus
+        self._resources = close
 
     async def close(self) -> None:
-        await self._session.close()
+        await self._resources.aclose()
 
     async def stop(self) -> None:
         self._chunks.stop()
 
-    async def _on_chunk(self, message: RabbitMessage) -> None:
+    async def on_chunk(self, message: RabbitMessage) -> None:
         try:
             chunk = SendChunk.model_validate_json(message.body)
         except ValidationError as exc:
@@ -64,7 +58,7 @@ class Sender(Worker):
     async def _process(self, chunk: SendChunk, message: RabbitMessage) -> Verdict | None:
         """Send the chunk; None when it was handed back already (it failed)."""
         try:
-            return await self._chunks.process(chunk, message)
+            return await self._chunks.process(chunk, lambda: channel_closed(message))
         except asyncio.CancelledError:  # the channel closed under us: RabbitMQ redelivers
             await asyncio.shield(self._claims.release(chunk.campaign_id, chunk.seq, refund=True))
             raise
@@ -89,7 +83,7 @@ class Sender(Worker):
         delivery: quorum queues count every nack towards their delivery limit on RabbitMQ 3.10,
         and an outage must not dead-letter healthy chunks."""
         try:
-            await self._pod.bus.send_chunk(chunk)
+            await self._bus.send_chunk(chunk)
             await message.ack()
         except INFRASTRUCTURE_ERRORS:  # RabbitMQ itself is away: it requeues the delivery
             with contextlib.suppress(*INFRASTRUCTURE_ERRORS):
@@ -119,5 +113,33 @@ class Sender(Worker):
                         chunk.campaign_id, chunk.seq)
 
 
-def build(pod: Pod) -> Sender:
-    return Sender(pod)
+def channel_closed(message: RabbitMessage) -> bool:
+    """Whether the channel this delivery came on is gone (RabbitMQ requeued it then)."""
+    return bool(message.raw_message.channel.is_closed)
+
+
+def compose(parts: PodParts) -> Sender:
+    settings, resources, pod_id = parts.settings, parts.resources, parts.identity.id
+    stores, broker = resources.stores, resources.broker
+    session = fcm.open_session(settings)
+    client = fcm.FcmClient(session, settings, fcm.access_tokens(settings))
+    limits = RateLimits(resources.redis, resources.keys, settings.fcm_rate_per_min)
+    batches = BatchSender(client, settings.sender_concurrency, settings.fcm_max_retries,
+                          limits.project)
+    lifecycle = ChunkLifecycle(stores, pod_id)
+    claims = ChunkClaims(stores.chunks, resources.registry, pod_id,
+                         settings.chunk_budget_s + settings.grace_period_s)
+    policy = SendingPolicy(batch_size=settings.sender_batch_size,
+                           batches_in_flight=settings.sender_batches_in_flight,
+                           max_attempts=settings.chunk_max_attempts,
+                           budget_s=settings.chunk_budget_s)
+    chunks = ChunkSender(lifecycle, CampaignCache(stores.campaigns, parts.watch), batches, limits,
+                         claims, parts.tracker, parts.watch.event, policy)
+    closing = contextlib.AsyncExitStack()
+    closing.push_async_callback(session.close)
+    sender = Sender(chunks, claims, resources.bus, closing)
+    dead = DeadChunks(lifecycle, claims, parts.watch.is_cancelled, resources.bus.dead_letter)
+    rabbit.consume(broker, rabbit.CHUNKS_QUEUE, sender.on_chunk, prefetch=settings.sender_prefetch)
+    rabbit.consume(broker, rabbit.DEAD_CHUNKS_QUEUE, dead.handle,
+                   prefetch=rabbit.DEAD_LETTER_PREFETCH)
+    return sender

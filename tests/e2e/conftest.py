@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from devstack.isolation import private_stack
+from devstack.broker_users import BrokerUsers, delete_users, import_definitions, user_definitions
+from devstack.isolation import VhostPool, private_stack, unique_name
 from devstack.processes import free_port
 from devstack.stack import Stack, StackConfig
 from fcm_emulator.client import EmulatorClient
@@ -41,10 +42,21 @@ def mongodb_restarter(mongodb_stack: Stack) -> Callable[[Callable[[], object]], 
     return restart
 
 
+@pytest.fixture(scope="session")
+def stack_brokers() -> Iterator[VhostPool]:
+    """Vhosts for the session's stacks, with one pair of broker users (made once)."""
+    users = BrokerUsers.new(unique_name("herald_e2e"))
+    import_definitions(user_definitions(users))
+    pool = VhostPool(users, prefix="herald_e2e")
+    yield pool
+    pool.close()
+    delete_users(users)
+
+
 @pytest.fixture
-def stack(mongodb_port: int, tmp_path: Path) -> Iterator[Stack]:
+def stack(mongodb_port: int, tmp_path: Path, stack_brokers: VhostPool) -> Iterator[Stack]:
     """A private stack on the session's MongoDB server; the test starts what it needs."""
-    with private_stack(tmp_path, mongodb_port=mongodb_port, extra_env={
+    with private_stack(tmp_path, mongodb_port=mongodb_port, pool=stack_brokers, extra_env={
             "HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
             "HERALD_LEASE_S": "3", "HERALD_GRACE_PERIOD_S": "10"}) as running:
         yield running
@@ -52,7 +64,7 @@ def stack(mongodb_port: int, tmp_path: Path) -> Iterator[Stack]:
 
 @pytest.fixture
 def api(stack: Stack) -> Iterator[Api]:
-    client = Api(stack.config.api_url)
+    client = Api(stack.config.api_url, stack.config.api_key)
     yield client
     client.http.close()
 

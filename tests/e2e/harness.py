@@ -16,8 +16,22 @@ TERMINAL = {"completed", "failed", "cancelled", "missed"}
 
 
 class Api:
-    def __init__(self, base_url: str) -> None:
-        self.http = httpx.Client(base_url=base_url, timeout=60.0)
+    """The HTTP API as a test uses it: every call carries ``key`` (by default the stack's admin
+    key; ``as_key`` gives a client for another one)."""
+
+    def __init__(self, base_url: str, key: str) -> None:
+        self.http = httpx.Client(base_url=base_url, timeout=60.0,
+                                 headers={"Authorization": f"Bearer {key}"})
+
+    def as_key(self, key: str) -> Api:
+        return Api(str(self.http.base_url), key)
+
+    def mint_key(self, role: str, name: str | None = None) -> str:
+        """A new key of ``role`` (the caller must be an admin); its secret."""
+        response = self.http.post("/v1/api-keys", json={"name": name or f"test-{role}",
+                                                        "role": role})
+        assert response.status_code == 201, response.text
+        return str(response.json()["secret"])
 
     def import_devices(self, devices: list[dict[str, Any]]) -> None:
         for start in range(0, len(devices), 10_000):

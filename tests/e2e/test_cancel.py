@@ -98,7 +98,8 @@ def test_cancel_from_the_api_stops_every_sender_and_accounts_for_everyone(
 
     campaign_id, returned_at = _cancel_mid_flight(stack, api, emulator, cancel)
     campaign = _assert_exact_account(api, emulator, campaign_id, returned_at)
-    assert campaign["cancel"]["requested_by"] == "team-lead"  # type: ignore[index]
+    assert campaign["cancel"]["requested_by"]["name"] == "bootstrap"  # type: ignore[index]
+    assert campaign["cancel"]["on_behalf_of"] == "team-lead"  # type: ignore[index]
     _assert_retarget_reaches_exactly_the_rest(api, emulator, campaign_id)
 
 
@@ -112,7 +113,8 @@ def test_cancel_published_to_the_fanout_by_a_plain_amqp_client_does_the_same(
 
     campaign_id, returned_at = _cancel_mid_flight(stack, api, emulator, cancel)
     campaign = _assert_exact_account(api, emulator, campaign_id, returned_at)
-    assert campaign["cancel"]["requested_by"] == "rabbitmqadmin"  # type: ignore[index]
+    assert campaign["cancel"]["requested_by"] == {  # type: ignore[index]
+        "id": "amqp", "name": "amqp:rabbitmqadmin", "kind": "amqp", "verified": False}
     assert campaign["cancel"]["reason"] == "wrong audience"  # type: ignore[index]
     _assert_retarget_reaches_exactly_the_rest(api, emulator, campaign_id)
 

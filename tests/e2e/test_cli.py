@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ HERALD = str(Path(sys.executable).parent / "herald")
 
 def herald(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([HERALD, *args, "--api", stack.config.api_url], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120,
+                          env={**os.environ, "HERALD_API_KEY": stack.config.api_key})
 
 
 def test_watch_follows_a_campaign_to_its_end(stack: Stack, api: Api) -> None:
@@ -43,7 +45,8 @@ def test_cancel_audit_and_retarget_from_the_command_line(stack: Stack, api: Api,
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.strip().splitlines()[-1].startswith("cancelled: sent ")
     campaign = api.campaign(campaign_id)
-    assert campaign["cancel"]["requested_by"] == "lead"
+    assert campaign["cancel"]["requested_by"]["name"] == "bootstrap"  # the key that called
+    assert campaign["cancel"]["on_behalf_of"] == "lead"
     unsent = herald(stack, "campaigns", "recipients", campaign_id, "--outcome", "unsent")
     lines = [orjson.loads(line) for line in unsent.stdout.splitlines()]
     assert len(lines) == campaign["counts"]["unsent"] > 0

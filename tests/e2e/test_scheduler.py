@@ -27,6 +27,8 @@ def start(stack: Stack, schedulers: int) -> None:
     stack.start_service("sender")
     for index in range(1, schedulers + 1):
         stack.start_service("scheduler", f"scheduler-{index}")
+    if schedulers:  # a scheduler still starting when a run falls due would fire it late
+        stack.wait_for_pods({"scheduler": schedulers, "dispatcher": 1})
 
 
 def instant(text: str) -> datetime:

@@ -6,21 +6,29 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 
+from devstack.broker_users import BrokerUsers, delete_users, import_definitions, user_definitions
+from devstack.isolation import VhostPool, guest_url
 from devstack.processes import free_port
 from devstack.stack import Stack, StackConfig
 from fcm_emulator.client import EmulatorClient
 from herald.adapters import mongo
 from herald.adapters import redis as redis_adapter
 from herald.adapters.mongo import Database, Document
-from herald.adapters.stores import Stores
+from herald.adapters.stores import mongo_stores
+from herald.domain.access import new_token
+from herald.names import RedisKeys
+from herald.service_layer.ports import Stores
 from herald.settings import Settings
 from services.api.app import create_app
-from tests.support import create_vhost, delete_vhost, unique_name
+from tests.support import unique_name
 
 UNUSED_VHOST_URL = "amqp://guest:guest@127.0.0.1:5672/herald_tests_without_broker"
 """Settings of tests that must not touch RabbitMQ point at a vhost that does not exist."""
@@ -57,18 +65,41 @@ def settings(local_stack: Stack, database_name: str) -> Settings:
     return _settings(local_stack, database_name, UNUSED_VHOST_URL)
 
 
-@pytest.fixture
-def vhost() -> Iterator[str]:
-    name = unique_name()
-    url = create_vhost(name)
-    yield url
-    delete_vhost(name)
+@pytest.fixture(scope="session")
+def broker_users() -> Iterator[BrokerUsers]:
+    """The service and cancel users of this session (users are global to the broker: made once,
+    given Herald's permissions in each test's vhost)."""
+    users = BrokerUsers.new(unique_name("herald_it"))
+    import_definitions(user_definitions(users))
+    yield users
+    delete_users(users)
+
+
+@pytest.fixture(scope="session")
+def vhost_pool(broker_users: BrokerUsers) -> Iterator[VhostPool]:
+    pool = VhostPool(broker_users, prefix="herald_it")
+    yield pool
+    pool.close()
 
 
 @pytest.fixture
-def broker_settings(local_stack: Stack, database_name: str, vhost: str) -> Settings:
-    """Settings with a private RabbitMQ vhost."""
-    return _settings(local_stack, database_name, vhost)
+def vhost(vhost_pool: VhostPool) -> Iterator[str]:
+    """A private vhost (from the session's pool, emptied between tests); the URL of guest on it
+    (every permission), for the test's own tools."""
+    name = vhost_pool.acquire()
+    yield guest_url(name)
+    vhost_pool.release(name)
+
+
+def vhost_name(url: str) -> str:
+    return unquote(urlsplit(url).path.lstrip("/"))
+
+
+@pytest.fixture
+def broker_settings(local_stack: Stack, database_name: str, vhost: str,
+                    broker_users: BrokerUsers) -> Settings:
+    """Settings with a private RabbitMQ vhost, where the pod connects as the service user."""
+    return _settings(local_stack, database_name, broker_users.service.url(vhost_name(vhost)))
 
 
 def _settings(stack: Stack, database: str, rabbitmq_url: str) -> Settings:
@@ -97,24 +128,44 @@ async def db(mongo_client: AsyncMongoClient[Document], settings: Settings) -> Da
 
 @pytest.fixture
 def stores(db: Database) -> Stores:
-    return Stores.on(db)
+    return mongo_stores(db)
 
 
 @pytest.fixture
 async def redis(settings: Settings) -> AsyncIterator[redis_adapter.Redis]:
     client = redis_adapter.connect(settings)
     yield client
-    keys = [k async for k in client.scan_iter(match=f"herald:{settings.mongodb_database}:*")]
+    keys = [k async for k in client.scan_iter(match=RedisKeys(settings.mongodb_database).everything())]
     if keys:
         await client.delete(*keys)
     await client.aclose()
 
 
 @pytest.fixture
-async def api(broker_settings: Settings, db: Database, redis: Any) -> AsyncIterator[httpx.AsyncClient]:
+def admin_key() -> str:
+    """The api's bootstrap admin key for this test (unique: keys of runs never meet)."""
+    return new_token("bootstrap")
+
+
+@pytest.fixture
+async def api_app(broker_settings: Settings, db: Database, redis: Any,
+                  admin_key: str) -> AsyncIterator[FastAPI]:
     """The FastAPI app in this process, with its lifespan (a real pod behind it)."""
-    app = create_app(broker_settings)
+    app = create_app(broker_settings.model_copy(
+        update={"bootstrap_api_key": SecretStr(admin_key)}))
     async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://herald") as client:
-            yield client
+        yield app
+
+
+@pytest.fixture
+async def api(api_app: FastAPI, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the in-process api, calling as its admin key."""
+    async with client_of(api_app, admin_key) as client:
+        yield client
+
+
+def client_of(app: FastAPI, key: str | None) -> httpx.AsyncClient:
+    """A client of the in-process ``app`` that carries ``key`` (none: no Authorization)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://herald",
+                             headers=headers)

@@ -9,20 +9,19 @@ import aio_pika
 import pytest
 
 from herald import names
+from herald.domain.access import Actor, ActorKind
 from herald.domain.status import Status
 from herald.observability import CANCEL_UNMATCHED
-from herald.runtime import Pod
+from herald.runtime.worker import PodParts, running_pod
 from herald.settings import Settings
-from tests.integration.test_campaign_store import campaign
-from tests.integration.test_sender import eventually
+from tests.factories import campaign
+from tests.support import eventually
 
 
 @pytest.fixture
-async def pod(broker_settings: Settings, db: Any, redis: Any) -> AsyncIterator[Pod]:
-    started = Pod("api", broker_settings, acknowledges_cancels=False)
-    await started.start()
-    yield started
-    await started.stop()
+async def pod(broker_settings: Settings, db: Any, redis: Any) -> AsyncIterator[PodParts]:
+    async with running_pod("api", broker_settings, acknowledges_cancels=False) as (parts, _):
+        yield parts
 
 
 async def publish_cancel(vhost: str, body: bytes) -> None:
@@ -34,41 +33,43 @@ async def publish_cancel(vhost: str, body: bytes) -> None:
                                routing_key="")
 
 
-async def status_of(pod: Pod, campaign_id: str) -> str:
-    stored = await pod.stores.campaigns.get(campaign_id)
+async def status_of(pod: PodParts, campaign_id: str) -> Status:
+    stored = await pod.resources.stores.campaigns.get(campaign_id)
     assert stored is not None
-    return str(stored["status"])
+    return stored.status
 
 
 async def test_a_cancel_published_by_a_plain_amqp_client_cancels_the_campaign(
-        pod: Pod, vhost: str) -> None:
-    document = campaign(status=Status.IN_PROGRESS.value)
-    await pod.stores.campaigns.insert(document)
-    campaign_id = str(document["_id"])
+        pod: PodParts, vhost: str) -> None:
+    document = campaign(status=Status.IN_PROGRESS)
+    await pod.resources.stores.campaigns.insert(document)
+    campaign_id = document.id
     body = b'{"campaign_id": "%s", "reason": "broken link", "requested_by": "ops-script"}' % (
         campaign_id.encode())
     await publish_cancel(vhost, body)
 
     async def cancelled() -> bool:
-        return await status_of(pod, campaign_id) == Status.CANCELLED.value
+        return await status_of(pod, campaign_id) is Status.CANCELLED
 
     await eventually(cancelled)
-    stored = await pod.stores.campaigns.get(campaign_id)
-    assert stored is not None
-    assert stored["cancel"]["reason"] == "broken link"
-    assert stored["cancel"]["requested_by"] == "ops-script"
-    assert await pod.flags.is_raised(campaign_id)
+    stored = await pod.resources.stores.campaigns.get(campaign_id)
+    assert stored is not None and stored.cancel is not None
+    assert stored.cancel.reason == "broken link"
+    # no AMQP user_id on this message: its self-declared sender, marked unverified (issue 10)
+    assert stored.cancel.requested_by == Actor(id="amqp", name="amqp:ops-script",
+                                               kind=ActorKind.AMQP, verified=False)
+    assert await pod.resources.flags.is_raised(campaign_id)
 
 
 async def test_a_pending_campaign_cancelled_over_amqp_is_cancelled_at_once(
-        pod: Pod, vhost: str) -> None:
+        pod: PodParts, vhost: str) -> None:
     document = campaign()
-    await pod.stores.campaigns.insert(document)
-    campaign_id = str(document["_id"])
+    await pod.resources.stores.campaigns.insert(document)
+    campaign_id = document.id
     await publish_cancel(vhost, b'{"campaign_id": "%s"}' % campaign_id.encode())
 
     async def cancelled() -> bool:
-        return await status_of(pod, campaign_id) == Status.CANCELLED.value
+        return await status_of(pod, campaign_id) is Status.CANCELLED
 
     await eventually(cancelled)
 
@@ -77,7 +78,7 @@ async def test_a_pending_campaign_cancelled_over_amqp_is_cancelled_at_once(
                                   b'{"campaign_id": "zzz"}', b'{"campaign_id": "%s", "version": 9}'
                                   % (b"a" * 24)])
 async def test_a_malformed_cancel_message_is_dead_lettered_and_the_pod_lives_on(
-        pod: Pod, vhost: str, body: bytes) -> None:
+        pod: PodParts, vhost: str, body: bytes) -> None:
     await publish_cancel(vhost, body)
     connection = await aio_pika.connect(vhost)
     async with connection:
@@ -90,17 +91,17 @@ async def test_a_malformed_cancel_message_is_dead_lettered_and_the_pod_lives_on(
         message = await eventually(arrived)
     assert message.body == body
     document = campaign()
-    await pod.stores.campaigns.insert(document)
-    await publish_cancel(vhost, b'{"campaign_id": "%s"}' % str(document["_id"]).encode())
+    await pod.resources.stores.campaigns.insert(document)
+    await publish_cancel(vhost, b'{"campaign_id": "%s"}' % document.id.encode())
 
     async def still_listening() -> bool:
-        return await status_of(pod, str(document["_id"])) == Status.CANCELLED.value
+        return await status_of(pod, document.id) is Status.CANCELLED
 
     await eventually(still_listening)
 
 
 async def test_a_cancel_for_an_unknown_campaign_is_counted_as_unmatched(
-        pod: Pod, vhost: str) -> None:
+        pod: PodParts, vhost: str) -> None:
     before = CANCEL_UNMATCHED._value.get()
     await publish_cancel(vhost, b'{"campaign_id": "%s"}' % (b"0" * 24))
 

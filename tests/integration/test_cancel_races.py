@@ -9,18 +9,19 @@ from typing import Any
 
 import pytest
 
-from herald.adapters.chunks import ChunkStatus
-from herald.adapters.redis import CancelFlags, PodBeat, PodRegistry
-from herald.adapters.stores import Stores
+from herald.adapters.redis import CancelFlags, PodRegistry
 from herald.clock import utcnow
+from herald.domain.documents import ChunkStatus, Counts, Dispatch, Outcome, Progress
+from herald.domain.messages import Recipient
+from herald.domain.pods import PodBeat
 from herald.domain.status import Status, Transition
 from herald.names import RedisKeys
 from herald.service_layer.cancellation import Cancellation, CannotCancel
 from herald.service_layer.completion import chunk_finished, complete, reconcile
-from herald.service_layer.recipients import UNSENT, audit, final_counts
+from herald.service_layer.ports import Stores
+from herald.service_layer.recipients import audit, final_counts
 from herald.settings import Settings
-from tests.integration.test_campaign_store import campaign
-from tests.integration.test_devices import device
+from tests.factories import actor, campaign, device, recipients_of
 
 
 @pytest.fixture
@@ -32,15 +33,14 @@ def cancellation(stores: Stores, redis: Any, settings: Settings) -> Cancellation
 
 async def last_chunk_pending(stores: Stores) -> str:
     """A campaign with two chunks: the first finished and counted, the last recorded but open."""
-    document = campaign(status=Status.IN_PROGRESS.value)
-    document["dispatch"].update(owner="d", done=True, next_seq=2)
-    document["progress"].update(chunks_published=2, chunks_done=1)
-    document["counts"].update(targeted=4, sent=2)
-    await stores.campaigns.insert(document)
-    campaign_id, now = str(document["_id"]), utcnow()
+    record = campaign(status=Status.IN_PROGRESS, dispatch=Dispatch(owner="d", done=True, next_seq=2),
+                      progress=Progress(chunks_published=2, chunks_done=1),
+                      counts=Counts(targeted=4, sent=2))
+    await stores.campaigns.insert(record)
+    campaign_id, now = record.id, utcnow()
     for seq in (0, 1):
-        await stores.chunks.create(campaign_id, seq, [{"token": f"t{seq}{i}", "user_id": None}
-                                                      for i in range(2)], None, now)
+        await stores.chunks.create(campaign_id, seq, recipients_of(f"t{seq}{i}" for i in range(2)),
+                                   None, now)
         await stores.deliveries.record(campaign_id, seq, "s", [(0, None), (1, None)], now)
     return campaign_id
 
@@ -53,7 +53,7 @@ async def test_cancel_racing_the_last_chunks_completion(
     async def cancel() -> None:
         await asyncio.sleep(delay_cancel_s)
         with contextlib.suppress(CannotCancel):
-            await cancellation.request(campaign_id, "race", "test", broadcast=False)
+            await cancellation.request(campaign_id, "race", actor("test"), broadcast=False)
 
     async def finish_last_chunk() -> None:
         await chunk_finished(stores, campaign_id, 2, 0, done=True)
@@ -62,26 +62,26 @@ async def test_cancel_racing_the_last_chunks_completion(
     await cancellation.try_finalize(campaign_id)
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
-    assert stored["status"] in (Status.COMPLETED, Status.CANCELLED)
-    counts = stored["counts"]
-    assert (counts["targeted"], counts["sent"], counts["failed"]) == (4, 4, 0)
-    assert (stored["cancel"] is not None) == (stored["status"] == Status.CANCELLED)
+    assert stored.status in (Status.COMPLETED, Status.CANCELLED)
+    assert stored.counts == Counts(targeted=4, sent=4, failed=0)
+    assert (stored.cancel is not None) == (stored.status is Status.CANCELLED)
 
 
 async def test_many_cancels_at_once_write_one_cancel_record(
         stores: Stores, cancellation: Cancellation) -> None:
-    document = campaign(status=Status.IN_PROGRESS.value)
-    await stores.campaigns.insert(document)
-    campaign_id = str(document["_id"])
+    record = campaign(status=Status.IN_PROGRESS)
+    await stores.campaigns.insert(record)
+    campaign_id = record.id
     outcomes = await asyncio.gather(*(
-        cancellation.request(campaign_id, f"reason {i}", f"user {i}", broadcast=False)
+        cancellation.request(campaign_id, f"reason {i}", actor(f"user {i}"), broadcast=False)
         for i in range(20)))
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
-    winners = {(o.campaign["cancel"]["reason"], o.campaign["cancel"]["requested_at"])
-               for o in outcomes}
+    winners = {(o.campaign.cancel.reason, o.campaign.cancel.requested_at)
+               for o in outcomes if o.campaign.cancel is not None}
     assert len(winners) == 1, "every caller sees the one cancel that won"
-    assert stored["cancel"]["reason"] in {f"reason {i}" for i in range(20)}
+    assert stored.cancel is not None
+    assert stored.cancel.reason in {f"reason {i}" for i in range(20)}
 
 
 async def test_a_cancelled_campaign_counts_exactly_what_was_recorded(
@@ -92,9 +92,9 @@ async def test_a_cancelled_campaign_counts_exactly_what_was_recorded(
     assert cancelled is not None
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
-    counts = await final_counts(stores, stored)
-    assert stored["status"] == Status.CANCELLED
-    assert (counts.targeted, counts.sent) == (stored["counts"]["targeted"], stored["counts"]["sent"])
+    counts = (await final_counts(stores, stored)).counts
+    assert stored.status is Status.CANCELLED
+    assert (counts.targeted, counts.sent) == (stored.counts.targeted, stored.counts.sent)
 
 
 async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
@@ -103,36 +103,34 @@ async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
     numbers and the unsent list stay equal even when devices change afterwards."""
     await stores.devices.upsert([device(i) for i in range(50)], utcnow())
     everyone = [d async for d in stores.devices.stream({}, None, None)]
-    document = campaign(status=Status.IN_PROGRESS.value, chunk_size=20,
-                        counts={"targeted": 20, "sent": 0, "failed": 0})
-    document["dispatch"].update(owner="d", until=everyone[-1]["_id"], next_seq=1)
-    await stores.campaigns.insert(document)
-    campaign_id = str(document["_id"])
-    await stores.chunks.create(campaign_id, 0, [{"token": d["token"], "user_id": None}
-                                                for d in everyone[:20]], everyone[19]["_id"],
-                               utcnow())
+    record = campaign(status=Status.IN_PROGRESS, chunk_size=20, counts=Counts(targeted=20),
+                      dispatch=Dispatch(owner="d", until=everyone[-1][0], next_seq=1))
+    await stores.campaigns.insert(record)
+    campaign_id = record.id
+    await stores.chunks.create(campaign_id, 0, [Recipient(token=r.token) for _, r in everyone[:20]],
+                               everyone[19][0], utcnow())
     await stores.deliveries.record(campaign_id, 0, "s", [(p, None) for p in range(5)], utcnow())
     await cancellation.request(campaign_id, None, None, broadcast=False)
     cancelled = await cancellation.try_finalize(campaign_id)
     assert cancelled is not None
-    assert cancelled["counts"] == {"targeted": 50, "sent": 5, "failed": 0}
-    await stores.devices.mark_invalid([d["token"] for d in everyone[30:]], "UNREGISTERED",
+    assert cancelled.counts == Counts(targeted=50, sent=5, failed=0)
+    await stores.devices.mark_invalid([r.token for _, r in everyone[30:]], "UNREGISTERED",
                                       utcnow())
     await stores.devices.upsert([device(100 + i) for i in range(10)], utcnow())
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
-    unsent = [line.token async for line in audit(stores, stored, UNSENT)]
-    assert unsent == [d["token"] for d in everyone[5:]]
-    frozen = [c async for c in stores.chunks.in_order(campaign_id)]
-    assert [(c["seq"], c["size"], c["status"]) for c in frozen] == [
-        (0, 20, "pending"), (1, 20, "cancelled"), (2, 10, "cancelled")]
+    unsent = [line.token async for line in audit(stores, stored, Outcome.UNSENT)]
+    assert unsent == [r.token for _, r in everyone[5:]]
+    frozen = [c.state async for c in stores.chunks.in_order(campaign_id)]
+    assert [(c.seq, c.size, c.status) for c in frozen] == [
+        (0, 20, ChunkStatus.PENDING), (1, 20, ChunkStatus.CANCELLED), (2, 10, ChunkStatus.CANCELLED)]
 
 
 async def test_a_live_pod_busy_with_the_campaign_delays_the_cancel_even_if_not_expected(
         stores: Stores, cancellation: Cancellation, redis: Any, settings: Settings) -> None:
-    document = campaign(status=Status.IN_PROGRESS.value)
-    await stores.campaigns.insert(document)
-    campaign_id = str(document["_id"])
+    record = campaign(status=Status.IN_PROGRESS)
+    await stores.campaigns.insert(record)
+    campaign_id = record.id
     await cancellation.request(campaign_id, None, None, broadcast=False)  # nobody alive yet
     newcomer = PodRegistry(redis, RedisKeys(settings.mongodb_database), 5)
     await newcomer.beat(PodBeat(id="late-sender", service="sender", host="h", pid=1, version="t",
@@ -149,8 +147,9 @@ async def test_a_campaign_whose_finishing_was_interrupted_is_finished_by_the_swe
     await chunk_finished_without_finalizing(stores, counted)
     stuck = await stores.campaigns.get(counted)
     assert stuck is not None
-    assert stuck["status"] == Status.IN_PROGRESS
-    assert (await reconcile(stores, stuck) or {}).get("status") == Status.COMPLETED
+    assert stuck.status is Status.IN_PROGRESS
+    reconciled = await reconcile(stores, stuck)
+    assert reconciled is not None and reconciled.status is Status.COMPLETED
 
     finalizing = await last_chunk_pending(stores)
     await stores.campaigns.transition(finalizing, Transition.FINALIZE, utcnow())
@@ -158,8 +157,8 @@ async def test_a_campaign_whose_finishing_was_interrupted_is_finished_by_the_swe
     assert left is not None
     finished = await complete(stores, left)
     assert finished is not None
-    assert finished["status"] == Status.COMPLETED
-    assert finished["counts"] == {"targeted": 4, "sent": 4, "failed": 0}
+    assert finished.status is Status.COMPLETED
+    assert finished.counts == Counts(targeted=4, sent=4, failed=0)
 
 
 async def chunk_finished_without_finalizing(stores: Stores, campaign_id: str) -> None:
@@ -170,15 +169,15 @@ async def chunk_finished_without_finalizing(stores: Stores, campaign_id: str) ->
 async def closed_chunks(stores: Stores, published: int, closed: int, counted: int) -> str:
     """A paged campaign of two-recipient chunks: ``closed`` of them sent and closed, only
     ``counted`` of those counted in its progress yet (a sender between the two writes)."""
-    document = campaign(status=Status.IN_PROGRESS.value)
-    document["dispatch"].update(owner="d", done=True, next_seq=published)
-    document["progress"].update(chunks_published=published, chunks_done=counted)
-    document["counts"].update(targeted=2 * published, sent=2 * counted)
-    await stores.campaigns.insert(document)
-    campaign_id, now = str(document["_id"]), utcnow()
+    record = campaign(status=Status.IN_PROGRESS,
+                      dispatch=Dispatch(owner="d", done=True, next_seq=published),
+                      progress=Progress(chunks_published=published, chunks_done=counted),
+                      counts=Counts(targeted=2 * published, sent=2 * counted))
+    await stores.campaigns.insert(record)
+    campaign_id, now = record.id, utcnow()
     for seq in range(published):
-        await stores.chunks.create(campaign_id, seq, [{"token": f"t{seq}{i}", "user_id": None}
-                                                      for i in range(2)], None, now)
+        await stores.chunks.create(campaign_id, seq, recipients_of(f"t{seq}{i}" for i in range(2)),
+                                   None, now)
         if seq < closed:
             await stores.deliveries.record(campaign_id, seq, "s", [(0, None), (1, None)], now)
             assert await stores.chunks.finish(campaign_id, seq, ChunkStatus.DONE, 2, 0, now,
@@ -197,15 +196,15 @@ async def test_the_sweep_never_counts_a_chunk_its_sender_is_about_to_count(
     assert await chunk_finished(stores, campaign_id, 2, 0, done=True) is None  # chunk 1, late
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
-    assert (stored["status"], stored["progress"]["chunks_done"]) == (Status.IN_PROGRESS, 2)
+    assert (stored.status, stored.progress.chunks_done) == (Status.IN_PROGRESS, 2)
 
     await stores.deliveries.record(campaign_id, 2, "s", [(0, None), (1, None)], utcnow())
     assert await stores.chunks.finish(campaign_id, 2, ChunkStatus.DONE, 2, 0, utcnow(),
                                       owner=None)
     finished = await chunk_finished(stores, campaign_id, 2, 0, done=True)
     assert finished is not None
-    assert (finished["status"], finished["counts"]) == (
-        Status.COMPLETED, {"targeted": 6, "sent": 6, "failed": 0})
+    assert (finished.status, finished.counts) == (
+        Status.COMPLETED, Counts(targeted=6, sent=6, failed=0))
 
 
 async def test_a_chunk_counted_after_the_sweep_finished_its_campaign_changes_no_number(
@@ -215,9 +214,9 @@ async def test_a_chunk_counted_after_the_sweep_finished_its_campaign_changes_no_
     assert paged is not None
     finished = await reconcile(stores, paged)
     assert finished is not None
-    assert (finished["status"], finished["counts"]) == (
-        Status.COMPLETED, {"targeted": 4, "sent": 4, "failed": 0})
+    assert (finished.status, finished.counts) == (
+        Status.COMPLETED, Counts(targeted=4, sent=4, failed=0))
     assert await chunk_finished(stores, campaign_id, 2, 0, done=True) is None  # its sender, late
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
-    assert stored["counts"] == finished["counts"]
+    assert stored.counts == finished.counts

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from herald.adapters.stores import Stores
 from herald.clock import utcnow
 from herald.domain.audience import Audience, audience_query
-
-
-def device(i: int, **fields: object) -> dict[str, object]:
-    base: dict[str, object] = {"token": f"tok-{i:05d}", "user_id": f"u{i}", "platform": "android",
-                               "push_enabled": True, "marketing_enabled": False, "topics": [],
-                               "locale": None, "timezone": None, "attributes": {}}
-    return {**base, **fields}
+from herald.service_layer.ports import Stores
+from tests.factories import device
 
 
 async def test_upsert_inserts_new_tokens_and_updates_known_ones(stores: Stores) -> None:
@@ -24,15 +18,15 @@ async def test_upsert_inserts_new_tokens_and_updates_known_ones(stores: Stores) 
     assert (second.created, second.updated) == (50, 50)
     updated = await stores.devices.find_by_token("tok-00075")
     untouched = await stores.devices.find_by_token("tok-00010")
-    assert updated is not None and updated["platform"] == "ios"
-    assert untouched is not None and untouched["platform"] == "android"
+    assert updated is not None and updated.platform == "ios"
+    assert untouched is not None and untouched.platform == "android"
 
 
 async def test_repeated_token_in_one_request_keeps_the_last_entry(stores: Stores) -> None:
     counts = await stores.devices.upsert([device(1, locale="en"), device(1, locale="ko")], utcnow())
     stored = await stores.devices.find_by_token("tok-00001")
     assert (counts.created, counts.updated) == (1, 0)
-    assert stored is not None and stored["locale"] == "ko"
+    assert stored is not None and stored.locale == "ko"
 
 
 async def test_concurrent_upserts_of_the_same_tokens_never_duplicate(stores: Stores) -> None:
@@ -50,13 +44,13 @@ async def test_retired_tokens_leave_every_audience(stores: Stores) -> None:
     many = await stores.devices.mark_invalid([f"tok-{i:05d}" for i in range(50, 90)],
                                              "INVALID_ARGUMENT", utcnow())
     again = await stores.devices.mark_invalid(["tok-00003"], "UNREGISTERED", utcnow())
-    audience = [d["token"] async for d in
+    audience = [r.token async for _, r in
                 stores.devices.stream(audience_query(Audience()), None, None)]
     assert (few, many, again) == (2, 40, 0)
     assert len(audience) == 58
     assert "tok-00003" not in audience and "tok-00060" not in audience
     retired = await stores.devices.find_by_token("tok-00060")
-    assert retired is not None and retired["invalid_reason"] == "INVALID_ARGUMENT"
+    assert retired is not None and retired.invalid_reason == "INVALID_ARGUMENT"
 
 
 async def test_upsert_does_not_revive_a_retired_token(stores: Stores) -> None:
@@ -65,8 +59,8 @@ async def test_upsert_does_not_revive_a_retired_token(stores: Stores) -> None:
     await stores.devices.upsert([device(1, locale="fr")], utcnow())
     stored = await stores.devices.find_by_token("tok-00001")
     assert stored is not None
-    assert stored["invalid"] is True
-    assert stored["locale"] == "fr"
+    assert stored.invalid is True
+    assert stored.locale == "fr"
 
 
 async def test_stream_pages_by_id_range_in_order(stores: Stores) -> None:
@@ -74,11 +68,11 @@ async def test_stream_pages_by_id_range_in_order(stores: Stores) -> None:
                                 utcnow())
     query = audience_query(Audience(push_enabled=True))
     everyone = [d async for d in stores.devices.stream(query, None, None)]
-    after, until = everyone[4]["_id"], everyone[14]["_id"]
+    after, until = everyone[4][0], everyone[14][0]
     middle = [d async for d in stores.devices.stream(query, after, until)]
-    assert [d["_id"] for d in everyone] == sorted(d["_id"] for d in everyone)
+    assert [i for i, _ in everyone] == sorted(i for i, _ in everyone)
     assert len(everyone) == 20
-    assert [d["token"] for d in middle] == [d["token"] for d in everyone[5:15]]
+    assert [r.token for _, r in middle] == [r.token for _, r in everyone[5:15]]
 
 
 async def test_audience_filters_select_the_right_devices(stores: Stores) -> None:
@@ -92,7 +86,7 @@ async def test_audience_filters_select_the_right_devices(stores: Stores) -> None
 
     async def tokens(**filters: object) -> set[str]:
         query = audience_query(Audience.model_validate(filters))
-        return {d["token"][-1] async for d in stores.devices.stream(query, None, None)}
+        return {r.token[-1] async for _, r in stores.devices.stream(query, None, None)}
 
     assert await tokens() == {"1", "2", "3"}
     assert await tokens(push_enabled=None) == {"1", "2", "3", "4"}

@@ -10,14 +10,18 @@ from datetime import datetime, timedelta
 
 from bson import ObjectId
 
+from herald import names
 from herald.adapters.mongo import Database
-from herald.adapters.stores import Stores
 from herald.clock import utcnow
-from herald.domain.status import Transition
-from tests.integration.test_campaign_store import insert
+from herald.domain.documents import CancelRecord, new_id
+from herald.domain.messages import Recipient
+from herald.domain.status import Status
+from herald.service_layer.ports import Stores
+from tests.factories import device, insert
 
 
-async def test_dates_and_flags_written_by_updates_keep_their_types(stores: Stores) -> None:
+async def test_dates_and_flags_written_by_updates_keep_their_types(stores: Stores,
+                                                                   db: Database) -> None:
     """nx-27017 stores a ``$set`` datetime as a naive string and a boolean as 0/1; the
     launcher (devstack/nx_server.py) corrects it. MongoDB keeps BSON dates and booleans."""
     campaign_id = await insert(stores)
@@ -25,7 +29,8 @@ async def test_dates_and_flags_written_by_updates_keep_their_types(stores: Store
     claimed = await stores.campaigns.claim_for_dispatch(campaign_id, "pod", now,
                                                         now + timedelta(seconds=5))
     assert claimed is not None
-    finished = await stores.campaigns.finish_dispatch(claimed["_id"], "pod", utcnow())
+    assert await stores.campaigns.finish_dispatch(claimed.id, "pod", utcnow()) is not None
+    finished = await db[names.CAMPAIGNS].find_one({"_id": ObjectId(campaign_id)})  # as stored
     assert finished is not None
     assert isinstance(finished["started_at"], datetime)
     assert finished["started_at"].tzinfo is not None
@@ -40,20 +45,22 @@ async def test_expired_leases_compare_as_instants(stores: Stores) -> None:
     await stores.campaigns.claim_for_dispatch(campaign_id, "a", now, now + timedelta(hours=1))
     assert await stores.campaigns.claim_for_dispatch(campaign_id, "b", utcnow(),
                                                      utcnow() + timedelta(seconds=5)) is None
-    await stores.campaigns.release_dispatch(ObjectId(campaign_id), "a", utcnow() - timedelta(seconds=1))
+    await stores.campaigns.release_dispatch(campaign_id, "a", utcnow() - timedelta(seconds=1))
     taken = await stores.campaigns.claim_for_dispatch(campaign_id, "b", utcnow(),
                                                       utcnow() + timedelta(seconds=5))
     assert taken is not None
-    assert taken["dispatch"]["owner"] == "b"
+    assert taken.dispatch.owner == "b"
 
 
 async def test_references_between_documents_are_strings(stores: Stores, db: Database) -> None:
     """nx-27017 matches nothing on equality with an ObjectId in a field other than ``_id``;
     Herald stores references (chunk → campaign) as hex strings, which both servers match."""
     campaign_id = await insert(stores)
-    await stores.chunks.create(campaign_id, 0, [{"token": "t", "user_id": None}], None, utcnow())
+    await stores.chunks.create(campaign_id, 0, [Recipient(token="t")], None, utcnow())
     chunks = [c async for c in stores.chunks.in_order(campaign_id)]
-    assert [c["campaign_id"] for c in chunks] == [campaign_id]
+    assert [c.campaign_id for c in chunks] == [campaign_id]
+    stored = await db[names.CHUNKS].find().to_list()
+    assert [doc["campaign_id"] for doc in stored] == [campaign_id]
     assert all(isinstance(doc["_id"], ObjectId) for doc in await db["campaigns"].find().to_list())
 
 
@@ -61,41 +68,82 @@ async def test_cancel_acknowledgements_go_into_an_array_created_with_the_record(
         stores: Stores) -> None:
     """nx-27017's ``$addToSet`` does nothing on a missing field (MongoDB creates the array);
     the cancel record is written with ``acks: []`` so acknowledgements always land."""
-    campaign_id = await insert(stores, status="in_progress")
-    await stores.campaigns.transition(
-        campaign_id, Transition.BEGIN_CANCEL, utcnow(),
-        also_set={"cancel": {"requested_at": utcnow(), "expected_pods": ["p"], "acks": []}})
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+    await stores.campaigns.begin_cancel(
+        campaign_id, CancelRecord(requested_at=utcnow(), expected_pods=("p",)))
     await stores.campaigns.add_cancel_ack(campaign_id, "p")
     stored = await stores.campaigns.get(campaign_id)
-    assert stored is not None
-    assert stored["cancel"]["acks"] == ["p"]
+    assert stored is not None and stored.cancel is not None
+    assert stored.cancel.acks == ("p",)
+
+
+async def test_a_campaign_stored_before_amends_existed_still_lists_its_amends(
+        stores: Stores, db: Database) -> None:
+    """The same gap for ``amended_by``: campaigns are inserted with it, and a campaign stored
+    before the field existed gets its array before the first amend is added to it."""
+    campaign_id = await insert(stores, status=Status.CANCELLED)
+    await db[names.CAMPAIGNS].update_one({"_id": ObjectId(campaign_id)},
+                                         {"$unset": {"amended_by": ""}})
+    amend_ids = [new_id(), new_id()]
+    for amend_id in (*amend_ids, amend_ids[0]):
+        await stores.campaigns.link_amendment(campaign_id, amend_id)
+    stored = await stores.campaigns.get(campaign_id)
+    assert stored is not None and stored.amended_by == tuple(amend_ids)
 
 
 async def test_device_updates_address_documents_by_id(stores: Stores) -> None:
     """nx-27017 scans the collection for an update filtered on any field but ``_id`` (the
     token index serves finds only); Herald looks ids up first and updates by ``_id``. The
     result must be the same on both servers: only the matching devices change."""
-    devices = [{"token": f"t{i}", "platform": "web", "push_enabled": True} for i in range(300)]
+    devices = [device(i, token=f"t{i}", platform="web") for i in range(300)]
     await stores.devices.upsert(devices, utcnow())
-    await stores.devices.upsert([{**devices[250], "platform": "ios"}], utcnow())
+    await stores.devices.upsert([device(250, token="t250", platform="ios")], utcnow())
     retired = await stores.devices.mark_invalid(["t251", "t252", "nope"], "UNREGISTERED", utcnow())
     changed = await stores.devices.find_by_token("t250")
     untouched = await stores.devices.find_by_token("t249")
     assert retired == 2
     assert changed is not None
-    assert changed["platform"] == "ios"
+    assert changed.platform == "ios"
     assert untouched is not None
-    assert untouched["platform"] == "web"
+    assert untouched.platform == "web"
 
 
-async def test_instants_compare_to_the_millisecond(stores: Stores) -> None:
+async def test_instants_compare_to_the_millisecond(stores: Stores, db: Database) -> None:
     """nx-27017 compares dates with SQLite's datetime(), which drops the fraction of a second:
     a campaign due 400 ms from now would be "due" already. The launcher restores millisecond
     comparisons; MongoDB compares BSON dates to the millisecond."""
     now = utcnow().replace(microsecond=100_000)
-    soon = await insert(stores, status="scheduled", due_in_s=0)
-    await stores.campaigns._campaigns.update_one(
+    soon = await insert(stores, status=Status.SCHEDULED, due_in_s=0)
+    await db[names.CAMPAIGNS].update_one(
         {"_id": ObjectId(soon)}, {"$set": {"due_at": now + timedelta(milliseconds=400)}})
     assert await stores.campaigns.due_scheduled(now) == []
     due = await stores.campaigns.due_scheduled(now + timedelta(milliseconds=400))
-    assert [str(c["_id"]) for c in due] == [soon]
+    assert [c.id for c in due] == [soon]
+
+
+async def test_campaigns_without_a_run_key_store_none_under_the_sparse_unique_index(
+        stores: Stores, db: Database) -> None:
+    """Only schedule runs carry a ``run_key`` (unique, sparse). MongoDB's sparse index still
+    indexes an explicit null, so two campaigns stored with ``run_key: null`` would collide there
+    (nx-27017 lets them through): Herald leaves the field out instead."""
+    first, second = await insert(stores), await insert(stores)
+    stored = await db[names.CAMPAIGNS].find(
+        {"_id": {"$in": [ObjectId(first), ObjectId(second)]}}).to_list()
+    assert len(stored) == 2
+    assert all("run_key" not in document for document in stored)
+
+
+async def test_a_claim_with_an_or_condition_keeps_its_other_conditions(stores: Stores) -> None:
+    """nx-27017 drops the conditions next to a multi-branch ``$or`` in an update filter (so a
+    claim could take another document); Herald nests them under ``$and``, as both servers read
+    the same way. Two cancels: the second campaign's finalization is not the first's."""
+    ids = [await insert(stores, status=Status.IN_PROGRESS) for _ in range(2)]
+    for campaign_id in ids:
+        await stores.campaigns.begin_cancel(campaign_id, CancelRecord(requested_at=utcnow()))
+    past = utcnow() - timedelta(seconds=5)
+    assert await stores.campaigns.claim_cancel_finalization(ids[0], "a", past, past)  # expired
+    assert await stores.campaigns.claim_cancel_finalization(ids[1], "b", utcnow(),
+                                                            utcnow() + timedelta(seconds=30))
+    first, second = [await stores.campaigns.get(i) for i in ids]
+    assert first is not None and first.cancel is not None and first.cancel.finalizer == "a"
+    assert second is not None and second.cancel is not None and second.cancel.finalizer == "b"

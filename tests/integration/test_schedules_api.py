@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -9,9 +10,13 @@ import httpx
 import pytest
 
 from herald.clock import utcnow
+from herald.domain.documents import Campaign, FollowUpOf
 from herald.domain.status import Status, Transition
-from tests.integration.test_api import CAMPAIGN, error_code
-from tests.integration.test_audit import paged_campaign
+from herald.service_layer.ports import Stores
+from herald.service_layer.recipients import FollowUpSource
+from tests.factories import CAMPAIGN_BODY as CAMPAIGN
+from tests.factories import paged_campaign
+from tests.support import error_code
 
 SCHEDULE = {"name": "weekly", "cron": "0 9 * * MON", "timezone": "Asia/Seoul",
             "template": {**CAMPAIGN, "audience": {"topics": ["news"]}}}
@@ -102,17 +107,18 @@ async def test_retry_reruns_a_failed_campaign_for_the_recipients_it_did_not_reac
     run = (await api.get(f"/v1/campaigns/{retried.json()['id']}")).json()
     assert run["retarget"] == {"campaign_id": campaign_id, "outcome": "not_sent"}
     parent = await stores.campaigns.get(campaign_id)
+    assert parent is not None
     source_tokens = [line async for line in _not_reached(stores, parent)]
     assert "tok-00013" in source_tokens  # failed with UNAVAILABLE: retried
     assert "tok-00011" not in source_tokens  # failed with UNREGISTERED: a dead token
     assert len(source_tokens) == 1 + 16
-    assert Status(parent["status"]) is Status.FAILED
+    assert parent.status is Status.FAILED
 
 
-async def _not_reached(stores: Any, parent: dict[str, Any]) -> Any:
-    from herald.service_layer.recipients import UnsentOf
-    async for _, recipient in UnsentOf(stores, parent, include_failed=True).stream(after=None):
-        yield recipient["token"]
+async def _not_reached(stores: Stores, parent: Campaign) -> AsyncIterator[str]:
+    source = FollowUpSource(stores, parent, FollowUpOf.NOT_SENT)
+    async for _, recipient in source.stream(after=None):
+        yield recipient.token
 
 
 @pytest.mark.parametrize("timing", [

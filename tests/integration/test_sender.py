@@ -3,7 +3,6 @@ FCM emulator: chunks in, FCM requests out, outcomes recorded, campaigns complete
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -13,189 +12,166 @@ import pytest
 
 from fcm_emulator.client import EmulatorClient
 from herald import names
-from herald.adapters import rabbit
-from herald.adapters.mongo import Document
-from herald.adapters.redis import PodBeat
 from herald.clock import utcnow
+from herald.domain.api import DeviceIn
+from herald.domain.documents import Campaign, ChunkStatus, Counts
 from herald.domain.messages import Recipient, SendChunk
+from herald.domain.payload import web_push_topic
+from herald.domain.pods import PodBeat
 from herald.domain.status import Status
-from herald.observability import CHUNKS_DEFERRED
-from herald.runtime import Pod
+from herald.observability import CHUNKS, CHUNKS_DEFERRED
+from herald.runtime.worker import PodParts, running_pod
 from herald.settings import Settings
 from services.sender.dead_letters import DEAD_LETTERED
-from services.sender.main import Sender
-from tests.integration.test_campaign_store import campaign
+from services.sender.main import compose
+from tests.factories import publish_chunks, sending_campaign
+from tests.support import eventually
 
 
 @pytest.fixture
-async def sender(broker_settings: Settings, db: Any, redis: Any) -> AsyncIterator[Pod]:
-    pod = Pod("sender", broker_settings, acknowledges_cancels=True)
-    worker = Sender(pod)
-    await pod.start()
-    await worker.start()
-    yield pod
-    await worker.stop()
-    await pod.stop()
-    await worker.close()
+async def sender(broker_settings: Settings, db: Any, redis: Any) -> AsyncIterator[PodParts]:
+    async with running_pod("sender", broker_settings, acknowledges_cancels=True,
+                           compose=compose) as (parts, _):
+        yield parts
 
 
-async def eventually(probe: Any, timeout_s: float = 10.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        value = await probe()
-        if value:
-            return value
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
-
-
-async def sending_campaign(pod: Pod, chunks: list[list[str]],
-                           status: Status = Status.IN_PROGRESS) -> Document:
-    """A campaign as a dispatcher leaves it: paged, chunks written."""
-    document = campaign(status=status.value)
-    document["dispatch"].update(owner="dispatcher", done=True, next_seq=len(chunks))
-    document["progress"]["chunks_published"] = len(chunks)
-    document["counts"]["targeted"] = sum(map(len, chunks))
-    await pod.stores.campaigns.insert(document)
-    for seq, tokens in enumerate(chunks):
-        await pod.stores.chunks.create(str(document["_id"]), seq,
-                                       [{"token": t, "user_id": None} for t in tokens], None, utcnow())
-    return document
-
-
-async def die_holding(pod: Pod, campaign_id: str, seq: int) -> None:
+async def die_holding(pod: PodParts, campaign_id: str, seq: int) -> None:
     """What a sender killed while sending leaves behind: an attempt, and a hold on the chunk."""
-    state = await pod.stores.chunks.state(campaign_id, seq)
+    chunks = pod.resources.stores.chunks
+    state = await chunks.state(campaign_id, seq)
     assert state is not None
-    await pod.stores.chunks.claim(campaign_id, seq, "dead-sender", state["owner"],
-                                  utcnow() + timedelta(minutes=5))
+    await chunks.claim(campaign_id, seq, "dead-sender", state.owner, utcnow() + timedelta(minutes=5))
 
 
-async def publish_chunks(pod: Pod, document: Document, chunks: list[list[str]]) -> None:
-    for seq, tokens in enumerate(chunks):
-        await pod.bus.send_chunk(SendChunk(campaign_id=str(document["_id"]), seq=seq,
-                                           recipients=[Recipient(token=t) for t in tokens]))
-
-
-async def finished(pod: Pod, campaign_id: str,
-                   status: Status = Status.COMPLETED) -> Document | None:
-    stored = await pod.stores.campaigns.get(campaign_id)
-    return stored if stored and stored["status"] == status.value else None
+async def finished(pod: PodParts, campaign_id: str,
+                   status: Status = Status.COMPLETED) -> Campaign | None:
+    stored = await pod.resources.stores.campaigns.get(campaign_id)
+    return stored if stored and stored.status is status else None
 
 
 async def test_chunks_are_sent_recorded_and_complete_the_campaign(
-        sender: Pod, emulator: EmulatorClient) -> None:
+        sender: PodParts, emulator: EmulatorClient) -> None:
     chunks = [[f"ok-{s}-{i}" for i in range(300)] + [f"unregistered-{s}", f"invalid-{s}"]
               for s in range(3)]
-    document = await sending_campaign(sender, chunks)
-    await sender.stores.devices.upsert(
-        [{"token": t, "platform": "ios"} for chunk in chunks for t in chunk], utcnow())
-    await publish_chunks(sender, document, chunks)
-    done = await eventually(lambda: finished(sender, str(document["_id"])))
+    stores = sender.resources.stores
+    document = await sending_campaign(stores, chunks)
+    await stores.devices.upsert(
+        [DeviceIn(token=t, platform="ios") for chunk in chunks for t in chunk], utcnow())
+    await publish_chunks(sender.resources.bus, document, chunks)
+    done = await eventually(lambda: finished(sender, document.id))
     received = emulator.received()
     assert sorted(r.token for r in received) == sorted(t for chunk in chunks for t in chunk)
-    assert done["counts"] == {"targeted": 906, "sent": 900, "failed": 6}
-    dead = await sender.stores.devices.find_by_token("unregistered-1")
-    alive = await sender.stores.devices.find_by_token("ok-1-1")
-    assert dead is not None and dead["invalid"] and dead["invalid_reason"] == "UNREGISTERED"
-    assert alive is not None and not alive["invalid"]
+    assert done.counts == Counts(targeted=906, sent=900, failed=6)
+    dead = await stores.devices.find_by_token("unregistered-1")
+    alive = await stores.devices.find_by_token("ok-1-1")
+    assert dead is not None and dead.invalid and dead.invalid_reason == "UNREGISTERED"
+    assert alive is not None and not alive.invalid
 
 
 async def test_a_redelivered_chunk_skips_what_was_already_recorded(
-        sender: Pod, emulator: EmulatorClient) -> None:
+        sender: PodParts, emulator: EmulatorClient) -> None:
     chunks = [[f"tok-{i}" for i in range(100)]]
-    document = await sending_campaign(sender, chunks)
-    campaign_id = str(document["_id"])
+    document = await sending_campaign(sender.resources.stores, chunks)
+    campaign_id = document.id
     await die_holding(sender, campaign_id, 0)  # an earlier attempt died...
-    await sender.stores.deliveries.record(  # ...after recording one batch
+    await sender.resources.stores.deliveries.record(  # ...after recording one batch
         campaign_id, 0, "dead-pod", [(position, None) for position in range(40)], utcnow())
-    await publish_chunks(sender, document, chunks)
+    await publish_chunks(sender.resources.bus, document, chunks)
     done = await eventually(lambda: finished(sender, campaign_id))
     assert sorted(r.token for r in emulator.received()) == sorted(f"tok-{i}" for i in range(40, 100))
-    assert done["counts"]["sent"] == 100
+    assert done.counts.sent == 100
 
 
 async def test_a_chunk_held_by_another_live_sender_waits_for_it(
-        sender: Pod, emulator: EmulatorClient) -> None:
+        sender: PodParts, emulator: EmulatorClient) -> None:
     """Two copies of one chunk message (a dispatcher died between publishing and checkpointing)
     are never sent at once: the copy that finds the chunk held by a live sender waits."""
     chunks = [[f"tok-{i}" for i in range(30)]]
-    document = await sending_campaign(sender, chunks)
-    campaign_id = str(document["_id"])
+    stores = sender.resources.stores
+    document = await sending_campaign(stores, chunks)
+    campaign_id = document.id
     other = PodBeat(id="other-sender", service="sender", host="h", pid=1, version="t",
                     started_at=0.0)
-    await sender.pods.beat(other)
-    await sender.stores.chunks.claim(campaign_id, 0, "other-sender", None,
-                                     utcnow() + timedelta(minutes=5))
+    await sender.resources.registry.beat(other)
+    await stores.chunks.claim(campaign_id, 0, "other-sender", None,
+                              utcnow() + timedelta(minutes=5))
     deferred = CHUNKS_DEFERRED._value.get()
-    await publish_chunks(sender, document, chunks)
+    await publish_chunks(sender.resources.bus, document, chunks)
 
     async def waited() -> bool:
         return bool(CHUNKS_DEFERRED._value.get() > deferred)
 
     await eventually(waited)
     assert emulator.received() == []
-    await sender.stores.chunks.release(campaign_id, 0, "other-sender", refund=True)
+    await stores.chunks.release(campaign_id, 0, "other-sender", refund=True)
     await eventually(lambda: finished(sender, campaign_id))
     assert sorted(r.token for r in emulator.received()) == sorted(chunks[0])
 
 
 async def test_flaky_tokens_are_retried_until_fcm_accepts_them(
-        sender: Pod, emulator: EmulatorClient) -> None:
+        sender: PodParts, emulator: EmulatorClient) -> None:
     chunks = [[f"flaky-{i}" for i in range(20)] + [f"fine-{i}" for i in range(20)]]
-    document = await sending_campaign(sender, chunks)
-    await publish_chunks(sender, document, chunks)
-    done = await eventually(lambda: finished(sender, str(document["_id"])))
+    document = await sending_campaign(sender.resources.stores, chunks)
+    await publish_chunks(sender.resources.bus, document, chunks)
+    done = await eventually(lambda: finished(sender, document.id))
     by_error = emulator.stats()["by_error"]
     assert by_error == {"UNAVAILABLE": 20, "OK": 40}
-    assert done["counts"]["sent"] == 40 and done["counts"]["failed"] == 0
+    assert done.counts.sent == 40 and done.counts.failed == 0
 
 
 async def test_a_chunk_of_a_cancelled_campaign_is_dropped_unsent(
-        sender: Pod, emulator: EmulatorClient) -> None:
+        sender: PodParts, emulator: EmulatorClient) -> None:
     chunks = [[f"tok-{i}" for i in range(50)]]
-    document = await sending_campaign(sender, chunks)
-    await sender.flags.raise_flag(str(document["_id"]))
-    await publish_chunks(sender, document, chunks)
-    await asyncio.sleep(0.5)
-    chunk = await sender.stores.chunks.get(str(document["_id"]), 0)
+    stores = sender.resources.stores
+    document = await sending_campaign(stores, chunks)
+    await sender.resources.flags.raise_flag(document.id)
+    dropped = CHUNKS.labels("dropped")._value.get()
+    await publish_chunks(sender.resources.bus, document, chunks)
+
+    async def was_dropped() -> bool:
+        return bool(CHUNKS.labels("dropped")._value.get() > dropped)
+
+    await eventually(was_dropped, what="the chunk to be dropped")
+    chunk = await stores.chunks.state(document.id, 0)
     assert emulator.received() == []
-    assert chunk is not None and chunk["status"] == "pending" and chunk["attempts"] == 0
+    assert chunk is not None and chunk.status is ChunkStatus.PENDING and chunk.attempts == 0
 
 
 async def test_a_redelivered_chunk_of_a_campaign_cancelled_while_this_pod_was_away_is_dropped(
-        sender: Pod, emulator: EmulatorClient) -> None:
+        sender: PodParts, emulator: EmulatorClient) -> None:
     """No broadcast reached this pod and no flag is set: the campaign's status still stops it."""
     chunks = [[f"tok-{i}" for i in range(50)]]
-    document = await sending_campaign(sender, chunks, status=Status.CANCELLING)
-    await die_holding(sender, str(document["_id"]), 0)  # a dead sender's attempt
-    await publish_chunks(sender, document, chunks)
+    document = await sending_campaign(sender.resources.stores, chunks, status=Status.CANCELLING)
+    await die_holding(sender, document.id, 0)  # a dead sender's attempt
+    await publish_chunks(sender.resources.bus, document, chunks)
 
     async def learned() -> bool:
-        return sender.watch.is_cancelled(str(document["_id"]))
+        return sender.watch.knows(document.id)
 
     await eventually(learned)
     assert emulator.received() == []
 
 
 async def test_a_chunk_failing_too_often_is_dead_lettered_and_the_campaign_fails_retryably(
-        sender: Pod, emulator: EmulatorClient) -> None:
+        sender: PodParts, emulator: EmulatorClient) -> None:
     chunks = [[f"tok-{i}" for i in range(30)], [f"other-{i}" for i in range(30)]]
-    document = await sending_campaign(sender, chunks)
-    campaign_id = str(document["_id"])
+    stores = sender.resources.stores
+    document = await sending_campaign(stores, chunks)
+    campaign_id = document.id
     for _ in range(sender.settings.chunk_max_attempts):
         await die_holding(sender, campaign_id, 0)
-    await publish_chunks(sender, document, chunks)
+    await publish_chunks(sender.resources.bus, document, chunks)
     done = await eventually(lambda: finished(sender, campaign_id, Status.FAILED))
-    failed = [d async for d in sender.stores.deliveries.in_order(campaign_id) if d["seq"] == 0]
-    assert done["counts"] == {"targeted": 60, "sent": 30, "failed": 30}
-    assert "30 recipients failed for reasons other than their token" in done["error"]
-    assert {f["error"] for d in failed for f in d["failed"]} == {DEAD_LETTERED}
+    failed = [d async for d in stores.deliveries.in_order(campaign_id) if d.seq == 0]
+    assert done.counts == Counts(targeted=60, sent=30, failed=30)
+    assert done.error is not None
+    assert "30 recipients failed for reasons other than their token" in done.error
+    assert {f.error for d in failed for f in d.failed} == {DEAD_LETTERED}
     assert sorted(r.token for r in emulator.received()) == sorted(chunks[1])
 
 
 async def test_a_malformed_chunk_message_is_dead_lettered_not_lost(
-        sender: Pod, vhost: str) -> None:
+        sender: PodParts, vhost: str) -> None:
     connection = await aio_pika.connect(vhost)
     async with connection:
         channel = await connection.channel()
@@ -216,52 +192,68 @@ async def test_a_chunk_longer_than_its_budget_is_handed_on_and_never_held_for_lo
     (30 min by default). A chunk that runs over ``HERALD_CHUNK_BUDGET_S`` records what it sent,
     republishes itself and acknowledges the delivery; the next delivery carries on."""
     settings = broker_settings.model_copy(update={"chunk_budget_s": 0.05, "sender_batch_size": 50})
-    pod = Pod("sender", settings, acknowledges_cancels=True)
-    worker = Sender(pod)
-    await pod.start()
-    try:
+    async with running_pod("sender", settings, acknowledges_cancels=True,
+                           compose=compose) as (pod, _):
+        stores = pod.resources.stores
         emulator.configure(latency_ms=60)
         chunks = [[f"tok-{i}" for i in range(200)]]
-        document = await sending_campaign(pod, chunks)
-        await publish_chunks(pod, document, chunks)
-        done = await eventually(lambda: finished(pod, str(document["_id"])), timeout_s=30)
-        deliveries = [d async for d in pod.stores.deliveries.in_order(str(document["_id"]))]
-        chunk = await pod.stores.chunks.state(str(document["_id"]), 0)
-    finally:
-        await pod.stop()
-        await worker.close()
+        document = await sending_campaign(stores, chunks)
+        await publish_chunks(pod.resources.bus, document, chunks)
+        done = await eventually(lambda: finished(pod, document.id), timeout_s=30)
+        deliveries = [d async for d in stores.deliveries.in_order(document.id)]
+        chunk = await stores.chunks.state(document.id, 0)
     assert sorted(r.token for r in emulator.received()) == sorted(chunks[0])
-    assert done["counts"]["sent"] == 200
+    assert done.counts.sent == 200
     assert len(deliveries) == 4  # one record per batch of 50, each in its own delivery
     assert chunk is not None
-    assert chunk["attempts"] == 1, "handing a chunk on is not a failed attempt"
+    assert chunk.attempts == 1, "handing a chunk on is not a failed attempt"
 
 
 async def test_a_dead_lettered_chunk_still_held_by_a_live_sender_waits_for_it(
-        sender: Pod, emulator: EmulatorClient) -> None:
+        sender: PodParts, emulator: EmulatorClient) -> None:
     """The broker's own delivery limit can dead-letter a chunk that a live sender is sending:
     its rest is recorded failed only once that sender lets it go, never over its outcomes."""
     chunks = [[f"tok-{i}" for i in range(20)]]
-    document = await sending_campaign(sender, chunks)
-    campaign_id = str(document["_id"])
-    await sender.pods.beat(PodBeat(id="other-sender", service="sender", host="h", pid=1,
-                                   version="t", started_at=0.0))
-    await sender.stores.chunks.claim(campaign_id, 0, "other-sender", None,
-                                     utcnow() + timedelta(minutes=5))
-    await sender.stores.deliveries.record(campaign_id, 0, "other-sender",
-                                          [(p, None) for p in range(8)], utcnow())
+    stores = sender.resources.stores
+    document = await sending_campaign(stores, chunks)
+    campaign_id = document.id
+    await sender.resources.registry.beat(PodBeat(id="other-sender", service="sender", host="h",
+                                                 pid=1, version="t", started_at=0.0))
+    await stores.chunks.claim(campaign_id, 0, "other-sender", None,
+                              utcnow() + timedelta(minutes=5))
+    await stores.deliveries.record(campaign_id, 0, "other-sender",
+                                   [(p, None) for p in range(8)], utcnow())
     deferred = CHUNKS_DEFERRED._value.get()
-    await sender.broker.publish(
-        SendChunk(campaign_id=campaign_id, seq=0, recipients=[Recipient(token=t) for t in chunks[0]]),
-        exchange=rabbit.DEAD_LETTER_EXCHANGE, routing_key=names.DEAD_CHUNKS_ROUTING_KEY)
+    message = SendChunk(campaign_id=campaign_id, seq=0,
+                        recipients=[Recipient(token=t) for t in chunks[0]])
+    await sender.resources.bus.dead_letter(message.model_dump_json().encode(),
+                                           names.DEAD_CHUNKS_ROUTING_KEY)
 
     async def handed_back() -> bool:
         return bool(CHUNKS_DEFERRED._value.get() > deferred)
 
     await eventually(handed_back)
-    held = await sender.stores.chunks.state(campaign_id, 0)
+    held = await stores.chunks.state(campaign_id, 0)
     assert held is not None
-    assert (held["status"], held["owner"]) == ("pending", "other-sender")
-    await sender.stores.chunks.release(campaign_id, 0, "other-sender", refund=False)
+    assert (held.status, held.owner) == (ChunkStatus.PENDING, "other-sender")
+    await stores.chunks.release(campaign_id, 0, "other-sender", refund=False)
     failed = await eventually(lambda: finished(sender, campaign_id, Status.FAILED))
-    assert failed["counts"] == {"targeted": 20, "sent": 8, "failed": 12}
+    assert failed.counts == Counts(targeted=20, sent=8, failed=12)
+
+
+
+@pytest.mark.parametrize("named", [None, "promo:2026.11"])
+async def test_every_request_of_a_campaign_carries_its_replacement_key(
+        sender: PodParts, emulator: EmulatorClient, named: str | None) -> None:
+    """By default the key is ``herald-<campaign id>``; a campaign's own key replaces it."""
+    chunks = [[f"tok-{seq}-{i}" for i in range(150)] for seq in range(2)]
+    document = await sending_campaign(sender.resources.stores, chunks, replace_key=named)
+    await publish_chunks(sender.resources.bus, document, chunks)
+    await eventually(lambda: finished(sender, document.id))
+    key = named or f"herald-{document.id}"
+    received = emulator.received()
+    assert sorted(r.token for r in received) == sorted(t for chunk in chunks for t in chunk)
+    assert {(r.android_tag, r.android_collapse_key, r.apns_collapse_id, r.webpush_tag)
+            for r in received} == {(key, key, key, key)}
+    assert {r.webpush_topic for r in received} == {key if named is None else web_push_topic(key)}
+    assert all(r.accepted for r in received)

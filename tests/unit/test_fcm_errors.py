@@ -16,15 +16,8 @@ from typing import Any
 import pytest
 
 from fcm_emulator import server
-from herald.adapters.fcm import (
-    RETRYABLE,
-    SENT,
-    TOKEN_IS_DEAD,
-    FcmError,
-    SendResult,
-    parse_error,
-    parse_retry_after,
-)
+from herald.adapters.fcm import SENT, SendResult, parse_error, parse_retry_after
+from herald.domain.fcm_errors import RETRYABLE, TOKEN_IS_DEAD, FcmError
 
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from herald.domain.api import CampaignCreate, Content
 from herald.domain.audience import Audience
 from herald.domain.payload import (
+    LONGEST_DEFAULT_KEY,
     MAX_PAYLOAD_BYTES,
     MessageTemplate,
     PayloadTooLarge,
@@ -28,6 +29,9 @@ from herald.domain.payload import (
 
 def json_bytes(value: object) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+KEY = "herald-6b0137d0eaff6ead39685496"
 
 
 def content(**fields: Any) -> Content:
@@ -119,20 +123,26 @@ def test_unknown_content_fields_are_rejected() -> None:
 
 # --- size limit ------------------------------------------------------------------------------------
 def test_payload_size_is_bytes_of_compact_utf8_json() -> None:
-    payload = build_payload("제목 \"quoted\"", "본문 😀 \\ /", {"k": "välue"}, "https://x.example/i.png")
+    payload = build_payload("제목 \"quoted\"", "본문 😀 \\ /", {"k": "välue"}, "https://x.example/i.png",
+                            replace_key=KEY)
     assert payload_size(payload) == json_bytes(payload)
 
 
 def _sized(target: int, data: dict[str, str] | None = None,
            image_url: str | None = None) -> dict[str, Any]:
-    """Title and body of ASCII padding (one byte per character) making the payload ``target`` bytes.
+    """Title and body of ASCII padding (one byte per character) making the payload ``target`` bytes
+    as sent with the longest key Herald derives.
 
     The padding is split between title and body so each stays within its own length limit.
     """
     data = data or {}
-    missing = target - json_bytes(build_payload("", "", data, image_url))
+
+    def sent(title: str, body: str) -> dict[str, object]:
+        return build_payload(title, body, data, image_url, replace_key=LONGEST_DEFAULT_KEY)
+
+    missing = target - json_bytes(sent("", ""))
     title, body = "t" * 500, "b" * (missing - 500)
-    assert json_bytes(build_payload(title, body, data, image_url)) == target
+    assert json_bytes(sent(title, body)) == target
     fields: dict[str, Any] = {"title": title, "body": body, "data": data}
     if image_url:
         fields["image_url"] = image_url
@@ -141,7 +151,7 @@ def _sized(target: int, data: dict[str, str] | None = None,
 
 def test_payload_of_exactly_4096_bytes_is_accepted() -> None:
     fields = _sized(MAX_PAYLOAD_BYTES, data={"landingUrl": "https://example.com/a"})
-    assert payload_size(Content.model_validate(fields).payload()) == MAX_PAYLOAD_BYTES
+    assert payload_size(Content.model_validate(fields).payload(LONGEST_DEFAULT_KEY)) == MAX_PAYLOAD_BYTES
 
 
 def test_payload_of_4097_bytes_is_rejected() -> None:
@@ -164,7 +174,7 @@ def test_size_limit_counts_bytes_not_characters() -> None:
 
 
 def test_check_payload_size_raises_payload_too_large_with_the_size() -> None:
-    payload = build_payload("T", "x" * 5000, {})
+    payload = build_payload("T", "x" * 5000, {}, replace_key=KEY)
     with pytest.raises(PayloadTooLarge) as caught:
         check_payload_size(payload)
     assert caught.value.size == json_bytes(payload)
@@ -199,19 +209,21 @@ def test_campaign_create_rejects_bad_fields(extra: dict[str, Any]) -> None:
 
 # --- payload and request body ----------------------------------------------------------------------
 def test_build_payload_without_image_or_data() -> None:
-    assert build_payload("T", "B", {}) == {"notification": {"title": "T", "body": "B"}}
+    payload = build_payload("T", "B", {}, replace_key=KEY)
+    assert payload["notification"] == {"title": "T", "body": "B"}
+    assert "data" not in payload
 
 
 def test_build_payload_with_image_and_data() -> None:
-    assert build_payload("T", "B", {"k": "v"}, "https://cdn.example.com/a.png") == {
-        "notification": {"title": "T", "body": "B", "image": "https://cdn.example.com/a.png"},
-        "data": {"k": "v"},
-    }
+    payload = build_payload("T", "B", {"k": "v"}, "https://cdn.example.com/a.png", replace_key=KEY)
+    assert payload["notification"] == {"title": "T", "body": "B",
+                                       "image": "https://cdn.example.com/a.png"}
+    assert payload["data"] == {"k": "v"}
 
 
 def test_content_payload_includes_image_only_when_given() -> None:
-    without = content().payload()["notification"]
-    with_image = content(image_url="https://cdn.example.com/a.png").payload()["notification"]
+    without = content().payload(KEY)["notification"]
+    with_image = content(image_url="https://cdn.example.com/a.png").payload(KEY)["notification"]
     assert isinstance(without, dict)
     assert isinstance(with_image, dict)
     assert "image" not in without
@@ -229,13 +241,13 @@ def test_image_url_must_be_http(url: str) -> None:
     ["plain-token", 'with"quote', "back\\slash", "유니코드-토큰", "emoji😀", "</script>", "a:b/c"],
 )
 def test_body_for_is_json_of_message_with_token_and_payload(token: str) -> None:
-    payload = content(data={"landingUrl": "https://e.com/?a=1&b=\"2\""}, title="제목").payload()
+    payload = content(data={"landingUrl": "https://e.com/?a=1&b=\"2\""}, title="제목").payload(KEY)
     body = MessageTemplate(payload).body_for(token)
     assert json.loads(body) == {"message": {"token": token, **payload}}
 
 
 def test_body_for_does_not_leak_between_tokens() -> None:
-    template = MessageTemplate(build_payload("T", "B", {"k": "v"}))
+    template = MessageTemplate(build_payload("T", "B", {"k": "v"}, replace_key=KEY))
     first, second = template.body_for("one"), template.body_for("two")
     assert json.loads(first)["message"]["token"] == "one"
     assert json.loads(second)["message"]["token"] == "two"
@@ -246,6 +258,6 @@ def test_body_for_does_not_leak_between_tokens() -> None:
        data=st.dictionaries(st.sampled_from(["a", "landingUrl", "k2"]), st.text(max_size=20)))
 def test_body_for_any_token_and_content_is_valid_json(token: str, title: str,
                                                       data: dict[str, str]) -> None:
-    payload = build_payload(title, "body", data)
+    payload = build_payload(title, "body", data, replace_key=KEY)
     body = MessageTemplate(payload).body_for(token)
     assert json.loads(body) == {"message": {"token": token, **payload}}

@@ -1,16 +1,17 @@
-"""``/v1/campaigns``: create, read, list, audit, cancel and retarget campaigns."""
+"""``/v1/campaigns``: create, read, list, audit, cancel, retarget, amend and correct campaigns."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 import orjson
-from bson import ObjectId
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
+from herald.domain.access import Scope
 from herald.domain.api import (
+    AmendRequest,
     CampaignCreate,
     CampaignCreated,
     CampaignPage,
@@ -18,74 +19,77 @@ from herald.domain.api import (
     CampaignView,
     CancelRequest,
     CancelResult,
+    CorrectRequest,
+    CorrectResult,
     RetargetRequest,
 )
-from herald.domain.status import Status
+from herald.domain.documents import Campaign, Outcome
+from herald.domain.status import CancelDecision, Status
 from herald.domain.types import OBJECT_ID_PATTERN
+from herald.service_layer import queries
 from herald.service_layer.campaigns import edit_scheduled
-from herald.service_layer.cancellation import CancelDecision
-from herald.service_layer.recipients import OUTCOMES, audit
+from herald.service_layer.recipients import RecipientLine
+from services.api.auth import Caller, scoped
 from services.api.deps import Services
 from services.api.errors import not_found
-from services.api.views import campaign_view
+from services.api.operator_log import OperatorLoggedRoute, log_detail, logged
+from services.api.views import campaign_view, correct_result
 
-router = APIRouter(prefix="/v1/campaigns", tags=["campaigns"])
+router = APIRouter(prefix="/v1/campaigns", tags=["campaigns"], route_class=OperatorLoggedRoute)
+Reader = Annotated[Caller, scoped(Scope.CAMPAIGNS_READ)]
+Sender = Annotated[Caller, scoped(Scope.CAMPAIGNS_SEND)]
+Canceller = Annotated[Caller, scoped(Scope.CAMPAIGNS_CANCEL)]
 
 CampaignId = Annotated[str, Path(pattern=OBJECT_ID_PATTERN.pattern,
                                  description="Campaign id: 24 lowercase hex digits")]
+IdempotencyKey = Annotated[str | None, Header(
+    max_length=200, description="A retry with the same key (from the same API key) and the same "
+                                "body gets the first answer back instead of a second campaign")]
 AUDIT_LINES_PER_WRITE = 500
 
 
-@router.post("", status_code=202, response_model=CampaignCreated)
+@router.post("", status_code=202, response_model=CampaignCreated,
+             openapi_extra=logged("campaign.create"))
 async def create_campaign(
-    body: CampaignCreate, services: Services, response: Response,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    body: CampaignCreate, services: Services, response: Response, caller: Sender,
+    idempotency_key: IdempotencyKey = None,
 ) -> CampaignCreated:
-    result = await services.creator.create(body, idempotency_key)
+    result = await services.creator.create(body, idempotency_key, caller.actor)
     if not result.created:
         response.headers["Idempotent-Replayed"] = "true"
-    response.headers["Location"] = f"/v1/campaigns/{result.campaign['_id']}"
-    return CampaignCreated(id=str(result.campaign["_id"]), status=result.campaign["status"])
+    response.headers["Location"] = f"/v1/campaigns/{result.campaign.id}"
+    return CampaignCreated(id=result.campaign.id, status=result.campaign.status)
 
 
 @router.get("/{campaign_id}", response_model=CampaignView)
-async def get_campaign(campaign_id: CampaignId, services: Services) -> CampaignView:
-    campaign = await services.pod.stores.campaigns.get(campaign_id)
-    if campaign is None:
-        raise not_found(campaign_id)
-    return campaign_view(campaign)
+async def get_campaign(campaign_id: CampaignId, services: Services, _: Reader) -> CampaignView:
+    return campaign_view(await queries.campaign(services.stores, campaign_id))
 
 
 @router.get("", response_model=CampaignPage)
 async def list_campaigns(
-    services: Services,
+    services: Services, _: Reader,
     status: Annotated[list[Status] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(pattern=OBJECT_ID_PATTERN.pattern,
                                         description="next_cursor of the previous page")] = None,
 ) -> CampaignPage:
-    before = ObjectId(cursor) if cursor else None
-    page = await services.pod.stores.campaigns.page(status, before, limit + 1)
-    items = [campaign_view(c) for c in page[:limit]]
-    next_cursor = items[-1].id if len(page) > limit else None
-    return CampaignPage(items=items, next_cursor=next_cursor)
+    page = await queries.campaigns(services.stores, status, cursor, limit)
+    return CampaignPage(items=[campaign_view(c) for c in page.items], next_cursor=page.next_cursor)
 
 
 @router.get("/{campaign_id}/recipients", response_class=StreamingResponse,
             responses={200: {"content": {"application/x-ndjson": {}},
                              "description": "One JSON object per line: token, user_id, outcome, error"}})
 async def list_recipients(
-    campaign_id: CampaignId, services: Services,
-    outcome: Annotated[str, Query(pattern=f"^({'|'.join(OUTCOMES)})$")],
+    campaign_id: CampaignId, services: Services, _: Reader,
+    outcome: Annotated[Outcome, Query()],
 ) -> StreamingResponse:
-    campaign = await services.pod.stores.campaigns.get(campaign_id)
-    if campaign is None:
-        raise not_found(campaign_id)
-    return StreamingResponse(_ndjson(audit(services.pod.stores, campaign, outcome)),
-                             media_type="application/x-ndjson")
+    lines = await queries.recipients(services.stores, campaign_id, outcome)
+    return StreamingResponse(_ndjson(lines), media_type="application/x-ndjson")
 
 
-async def _ndjson(lines: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+async def _ndjson(lines: AsyncIterator[RecipientLine]) -> AsyncIterator[bytes]:
     block: list[bytes] = []
     async for line in lines:
         block.append(orjson.dumps(line.as_dict()))
@@ -97,15 +101,17 @@ async def _ndjson(lines: AsyncIterator[Any]) -> AsyncIterator[bytes]:
 
 
 @router.post("/{campaign_id}/cancel", response_model=CancelResult,
-             responses={202: {"model": CancelResult, "description": "Pods are stopping"}})
+             responses={202: {"model": CancelResult, "description": "Pods are stopping"}},
+             openapi_extra=logged("campaign.cancel"))
 async def cancel_campaign(
-    campaign_id: CampaignId, services: Services, request: Request, response: Response,
+    campaign_id: CampaignId, services: Services, response: Response, caller: Canceller,
     body: CancelRequest | None = None,
-    x_requested_by: Annotated[str | None, Header(max_length=200)] = None,
 ) -> CancelResult:
-    requested_by = x_requested_by or (f"ip:{request.client.host}" if request.client else None)
-    outcome = await services.pod.cancellation.request(
-        campaign_id, body.reason if body else None, requested_by, broadcast=True)
+    """Stop the campaign everywhere. The actor is the calling key; an ``X-Requested-By`` header
+    is kept only as information (``on_behalf_of``)."""
+    outcome = await services.cancellation.request(
+        campaign_id, body.reason if body else None, caller.actor, broadcast=True,
+        on_behalf_of=caller.on_behalf_of)
     if outcome.decision is CancelDecision.STOP_PODS:
         services.finalize_cancel_soon(campaign_id)
     response.status_code = 200 if outcome.status is Status.CANCELLED else 202
@@ -113,32 +119,71 @@ async def cancel_campaign(
     return CancelResult(id=view.id, status=view.status, counts=view.counts, cancel=view.cancel)
 
 
-@router.patch("/{campaign_id}", response_model=CampaignView)
-async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch,
-                         services: Services) -> CampaignView:
+@router.patch("/{campaign_id}", response_model=CampaignView,
+              openapi_extra=logged("campaign.edit"))
+async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch, services: Services,
+                         caller: Sender) -> CampaignView:
     """Change the time or content of a campaign that is still ``scheduled`` (else 409)."""
-    updated = await edit_scheduled(services.pod.stores, campaign_id, body)
+    updated = await edit_scheduled(services.stores, campaign_id, body, caller.actor)
     if updated is None:
         raise not_found(campaign_id)
     return campaign_view(updated)
 
 
-@router.post("/{campaign_id}/retry", status_code=202, response_model=CampaignCreated)
-async def retry_campaign(campaign_id: CampaignId, services: Services,
-                         response: Response) -> CampaignCreated:
+def _created(response: Response, campaign: Campaign | None, campaign_id: str) -> CampaignCreated:
+    """The answer of a route that made a follow-up of ``campaign_id`` (None: it is unknown)."""
+    if campaign is None:
+        raise not_found(campaign_id)
+    response.headers["Location"] = f"/v1/campaigns/{campaign.id}"
+    return CampaignCreated(id=campaign.id, status=campaign.status)
+
+
+@router.post("/{campaign_id}/retry", status_code=202, response_model=CampaignCreated,
+             openapi_extra=logged("campaign.retry"))
+async def retry_campaign(campaign_id: CampaignId, services: Services, response: Response,
+                         caller: Sender, idempotency_key: IdempotencyKey = None
+                         ) -> CampaignCreated:
     """Re-run a ``failed`` campaign for the recipients it did not reach (not dead tokens)."""
-    created = await services.creator.retry(campaign_id)
-    if created is None:
-        raise not_found(campaign_id)
-    response.headers["Location"] = f"/v1/campaigns/{created['_id']}"
-    return CampaignCreated(id=str(created["_id"]), status=created["status"])
+    return _created(response, await services.creator.retry(campaign_id, caller.actor,
+                                                           idempotency_key), campaign_id)
 
 
-@router.post("/{campaign_id}/retarget", status_code=202, response_model=CampaignCreated)
+@router.post("/{campaign_id}/retarget", status_code=202, response_model=CampaignCreated,
+             openapi_extra=logged("campaign.retarget"))
 async def retarget_campaign(campaign_id: CampaignId, services: Services, response: Response,
-                            body: RetargetRequest | None = None) -> CampaignCreated:
-    created = await services.creator.retarget(campaign_id, body or RetargetRequest())
-    if created is None:
+                            caller: Sender, body: RetargetRequest | None = None,
+                            idempotency_key: IdempotencyKey = None) -> CampaignCreated:
+    """A new campaign to exactly the ``unsent`` recipients of a finished one."""
+    return _created(response, await services.creator.retarget(
+        campaign_id, body or RetargetRequest(), caller.actor, idempotency_key), campaign_id)
+
+
+@router.post("/{campaign_id}/amend", status_code=202, response_model=CampaignCreated,
+             openapi_extra=logged("campaign.amend"))
+async def amend_campaign(campaign_id: CampaignId, services: Services, response: Response,
+                         caller: Sender, body: AmendRequest | None = None,
+                         idempotency_key: IdempotencyKey = None) -> CampaignCreated:
+    """A new campaign to exactly the ``sent`` recipients of a finished one, with its
+    replacement key: on their devices the new notification replaces the old one. 409
+    ``not_amendable`` while it runs, ``nothing_to_amend`` if FCM accepted none of it."""
+    return _created(response, await services.creator.amend(
+        campaign_id, body or AmendRequest(), caller.actor, idempotency_key), campaign_id)
+
+
+@router.post("/{campaign_id}/correct", status_code=202, response_model=CorrectResult,
+             openapi_extra=logged("campaign.correct"))
+async def correct_campaign(campaign_id: CampaignId, services: Services, request: Request,
+                           caller: Sender, body: CorrectRequest | None = None,
+                           idempotency_key: IdempotencyKey = None) -> CorrectResult:
+    """Correct a finished campaign in one step: the new content as a new notification to its
+    ``unsent`` recipients (a retarget) and as a replacement to its ``sent`` ones (an amend).
+    Nobody gets both. 409 ``not_correctable`` while it runs, ``nothing_to_correct`` if it
+    left nobody in either group."""
+    correction = await services.creator.correct(campaign_id, body or CorrectRequest(),
+                                                caller.actor, idempotency_key)
+    if correction is None:
         raise not_found(campaign_id)
-    response.headers["Location"] = f"/v1/campaigns/{created['_id']}"
-    return CampaignCreated(id=str(created["_id"]), status=created["status"])
+    result = correct_result(correction)
+    log_detail(request, " ".join(f"{half}={made.id}" for half, made in
+                                 (("retarget", result.retarget), ("amend", result.amend)) if made))
+    return result

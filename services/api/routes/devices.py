@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Response
 
-from herald.clock import utcnow
+from herald.domain.access import Scope
 from herald.domain.api import DeviceBulkIn, DeviceBulkResult, DeviceIn, DeviceUpserted
+from herald.service_layer.devices import register_devices
+from services.api.auth import Caller, scoped
 from services.api.deps import Services
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
+Ingest = Annotated[Caller, scoped(Scope.DEVICES_WRITE)]
 
 
 @router.post("", status_code=201, response_model=DeviceUpserted,
              responses={200: {"model": DeviceUpserted, "description": "Known token, updated"}})
-async def upsert_device(body: DeviceIn, services: Services, response: Response) -> DeviceUpserted:
-    counts = await services.pod.stores.devices.upsert([body.model_dump(mode="json")], utcnow())
+async def upsert_device(body: DeviceIn, services: Services, response: Response,
+                        _: Ingest) -> DeviceUpserted:
+    counts = await register_devices(services.stores.devices, [body])
     if not counts.created:
         response.status_code = 200
     return DeviceUpserted(token=body.token, created=bool(counts.created))
 
 
 @router.post("/bulk", response_model=DeviceBulkResult)
-async def upsert_devices(body: DeviceBulkIn, services: Services) -> DeviceBulkResult:
-    devices = [device.model_dump(mode="json") for device in body.devices]
-    counts = await services.pod.stores.devices.upsert(devices, utcnow())
+async def upsert_devices(body: DeviceBulkIn, services: Services, _: Ingest) -> DeviceBulkResult:
+    counts = await register_devices(services.stores.devices, body.devices)
     return DeviceBulkResult(created=counts.created, updated=counts.updated)

@@ -4,73 +4,73 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from bson import ObjectId
 from fastapi import APIRouter, Path, Query, Response
 
-from herald.clock import utcnow
+from herald.domain.access import Scope
 from herald.domain.api import ScheduleCreate, SchedulePage, SchedulePatch, ScheduleView
+from herald.domain.documents import Schedule
 from herald.domain.types import OBJECT_ID_PATTERN
-from herald.service_layer.scheduling import new_schedule_document, replan
+from herald.service_layer import queries, scheduling
+from services.api.auth import Caller, scoped
 from services.api.deps import Services
 from services.api.errors import schedule_not_found
+from services.api.operator_log import OperatorLoggedRoute, logged
 from services.api.views import schedule_view
 
-router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
+router = APIRouter(prefix="/v1/schedules", tags=["schedules"], route_class=OperatorLoggedRoute)
+Reader = Annotated[Caller, scoped(Scope.SCHEDULES_READ)]
+Writer = Annotated[Caller, scoped(Scope.SCHEDULES_WRITE)]
 
 ScheduleId = Annotated[str, Path(pattern=OBJECT_ID_PATTERN.pattern,
                                  description="Schedule id: 24 lowercase hex digits")]
 
 
-def _view(services: Services, schedule: dict[str, object]) -> ScheduleView:
-    return schedule_view(schedule, services.pod.settings.misfire_grace_s)
+def _view(services: Services, schedule: Schedule) -> ScheduleView:
+    return schedule_view(schedule, services.settings.misfire_grace_s)
 
 
-@router.post("", status_code=201, response_model=ScheduleView)
-async def create_schedule(body: ScheduleCreate, services: Services,
-                          response: Response) -> ScheduleView:
-    document = new_schedule_document(
-        name=body.name, template=body.template.model_dump(mode="json", by_alias=True),
-        cron=body.cron, timezone=body.timezone, misfire_grace_s=body.misfire_grace_s,
-        now=utcnow())
-    await services.pod.stores.schedules.insert(document)
-    response.headers["Location"] = f"/v1/schedules/{document['_id']}"
-    return _view(services, document)
+@router.post("", status_code=201, response_model=ScheduleView,
+             openapi_extra=logged("schedule.create"))
+async def create_schedule(body: ScheduleCreate, services: Services, response: Response,
+                          caller: Writer) -> ScheduleView:
+    schedule = await scheduling.create_schedule(services.stores, body, caller.actor)
+    response.headers["Location"] = f"/v1/schedules/{schedule.id}"
+    return _view(services, schedule)
 
 
 @router.get("/{schedule_id}", response_model=ScheduleView)
-async def get_schedule(schedule_id: ScheduleId, services: Services) -> ScheduleView:
-    schedule = await services.pod.stores.schedules.get(schedule_id)
-    if schedule is None:
-        raise schedule_not_found(schedule_id)
-    return _view(services, schedule)
+async def get_schedule(schedule_id: ScheduleId, services: Services, _: Reader) -> ScheduleView:
+    return _view(services, await queries.schedule(services.stores, schedule_id))
 
 
 @router.get("", response_model=SchedulePage)
 async def list_schedules(
-    services: Services, limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    services: Services, _: Reader, limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(pattern=OBJECT_ID_PATTERN.pattern)] = None,
 ) -> SchedulePage:
-    page = await services.pod.stores.schedules.page(ObjectId(cursor) if cursor else None, limit + 1)
-    items = [_view(services, s) for s in page[:limit]]
-    return SchedulePage(items=items, next_cursor=items[-1].id if len(page) > limit else None)
+    page = await queries.schedules(services.stores, cursor, limit)
+    return SchedulePage(items=[_view(services, s) for s in page.items],
+                        next_cursor=page.next_cursor)
 
 
-@router.patch("/{schedule_id}", response_model=ScheduleView)
-async def patch_schedule(schedule_id: ScheduleId, body: SchedulePatch,
-                         services: Services) -> ScheduleView:
+@router.patch("/{schedule_id}", response_model=ScheduleView,
+              openapi_extra=logged("schedule.edit"))
+async def patch_schedule(schedule_id: ScheduleId, body: SchedulePatch, services: Services,
+                         caller: Writer) -> ScheduleView:
     """Pause, resume or edit; the next run is recomputed from now when timing changes."""
     changes = body.model_dump(exclude_unset=True, exclude_none=True, mode="json", by_alias=True)
-    updated = await replan(services.pod.stores, schedule_id, changes)
+    updated = await scheduling.replan(services.stores, schedule_id, changes, caller.actor)
     if updated is None:
         raise schedule_not_found(schedule_id)
     return _view(services, updated)
 
 
-@router.delete("/{schedule_id}", response_model=ScheduleView)
-async def end_schedule(schedule_id: ScheduleId, services: Services) -> ScheduleView:
+@router.delete("/{schedule_id}", response_model=ScheduleView,
+               openapi_extra=logged("schedule.end"))
+async def end_schedule(schedule_id: ScheduleId, services: Services,
+                       caller: Writer) -> ScheduleView:
     """End the schedule: no further runs; its past runs stay as they are."""
-    ended = await services.pod.stores.schedules.update(
-        schedule_id, {"state": "ended", "next_run_at": None, "updated_at": utcnow()})
+    ended = await scheduling.end_schedule(services.stores, schedule_id, caller.actor)
     if ended is None:
         raise schedule_not_found(schedule_id)
     return _view(services, ended)

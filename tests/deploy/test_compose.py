@@ -2,9 +2,10 @@
 
 No engine runs here, so these tests read docker-compose.yml, the Dockerfile, prometheus.yml and the
 Grafana provisioning statically: every service, its command, environment, dependencies and health
-checks, and every PromQL expression of the dashboard against the metrics herald/observability.py
-defines. Where Debian's ``docker-compose`` (1.29) is installed, ``docker-compose config -q``
-validates the file against the Compose schema too; it needs no engine.
+checks, and every PromQL expression of the dashboard against the metrics Herald defines
+(herald/observability.py, herald/adapters/fleet_gauges.py). Where Debian's ``docker-compose`` (1.29) is
+installed, ``docker-compose config -q`` validates the file against the Compose schema too; it
+needs no engine. The alert rules have their own tests (test_alerts.py).
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from prometheus_client.metrics import MetricWrapperBase
 
-import herald.observability
 from herald.settings import Settings
+from tests.deploy.promql import metric_names, series_names
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -307,59 +307,17 @@ def test_prometheus_discovers_every_sender_replica() -> None:
     assert {kind for kind, _, _ in _scrape_targets()["sender"]} == {"dns"}
 
 
-def test_prometheus_config_is_mounted() -> None:
+def test_prometheus_config_and_alerts_are_mounted() -> None:
     mounts = SERVICES["prometheus"]["volumes"]
     assert "./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in mounts
+    # prometheus.yml names its rule files relative to itself: they sit next to it in /etc/prometheus.
+    for rule_file in _load_yaml(PROMETHEUS_FILE)["rule_files"]:
+        assert f"./deploy/prometheus/{rule_file}:/etc/prometheus/{rule_file}:ro" in mounts
 
 
 # --- Grafana -------------------------------------------------------------------------------------
 
-def _series_names() -> dict[str, str]:
-    """Every series name herald/observability.py exports -> the metric type it belongs to."""
-    series: dict[str, str] = {}
-    for value in vars(herald.observability).values():
-        if not isinstance(value, MetricWrapperBase):
-            continue
-        for family in value.describe():
-            if family.type == "counter":
-                series[f"{family.name}_total"] = "counter"
-            elif family.type == "histogram":
-                series.update(dict.fromkeys(
-                    (f"{family.name}{suffix}" for suffix in ("_bucket", "_count", "_sum")),
-                    "counter"))
-            else:
-                series[family.name] = family.type
-    return series
-
-
-SERIES = _series_names()
-
-PROMQL_FUNCTIONS = frozenset({
-    "sum", "min", "max", "avg", "count", "group", "stddev", "stdvar", "topk", "bottomk", "quantile",
-    "count_values", "rate", "irate", "increase", "delta", "idelta", "deriv", "histogram_quantile",
-    "clamp", "clamp_min", "clamp_max", "abs", "ceil", "floor", "round", "vector", "scalar", "time",
-    "label_replace", "label_join", "sort", "sort_desc", "absent", "absent_over_time", "changes",
-    "resets", "avg_over_time", "max_over_time", "min_over_time", "sum_over_time", "count_over_time",
-    "last_over_time", "quantile_over_time", "predict_linear", "timestamp", "sqrt", "exp", "ln"})
-PROMQL_KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset"})
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
-_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-_TOKEN = re.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|[A-Za-z_:][\w:]*")
-
-
-def _metric_names(expr: str) -> list[str]:
-    """Series names an expression selects; fails on any name PromQL does not know as a function."""
-    bare = _GROUPING.sub(" ", re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", _STRING.sub('""', expr)))
-    names = []
-    for match in _TOKEN.finditer(bare):
-        token = match.group()
-        if token[0].isdigit() or token in PROMQL_KEYWORDS:
-            continue
-        if bare[match.end():].lstrip().startswith("("):
-            assert token in PROMQL_FUNCTIONS, f"unknown PromQL function {token} in {expr}"
-        else:
-            names.append(token)
-    return names
+SERIES = series_names()
 
 
 def _panels(container: dict[str, Any]) -> list[dict[str, Any]]:
@@ -405,10 +363,10 @@ def test_dashboard_queries_the_provisioned_datasource(path: Path) -> None:
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda path: path.name)
 def test_dashboard_promql_uses_herald_metrics_correctly(path: Path) -> None:
     for title, expr in _expressions(json.loads(path.read_text())):
-        names = _metric_names(expr)
+        names = metric_names(expr)
         assert names, f"{title}: {expr} selects no metric"
         for name in names:
-            assert name in SERIES, f"{title}: {name} is not defined in herald/observability.py"
+            assert name in SERIES, f"{title}: {name} is not a metric Herald defines"
             selector = re.search(rf"(\w+)\(\s*{name}\s*(\{{[^}}]*\}})?\s*(\[[^\]]+\])?", expr)
             if SERIES[name] == "counter":  # counters and histogram series: rate() or increase()
                 assert selector, f"{title}: {name} outside a function in {expr}"
@@ -424,7 +382,7 @@ def test_dashboard_promql_uses_herald_metrics_correctly(path: Path) -> None:
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda path: path.name)
 def test_dashboard_covers_what_operators_watch(path: Path) -> None:
     used = {name for _, expr in _expressions(json.loads(path.read_text()))
-            for name in _metric_names(expr)}
+            for name in metric_names(expr)}
     wanted = {
         "herald_messages_total", "herald_fcm_request_seconds_bucket", "herald_fcm_retries_total",
         "herald_campaigns_finished_total", "herald_cancel_latency_seconds_bucket",

@@ -1,0 +1,90 @@
+"""API keys and the operator log in MongoDB.
+
+A key document is ``herald.domain.access.ApiKey`` as stored, with ``_id`` the key's id (a
+string) and a unique index on ``secret_hash``: a presented token is found by its digest, and
+only the digest is ever written. The operator log is insert-only; ``_id`` order is time order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime
+
+from pymongo import DESCENDING, ReturnDocument
+from pymongo.errors import DuplicateKeyError
+
+from herald import names
+from herald.adapters.mongo import Database, Document
+from herald.adapters.records import from_bson, maybe, object_id, to_bson
+from herald.domain.access import Actor, ApiKey, LogEntry, Role
+
+BOOTSTRAP_KEY_ID = "bootstrap"
+
+
+class ApiKeyStore:
+    def __init__(self, db: Database) -> None:
+        self._keys = db[names.API_KEYS]
+
+    async def insert(self, key: ApiKey) -> None:
+        await self._keys.insert_one(to_bson(key, object_id_key=False))
+
+    async def by_digest(self, secret_hash: str) -> ApiKey | None:
+        return maybe(ApiKey, await self._keys.find_one({"secret_hash": secret_hash}))
+
+    async def get(self, key_id: str) -> ApiKey | None:
+        return maybe(ApiKey, await self._keys.find_one({"_id": key_id}))
+
+    async def page(self, before: str | None, limit: int) -> list[ApiKey]:
+        """By id, descending: minted keys newest first (their ids sort in creation order)."""
+        query: Document = {"_id": {"$lt": before}} if before is not None else {}
+        cursor = self._keys.find(query).sort("_id", DESCENDING).limit(limit)
+        return [from_bson(ApiKey, document) async for document in cursor]
+
+    async def revoke(self, key_id: str, by: Actor, now: datetime) -> ApiKey | None:
+        """Revoke a key (once; revoking again changes nothing); the key, or None if unknown."""
+        revoked = await self._keys.find_one_and_update(
+            {"_id": key_id, "revoked_at": None},
+            {"$set": {"revoked_at": now, "revoked_by": asdict(by)}},
+            return_document=ReturnDocument.AFTER)
+        return maybe(ApiKey, revoked) or await self.get(key_id)
+
+    async def touch(self, key_id: str, now: datetime) -> None:
+        await self._keys.update_one({"_id": key_id}, {"$set": {"last_used_at": now}})
+
+    async def ensure_bootstrap(self, secret_hash: str, now: datetime) -> ApiKey:
+        """The ``admin`` key named ``bootstrap`` with exactly this secret: created, or kept (its
+        secret replaced if the configured one changed), never duplicated by concurrent api
+        replicas (its id is fixed)."""
+        key = ApiKey(id=BOOTSTRAP_KEY_ID, name=BOOTSTRAP_KEY_ID, role=Role.ADMIN,
+                     secret_hash=secret_hash, created_at=now)
+        try:
+            await self.insert(key)
+        except DuplicateKeyError:
+            await self._keys.update_one(
+                {"_id": BOOTSTRAP_KEY_ID},
+                {"$set": {"secret_hash": secret_hash, "role": Role.ADMIN.value,
+                          "revoked_at": None, "revoked_by": None, "expires_at": None}})
+        stored = await self.get(BOOTSTRAP_KEY_ID)
+        assert stored is not None
+        return stored
+
+
+class OperatorLogStore:
+    def __init__(self, db: Database) -> None:
+        self._log = db[names.OPERATOR_LOG]
+
+    async def append(self, entry: LogEntry) -> None:
+        await self._log.insert_one(to_bson(entry))
+
+    async def page(self, *, campaign_id: str | None, actor_id: str | None, before: str | None,
+                   limit: int) -> list[LogEntry]:
+        """Newest first, filtered by campaign and by the actor's id."""
+        query: Document = {}
+        if campaign_id is not None:
+            query["campaign_id"] = campaign_id
+        if actor_id is not None:
+            query["actor.id"] = actor_id
+        if before is not None:
+            query["_id"] = {"$lt": object_id(before)}
+        cursor = self._log.find(query).sort("_id", DESCENDING).limit(limit)
+        return [from_bson(LogEntry, document) async for document in cursor]

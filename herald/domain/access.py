@@ -1,0 +1,170 @@
+"""Who may do what: scopes (what the code checks), roles (what people hand out), API keys, the
+actor of every change, and the operator log's entries.
+
+A key is shown once, as ``hrld_<id>_<secret>``: the id is not secret (it names the key in lists
+and logs), the secret is 256 random bits. Only a SHA-256 digest of the whole token is kept, which
+is enough for a secret that cannot be guessed (nothing here is a password), and it is compared in
+constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+KEY_PREFIX = "hrld"
+SECRET_BYTES = 32
+
+
+class Scope(StrEnum):
+    CAMPAIGNS_READ = "campaigns:read"  # campaigns, their audits, live events, estimates
+    CAMPAIGNS_CANCEL = "campaigns:cancel"
+    CAMPAIGNS_SEND = "campaigns:send"  # create, edit, retarget, retry, amend, correct
+    SCHEDULES_READ = "schedules:read"
+    SCHEDULES_WRITE = "schedules:write"
+    DEVICES_WRITE = "devices:write"
+    PODS_READ = "pods:read"
+    OPERATOR_LOG_READ = "operator_log:read"
+    KEYS_MANAGE = "keys:manage"
+
+
+class Role(StrEnum):
+    VIEWER = "viewer"  # reads everything
+    RESPONDER = "responder"  # the on-call lead: viewer, and stops campaigns; sends nothing
+    OPERATOR = "operator"  # marketing: responder, and sends, edits and schedules
+    INGEST = "ingest"  # the app backend: registers devices, nothing else
+    ADMIN = "admin"  # everything, keys included
+
+
+_VIEWER = frozenset({Scope.CAMPAIGNS_READ, Scope.SCHEDULES_READ, Scope.PODS_READ,
+                     Scope.OPERATOR_LOG_READ})
+_RESPONDER = _VIEWER | {Scope.CAMPAIGNS_CANCEL}
+_OPERATOR = _RESPONDER | {Scope.CAMPAIGNS_SEND, Scope.SCHEDULES_WRITE}
+
+ROLE_SCOPES: dict[Role, frozenset[Scope]] = {
+    Role.VIEWER: _VIEWER,
+    Role.RESPONDER: _RESPONDER,
+    Role.OPERATOR: _OPERATOR,
+    Role.INGEST: frozenset({Scope.DEVICES_WRITE}),
+    Role.ADMIN: frozenset(Scope),
+}
+
+
+def allows(role: Role, scope: Scope) -> bool:
+    return scope in ROLE_SCOPES[role]
+
+
+class ActorKind(StrEnum):
+    API_KEY = "api_key"
+    AMQP = "amqp"  # a cancel message published to herald.cancel
+    SYSTEM = "system"  # Herald itself (a schedule firing, a sweep)
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who made a change. ``verified`` is False only for what a caller declared about itself
+    (an AMQP cancel without a ``user_id`` property names its sender in ``requested_by``)."""
+
+    id: str
+    name: str
+    kind: ActorKind
+    verified: bool = True
+
+    @property
+    def label(self) -> str:
+        """How people read it: ``lead (key 6b04…)``, ``amqp:herald-cancel``..."""
+        if self.kind is ActorKind.API_KEY:
+            return f"{self.name} (key {self.id})"
+        return self.name if self.verified else f"{self.name} (unverified)"
+
+
+SYSTEM = Actor(id="herald", name="herald", kind=ActorKind.SYSTEM)
+
+
+def amqp_actor(user_id: str | None, declared: str | None) -> Actor:
+    """The actor of a cancel message: its AMQP ``user_id`` (RabbitMQ refuses one that is not
+    the publishing connection's user, so it is verified), else what the message declares."""
+    if user_id:
+        return Actor(id=f"amqp:{user_id}", name=f"amqp:{user_id}", kind=ActorKind.AMQP)
+    name = f"amqp:{declared}" if declared else "amqp"
+    return Actor(id="amqp", name=name, kind=ActorKind.AMQP, verified=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    id: str
+    name: str
+    role: Role
+    secret_hash: str
+    created_at: datetime
+    created_by: Actor | None = None
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    revoked_by: Actor | None = None
+    last_used_at: datetime | None = None
+
+    @property
+    def prefix(self) -> str:
+        """The key's non-secret beginning, ``hrld_<id>``: enough to recognise it in a list."""
+        return f"{KEY_PREFIX}_{self.id}"
+
+    def usable_at(self, now: datetime) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+    def as_actor(self) -> Actor:
+        return Actor(id=self.id, name=self.name, kind=ActorKind.API_KEY)
+
+
+def new_token(key_id: str) -> str:
+    """A fresh secret for key ``key_id``, as shown to its owner once."""
+    return f"{KEY_PREFIX}_{key_id}_{secrets.token_urlsafe(SECRET_BYTES)}"
+
+
+def digest(token: str) -> str:
+    """What is stored of a token (and looked up by): its SHA-256, hex."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def matches(token: str, secret_hash: str) -> bool:
+    """Whether ``token`` is the key stored as ``secret_hash``, compared in constant time."""
+    return hmac.compare_digest(digest(token), secret_hash)
+
+
+class LogOutcome(StrEnum):
+    """How an operator's request ended, as the operator log records it."""
+
+    DONE = "done"  # 2xx
+    REFUSED = "refused"  # 403: the key lacks the scope
+    REJECTED = "rejected"  # any other 4xx: unknown, conflicting, invalid, too many
+    FAILED = "failed"  # 5xx
+
+
+def outcome_of(status_code: int) -> LogOutcome:
+    if status_code == 403:
+        return LogOutcome.REFUSED
+    if 400 <= status_code < 500:
+        return LogOutcome.REJECTED
+    return LogOutcome.FAILED if status_code >= 500 else LogOutcome.DONE
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One line of the append-only operator log: who did what, when, to what, from where."""
+
+    id: str
+    at: datetime
+    actor: Actor | None
+    """None when the request carried no valid key (only refusals have no actor)."""
+    action: str
+    outcome: LogOutcome
+    status_code: int
+    target_kind: str | None = None
+    target_id: str | None = None
+    campaign_id: str | None = None
+    address: str | None = None
+    on_behalf_of: str | None = None
+    detail: str | None = None

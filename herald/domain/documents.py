@@ -1,0 +1,348 @@
+"""What Herald keeps: campaigns, chunks, deliveries, schedules and devices, as typed records.
+
+These are the shapes the service layer reasons about. They know nothing of MongoDB: identifiers
+are strings (a campaign's id is 24 hex digits), references between records are those strings,
+and every instant is timezone-aware UTC. ``herald.adapters`` translates them to and from BSON
+and is the only place that sees an ``ObjectId``.
+
+Records are frozen: a change is a conditional write through a store, which returns the record
+as it is afterwards, never an in-place edit that could silently disagree with the database.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from herald.domain.access import Actor
+from herald.domain.audience import Audience
+from herald.domain.messages import Recipient
+from herald.domain.payload import replace_key_for
+from herald.domain.status import Status
+from herald.domain.timing import Wave
+
+_PROCESS = os.urandom(5).hex()
+_SEQUENCE = itertools.count(int.from_bytes(os.urandom(3), "big"))
+
+
+def new_id() -> str:
+    """A fresh id for a campaign, schedule or device: 24 hex digits laid out as a MongoDB
+    ObjectId (seconds since the epoch, a per-process random part, a counter), so ids sort in
+    creation order and the adapters store them as ObjectIds. Made here rather than with
+    ``bson`` because the domain imports no driver."""
+    return f"{int(time.time()):08x}{_PROCESS}{next(_SEQUENCE) % 0x1000000:06x}"
+
+
+Cursor = str | int | tuple[int, str] | None
+"""Where paging stopped in a recipient source: a device id (an audience), ``(wave, device id)``
+(per-device local time), a position (the follow-up of another campaign), or nothing yet."""
+
+
+class Outcome(StrEnum):
+    """What happened to one recipient, as the audit lists it."""
+
+    SENT = "sent"  # FCM accepted the message
+    FAILED = "failed"  # FCM refused it (or it was given up on)
+    UNSENT = "unsent"  # targeted, but never sent: stopped by a cancel before its turn
+
+
+class FollowUpOf(StrEnum):
+    """Which recipients of an earlier campaign a follow-up campaign reaches."""
+
+    UNSENT = "unsent"  # never sent (retarget)
+    NOT_SENT = "not_sent"  # unsent, or failed for a reason other than their token (retry)
+    SENT = "sent"  # accepted by FCM: an amend replaces what they were shown
+
+
+class ChunkStatus(StrEnum):
+    PENDING = "pending"
+    DONE = "done"  # every recipient sent or failed
+    CANCELLED = "cancelled"  # cut short by a cancel; the rest stays unsent
+    DEAD = "dead"  # dead-lettered; the unrecorded rest counts as failed
+
+
+CHUNK_CLOSED_FOR_GOOD = frozenset({ChunkStatus.DONE, ChunkStatus.DEAD})
+"""Chunks that count towards a campaign's completion (a cancelled chunk finishes nothing)."""
+
+
+class ScheduleState(StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    ENDED = "ended"
+
+
+# --- campaigns -------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Live counts grow by whole chunks; final counts are recomputed from the records."""
+
+    targeted: int = 0
+    sent: int = 0
+    failed: int = 0
+
+    @property
+    def unsent(self) -> int:
+        return max(0, self.targeted - self.sent - self.failed)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    chunks_published: int = 0
+    chunks_done: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """The dispatcher's lease on a campaign and its paging checkpoint."""
+
+    owner: str | None = None
+    lease_until: datetime | None = None
+    until: str | None = None
+    """The newest device the campaign may reach, fixed before the first chunk."""
+    next_seq: int = 0
+    done: bool = False
+    takeovers: int = 0
+    waves: tuple[Wave, ...] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.owner is not None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRecord:
+    requested_at: datetime
+    reason: str | None = None
+    requested_by: Actor | None = None
+    """The key (or AMQP user) that asked; never what a caller claims about itself."""
+    on_behalf_of: str | None = None
+    """What the caller said about itself (``X-Requested-By``): information only."""
+    expected_pods: tuple[str, ...] | None = ()
+    """Senders and dispatchers alive at the request; None when Redis could not tell."""
+    acks: tuple[str, ...] = ()
+    acknowledged_at: datetime | None = None
+    finalizer: str | None = None
+    finalizer_until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """A campaign sent to recipients of an earlier one rather than to an audience."""
+
+    campaign_id: str
+    outcome: FollowUpOf
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTime:
+    """Per-device local-time delivery: the wall clock, and the zone of devices without one."""
+
+    wall: str
+    timezone: str
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    title: str
+    body: str
+    data: dict[str, str] = field(default_factory=dict)
+    image_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Campaign:
+    id: str
+    status: Status
+    content: Content
+    created_at: datetime
+    updated_at: datetime
+    due_at: datetime
+    name: str | None = None
+    audience: Audience | None = None
+    follow_up: FollowUp | None = None
+    chunk_size: int = 500
+    rate_per_s: int | None = None
+    counts: Counts = Counts()
+    progress: Progress = Progress()
+    dispatch: Dispatch = Dispatch()
+    cancel: CancelRecord | None = None
+    error: str | None = None
+    source: str = "api"
+    schedule_id: str | None = None
+    local_time: LocalTime | None = None
+    replace_key: str | None = None
+    """The replacement key the campaign named (or, for a follow-up, its original's key); None:
+    the one derived from its id."""
+    amended_by: tuple[str, ...] = ()
+    """The amends of this campaign, oldest first. Stored as an array from the start, because
+    nx-27017's ``$addToSet`` on a missing field does nothing."""
+    created_by: Actor | None = None
+    edited_by: Actor | None = None
+    run_key: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    fired_at: datetime | None = None
+    fired_by: str | None = None
+
+    @property
+    def all_chunks_finished(self) -> bool:
+        """Paging is over and every published chunk is closed for good."""
+        return self.dispatch.done and (
+            self.progress.chunks_done >= self.progress.chunks_published)
+
+    @property
+    def sent_with_key(self) -> str:
+        """The replacement key every message of the campaign carries (``payload.py``)."""
+        return replace_key_for(self.id, self.replace_key)
+
+    @property
+    def amends(self) -> str | None:
+        """The campaign this one amends (it replaces that one's notification), if any."""
+        follow_up = self.follow_up
+        return follow_up.campaign_id if follow_up and follow_up.outcome is FollowUpOf.SENT else None
+
+    @property
+    def source_not_exhausted(self) -> bool:
+        """The dispatcher started paging but did not reach the end of the source."""
+        return self.dispatch.started and not self.dispatch.done
+
+
+# --- chunks and deliveries -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ChunkState:
+    """A chunk without its recipients: what a sender checks before taking it."""
+
+    campaign_id: str
+    seq: int
+    size: int
+    cursor: Cursor
+    status: ChunkStatus
+    created_at: datetime
+    attempts: int = 0
+    owner: str | None = None
+    owner_until: datetime | None = None
+    sent: int = 0
+    failed: int = 0
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A frozen slice of a campaign's recipients, written before it is published."""
+
+    state: ChunkState
+    recipients: tuple[Recipient, ...]
+
+    @property
+    def campaign_id(self) -> str:
+        return self.state.campaign_id
+
+    @property
+    def seq(self) -> int:
+        return self.state.seq
+
+
+Recorded = dict[int, str | None]
+"""Outcomes recorded for a chunk: position in the chunk → FCM error, ``None`` meaning sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    position: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """FCM's answers for one batch of a chunk, by position in the chunk; only ever inserted."""
+
+    campaign_id: str
+    seq: int
+    pod: str
+    at: datetime
+    sent: tuple[int, ...] = ()
+    failed: tuple[Failure, ...] = ()
+
+    def add_to(self, recorded: Recorded) -> Recorded:
+        """Add these outcomes to ``recorded``; the first record of a position wins."""
+        for position in self.sent:
+            recorded.setdefault(position, None)
+        for failure in self.failed:
+            recorded.setdefault(failure.position, failure.error)
+        return recorded
+
+
+# --- schedules -------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ScheduleClaim:
+    by: str
+    until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRun:
+    occurrence: datetime
+    outcome: str  # "fired" | "missed"
+    campaign_id: str | None
+    reason: str | None
+    recorded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    id: str
+    template: dict[str, Any]
+    """A ``CampaignTemplate`` as JSON, validated when the schedule was made."""
+    cron: str
+    timezone: str
+    state: ScheduleState
+    next_run_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    name: str | None = None
+    misfire_grace_s: int | None = None
+    claim: ScheduleClaim | None = None
+    runs: tuple[ScheduleRun, ...] = ()
+    missed_total: int = 0
+    created_by: Actor | None = None
+    updated_by: Actor | None = None
+
+
+# --- devices ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Device:
+    id: str
+    token: str
+    platform: str
+    created_at: datetime
+    updated_at: datetime
+    user_id: str | None = None
+    push_enabled: bool = True
+    marketing_enabled: bool = False
+    topics: tuple[str, ...] = ()
+    locale: str | None = None
+    timezone: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    invalid: bool = False
+    invalid_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertCounts:
+    created: int
+    updated: int
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyBinding:
+    """A client's ``Idempotency-Key``, bound to the campaign its first request created."""
+
+    key: str
+    fingerprint: str
+    campaign_id: str
+    created_at: datetime

@@ -1,0 +1,103 @@
+"""A pod's part in the cancel protocol: it hears the broadcast on its own queue, stops its local
+work at once, makes the cancel take effect (idempotently, so a cancel published by any AMQP tool
+does what the API call does), and, for senders and dispatchers, acknowledges once idle.
+
+The actor of a cancel published by an outside tool is its AMQP ``user_id`` property, which
+RabbitMQ checks against the publishing connection's user; without one, the message's own
+``requested_by``, recorded as unverified. The pod that makes such a cancel take effect writes it
+to the operator log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from faststream.rabbit.annotations import RabbitMessage
+
+from herald import names
+from herald.adapters import rabbit
+from herald.domain.access import Actor, amqp_actor
+from herald.domain.messages import CancelCampaign
+from herald.domain.status import CancelDecision, Status
+from herald.observability import CANCEL_UNMATCHED
+from herald.runtime.tasks import Background
+from herald.runtime.tracking import WorkTracker
+from herald.service_layer.access import OperatorLog
+from herald.service_layer.cancel_watch import CancelWatch
+from herald.service_layer.cancellation import CampaignNotFound, Cancellation, CannotCancel
+
+log = logging.getLogger(__name__)
+
+
+class CancelListener:
+    def __init__(self, watch: CancelWatch, cancellation: Cancellation, tracker: WorkTracker,
+                 background: Background, operator_log: OperatorLog, *, pod_id: str,
+                 acknowledges: bool, grace_s: float) -> None:
+        self._watch = watch
+        self._operator_log = operator_log
+        self._cancellation = cancellation
+        self._tracker = tracker
+        self._background = background
+        self._pod_id = pod_id
+        self._acknowledges = acknowledges
+        self._grace_s = grace_s
+        watch.on_learned(self._learned)
+
+    async def on_message(self, message: RabbitMessage) -> None:
+        user_id = message.raw_message.user_id
+
+        async def apply(command: CancelCampaign) -> None:
+            await self.apply(command, amqp_actor(user_id, command.requested_by))
+
+        await rabbit.execute(message, CancelCampaign, apply)
+
+    async def apply(self, command: CancelCampaign, actor: Actor) -> None:
+        """Stop here at once, make the cancel take effect (idempotent), then acknowledge it."""
+        acknowledge = self._watch.mark(command.campaign_id) and self._acknowledges
+        try:
+            outcome = await self._cancellation.request(
+                command.campaign_id, command.reason, actor, broadcast=False)
+        except (CampaignNotFound, CannotCancel) as exc:
+            CANCEL_UNMATCHED.inc()
+            log.warning("cancel message for %s matches no cancellable campaign: %s",
+                        command.campaign_id, exc)
+            return
+        if outcome.decision is not CancelDecision.ALREADY:  # this pod made it take effect
+            await self._log(command, actor, outcome.status)
+        if outcome.status is not Status.CANCELLING:
+            return
+        if acknowledge:  # in the background: the next cancel message must not wait for this one
+            self._acknowledge_soon(command.campaign_id)
+        else:  # nothing to stop here; finish the cancel at once if no pod has to confirm
+            await self._cancellation.try_finalize(command.campaign_id)
+
+    async def _log(self, command: CancelCampaign, actor: Actor, status: Status) -> None:
+        """The operator log's entry, with the code the API answers for the same cancel (200
+        cancelled at once, 202 cancelling)."""
+        await self._operator_log.record(
+            actor=actor, action="campaign.cancel",
+            status_code=200 if status is Status.CANCELLED else 202, target_kind="campaign",
+            target_id=command.campaign_id, campaign_id=command.campaign_id,
+            detail=f"via {names.CANCEL_EXCHANGE}: {command.reason or 'no reason given'}")
+
+    def _learned(self, campaign_id: str) -> None:
+        """A cancel found outside the broadcast: acknowledge it once idle."""
+        if self._acknowledges:
+            self._acknowledge_soon(campaign_id)
+
+    def _acknowledge_soon(self, campaign_id: str) -> None:
+        self._background.spawn(self._acknowledge_when_idle(campaign_id), f"ack-{campaign_id}")
+
+    async def _acknowledge_when_idle(self, campaign_id: str) -> None:
+        started = time.monotonic()
+        if not await self._tracker.wait_idle(campaign_id, self._grace_s):
+            # Still sending after the grace: acknowledging now would let the campaign be
+            # counted before this pod's last batch is recorded. Its heartbeat speaks for it.
+            log.warning("cancel of %s: still busy after %.0fs; not acknowledging", campaign_id,
+                        self._grace_s)
+            return
+        idle = time.monotonic()
+        await self._cancellation.acknowledge(campaign_id, self._pod_id)
+        log.info("cancel of %s: idle after %.0f ms, acknowledged after %.0f ms", campaign_id,
+                 1000 * (idle - started), 1000 * (time.monotonic() - started))

@@ -1,0 +1,150 @@
+"""The life of a Herald process: compose, start, serve until a signal, stop gracefully.
+
+``run_worker`` is the entrypoint of the dispatcher, sender and scheduler; ``running_pod`` is the
+same life without signals or a health server, for the api's lifespan and for tests that run a
+pod in their own process. A service's composition root is a function from ``PodParts`` to its
+``Worker``: it builds its handlers from the parts they use and registers their consumers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import uvloop
+
+from herald.adapters import rabbit
+from herald.observability import setup_logging
+from herald.runtime.cancel_listener import CancelListener
+from herald.runtime.health import serve_health_and_metrics
+from herald.runtime.heartbeat import Heartbeat
+from herald.runtime.identity import PodIdentity
+from herald.runtime.resources import Resources
+from herald.runtime.tasks import Background
+from herald.runtime.tracking import WorkTracker
+from herald.service_layer.access import OperatorLog
+from herald.service_layer.cancel_watch import CancelWatch
+from herald.service_layer.cancellation import Cancellation
+from herald.settings import Settings, load_settings
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    """A service's own part of a pod.
+
+    It is built inside the running event loop, before the pod consumes anything; ``start`` runs
+    once the pod is connected and consuming; ``stop`` when a signal arrives, before the pod drains
+    its in-flight messages; ``close`` after the pod has stopped.
+    """
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class PodParts:
+    """What a composition root builds its handlers from. Handlers get single parts (a store, the
+    bus, ``watch.is_cancelled``...), never this whole."""
+
+    settings: Settings
+    identity: PodIdentity
+    resources: Resources
+    background: Background
+    tracker: WorkTracker
+    watch: CancelWatch
+    cancellation: Cancellation
+    heartbeat: Heartbeat
+
+
+Compose = Callable[[PodParts], Worker]
+
+
+def build_parts(service: str, settings: Settings, *, acknowledges_cancels: bool) -> PodParts:
+    """The pod's connections and its part in the cancel protocol, its cancel queue registered."""
+    identity = PodIdentity.new(service)
+    resources = Resources.build(service, settings)
+    background, tracker = Background(), WorkTracker()
+    watch = CancelWatch(resources.flags)
+    cancellation = Cancellation(resources.stores, resources.flags, resources.registry,
+                                resources.bus, identity.id)
+    listener = CancelListener(watch, cancellation, tracker, background,
+                              OperatorLog(resources.stores.operator_log), pod_id=identity.id,
+                              acknowledges=acknowledges_cancels, grace_s=settings.grace_period_s)
+    rabbit.consume(resources.broker, rabbit.pod_cancel_queue(identity.id), listener.on_message,
+                   exchange=rabbit.CANCEL_EXCHANGE, prefetch=rabbit.CANCEL_PREFETCH)
+    heartbeat = Heartbeat(resources.registry, identity, tracker, settings.heartbeat_interval_s)
+    return PodParts(settings, identity, resources, background, tracker, watch, cancellation,
+                    heartbeat)
+
+
+async def start(parts: PodParts) -> None:
+    """Connect, consume, then announce the pod."""
+    await parts.resources.startup()
+    await parts.heartbeat.beat()
+    parts.background.spawn(parts.heartbeat.run(), "heartbeat")
+
+
+async def stop(parts: PodParts) -> None:
+    """Stop consuming (waiting for in-flight handlers), vanish from the registry, close."""
+    await parts.resources.stop_consuming()
+    await parts.background.cancel_all()
+    await parts.heartbeat.vanish()
+    await parts.resources.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def running_pod(service: str, settings: Settings, *, acknowledges_cancels: bool,
+                      compose: Compose | None = None) -> AsyncIterator[tuple[PodParts, Worker]]:
+    """A pod in this process, started, and stopped gracefully on the way out."""
+    parts = build_parts(service, settings, acknowledges_cancels=acknowledges_cancels)
+    worker = compose(parts) if compose is not None else Worker()
+    await start(parts)
+    await worker.start()
+    try:
+        yield parts, worker
+    finally:
+        await worker.stop()
+        await stop(parts)
+        await worker.close()
+
+
+def run_worker(service: str, default_metrics_port: int, *, acknowledges_cancels: bool,
+               compose: Compose) -> None:
+    """Entrypoint of the dispatcher, sender and scheduler processes."""
+    settings = load_settings()
+    setup_logging(service, settings.log_level)
+    uvloop.run(_run(service, settings, default_metrics_port, acknowledges_cancels, compose))
+
+
+async def _run(service: str, settings: Settings, default_metrics_port: int,
+               acknowledges_cancels: bool, compose: Compose) -> None:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    parts = build_parts(service, settings, acknowledges_cancels=acknowledges_cancels)
+    worker = compose(parts)
+    port = settings.metrics_port if settings.metrics_port is not None else default_metrics_port
+    runner, parts.heartbeat.metrics_port = await serve_health_and_metrics(parts.identity.id, port)
+    await start(parts)
+    await worker.start()
+    log.info("%s ready: pod %s, metrics on :%s", service, parts.identity.id,
+             parts.heartbeat.metrics_port)
+    await stopping.wait()
+    log.info("%s stopping (grace %.0fs)", service, settings.grace_period_s)
+    await worker.stop()
+    await stop(parts)
+    await worker.close()
+    await runner.cleanup()
+    log.info("%s stopped", service)

@@ -1,0 +1,102 @@
+"""How a chunk's story ends, whoever ends it (a sender, or the dead-letter handler): tally what
+was recorded before, record each batch's outcomes, close the chunk once, and count it towards
+its campaign (which may complete the campaign).
+
+Outcomes are recorded before the chunk message is acknowledged, so a sender that dies loses
+nothing: RabbitMQ redelivers the chunk, and the next one resumes from the records.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from herald.clock import utcnow
+from herald.domain.documents import CHUNK_CLOSED_FOR_GOOD, ChunkStatus, Outcome, Recorded
+from herald.domain.fcm_errors import token_is_dead
+from herald.observability import CHUNKS, MESSAGES
+from herald.service_layer.completion import chunk_finished
+from herald.service_layer.ports import Stores
+
+PositionOutcome = tuple[int, str | None]
+"""A recipient's position in its chunk, and FCM's error for it (None: sent)."""
+
+
+@dataclass
+class Tally:
+    """A chunk's outcomes so far: what earlier deliveries recorded plus what this one did."""
+
+    sent: int = 0
+    failed: int = 0
+    recorded_now: int = 0
+    """Outcomes this delivery recorded (the rest came from earlier deliveries)."""
+    stopped: bool = False
+    """A cancel cut the chunk short: recipients without an outcome stay unsent."""
+
+    @classmethod
+    def of(cls, recorded: Recorded) -> Tally:
+        failed = sum(error is not None for error in recorded.values())
+        return cls(sent=len(recorded) - failed, failed=failed)
+
+    def add(self, outcomes: Sequence[PositionOutcome]) -> None:
+        failed = sum(error is not None for _, error in outcomes)
+        self.sent += len(outcomes) - failed
+        self.failed += failed
+        self.recorded_now += len(outcomes)
+
+    @property
+    def status(self) -> ChunkStatus:
+        """How the chunk closes: cut short by a cancel, or done."""
+        return ChunkStatus.CANCELLED if self.stopped else ChunkStatus.DONE
+
+
+class ChunkLifecycle:
+    def __init__(self, stores: Stores, pod_id: str,
+                 clock: Callable[[], datetime] = utcnow) -> None:
+        self._stores = stores
+        self._pod_id = pod_id
+        self._clock = clock
+
+    async def recorded(self, campaign_id: str, seq: int) -> Recorded:
+        """What earlier deliveries of the chunk recorded (they crashed, were cut off, or
+        handed the rest on)."""
+        return await self._stores.deliveries.recorded(campaign_id, seq)
+
+    async def record(self, campaign_id: str, seq: int, outcomes: Sequence[PositionOutcome],
+                     tally: Tally, dead_tokens: Sequence[tuple[str, str]] = ()) -> None:
+        """Write a batch's outcomes, then retire the tokens FCM said are dead
+        (``(token, error)`` pairs)."""
+        if not outcomes:
+            return
+        now = self._clock()
+        await self._stores.deliveries.record(campaign_id, seq, self._pod_id, outcomes, now)
+        tally.add(outcomes)
+        for error in sorted({error for _, error in dead_tokens}):
+            tokens = [token for token, dead in dead_tokens if dead == error]
+            await self._stores.devices.mark_invalid(tokens, error, now)
+        count_outcomes(error for _, error in outcomes)
+
+    async def close(self, campaign_id: str, seq: int, status: ChunkStatus, tally: Tally) -> bool:
+        """Close the chunk this pod holds and count it; False if it was closed already."""
+        closed = await self._stores.chunks.finish(campaign_id, seq, status, tally.sent,
+                                                  tally.failed, self._clock(), owner=self._pod_id)
+        if closed:
+            CHUNKS.labels(status.value).inc()
+            await chunk_finished(self._stores, campaign_id, tally.sent, tally.failed,
+                                 done=status in CHUNK_CLOSED_FOR_GOOD)
+        return closed
+
+
+def dead_tokens_of(outcomes: Iterable[tuple[str, str | None]]) -> list[tuple[str, str]]:
+    """``(token, error)`` of the outcomes whose error means the token is dead."""
+    return [(token, error) for token, error in outcomes if error is not None
+            and token_is_dead(error)]
+
+
+def count_outcomes(errors: Iterable[str | None]) -> None:
+    """Add recorded outcomes to ``herald_messages_total{outcome, error}``."""
+    for error, n in Counter(errors).items():
+        outcome = Outcome.SENT if error is None else Outcome.FAILED
+        MESSAGES.labels(outcome.value, error or "").inc(n)

@@ -1,0 +1,62 @@
+"""What the API reads: one campaign or schedule, a page of them, a campaign's audit."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from herald.domain.documents import Campaign, Outcome, Schedule
+from herald.domain.status import Status
+from herald.service_layer.cancellation import CampaignNotFound
+from herald.service_layer.ports import Stores
+from herald.service_layer.recipients import RecipientLine, audit
+
+Item = TypeVar("Item", Campaign, Schedule)
+
+
+class ScheduleNotFound(LookupError):
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(f"no schedule {schedule_id}")
+
+
+@dataclass(frozen=True)
+class Page(Generic[Item]):
+    items: list[Item]
+    next_cursor: str | None
+    """Id of the last item, when more follow it."""
+
+
+def _page(found: list[Item], limit: int) -> Page[Item]:
+    items = found[:limit]
+    return Page(items, items[-1].id if len(found) > limit else None)
+
+
+async def campaign(stores: Stores, campaign_id: str) -> Campaign:
+    found = await stores.campaigns.get(campaign_id)
+    if found is None:
+        raise CampaignNotFound(campaign_id)
+    return found
+
+
+async def campaigns(stores: Stores, statuses: list[Status] | None, cursor: str | None,
+                    limit: int) -> Page[Campaign]:
+    """Newest first, ``limit`` campaigns older than the campaign ``cursor``."""
+    return _page(await stores.campaigns.page(statuses, cursor, limit + 1), limit)
+
+
+async def recipients(stores: Stores, campaign_id: str,
+                     outcome: Outcome) -> AsyncIterator[RecipientLine]:
+    """The audit of one outcome: found first (a 404 before the stream starts), then streamed."""
+    return audit(stores, await campaign(stores, campaign_id), outcome)
+
+
+async def schedule(stores: Stores, schedule_id: str) -> Schedule:
+    found = await stores.schedules.get(schedule_id)
+    if found is None:
+        raise ScheduleNotFound(schedule_id)
+    return found
+
+
+async def schedules(stores: Stores, cursor: str | None, limit: int) -> Page[Schedule]:
+    return _page(await stores.schedules.page(cursor, limit + 1), limit)

@@ -1,0 +1,164 @@
+"""Records for tests, built the way Herald builds them, with only what a test cares about named.
+
+Shared by every tier (unit tests with fakes, integration tests on the real stores), so no test
+module imports factories from another test module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from herald.clock import utcnow
+from herald.domain.access import Actor, ActorKind
+from herald.domain.api import CampaignTemplate, DeviceIn, ScheduleCreate
+from herald.domain.audience import Audience
+from herald.domain.documents import (
+    Campaign,
+    CancelRecord,
+    Content,
+    Counts,
+    Dispatch,
+    Progress,
+    Schedule,
+)
+from herald.domain.messages import Recipient, SendChunk
+from herald.domain.pods import PodBeat
+from herald.domain.status import Status
+from herald.service_layer.campaigns import new_campaign
+from herald.service_layer.ports import Bus, Stores
+from herald.service_layer.recipients import final_counts
+from herald.service_layer.scheduling import new_schedule
+
+ACTOR = Actor(id="6b0000000000000000000001", name="test-operator", kind=ActorKind.API_KEY)
+"""Who made the changes a test makes (an operator's key)."""
+
+
+def actor(name: str) -> Actor:
+    """A key named ``name`` (its id is its name), as the actor of a change."""
+    return Actor(id=name, name=name, kind=ActorKind.API_KEY)
+
+
+def campaign(due_in_s: float = 0.0, *, status: Status | None = None, chunk_size: int = 500,
+             **changes: Any) -> Campaign:
+    """A campaign to every push-enabled device, due ``due_in_s`` from now."""
+    now = utcnow()
+    fresh = new_campaign(
+        content=Content(title="t", body="b"), name="c", audience=Audience(), follow_up=None,
+        chunk_size=chunk_size, rate_per_s=None, due_at=now + timedelta(seconds=due_in_s), now=now,
+        source="test")
+    if status is not None:
+        changes["status"] = status
+    return replace(fresh, **changes)
+
+
+async def insert(stores: Stores, due_in_s: float = 0.0, **changes: Any) -> str:
+    """Store a ``campaign(...)``; its id."""
+    record = campaign(due_in_s, **changes)
+    await stores.campaigns.insert(record)
+    return record.id
+
+
+def cancelling(expected_pods: Iterable[str] = (), **record: Any) -> dict[str, Any]:
+    """Changes that make a ``campaign(...)`` one whose cancel is under way."""
+    return {"status": Status.CANCELLING,
+            "cancel": CancelRecord(requested_at=utcnow(), expected_pods=tuple(expected_pods),
+                                   **record)}
+
+
+def paged(chunks: int, targeted: int, *, owner: str = "dispatcher", done: bool = True
+          ) -> dict[str, Any]:
+    """Changes that make a ``campaign(...)`` one a dispatcher paged into ``chunks`` chunks."""
+    return {"status": Status.IN_PROGRESS,
+            "dispatch": Dispatch(owner=owner, next_seq=chunks, done=done),
+            "progress": Progress(chunks_published=chunks),
+            "counts": Counts(targeted=targeted)}
+
+
+async def sending_campaign(stores: Stores, chunks: list[list[str]],
+                           status: Status = Status.IN_PROGRESS,
+                           replace_key: str | None = None) -> Campaign:
+    """A campaign as a dispatcher leaves it: paged, its chunks written (not published)."""
+    record = campaign(**{**paged(len(chunks), sum(map(len, chunks))), "status": status},
+                      replace_key=replace_key)
+    await stores.campaigns.insert(record)
+    for seq, tokens in enumerate(chunks):
+        await stores.chunks.create(record.id, seq, recipients_of(tokens), None, utcnow())
+    return record
+
+
+async def publish_chunks(bus: Bus, campaign: Campaign, chunks: list[list[str]]) -> None:
+    """Publish the messages of ``sending_campaign``'s chunks, as its dispatcher would."""
+    for seq, tokens in enumerate(chunks):
+        await bus.send_chunk(SendChunk(campaign_id=campaign.id, seq=seq,
+                                       recipients=recipients_of(tokens)))
+
+
+def recipients_of(tokens: Iterable[str]) -> list[Recipient]:
+    return [Recipient(token=token) for token in tokens]
+
+
+def recipients(first: int, end: int) -> list[Recipient]:
+    """Recipients ``tok-<first>`` to ``tok-<end - 1>``, each with a user id."""
+    return [Recipient(token=f"tok-{i:05d}", user_id=f"u{i}") for i in range(first, end)]
+
+
+def device(i: int, **fields: Any) -> DeviceIn:
+    """Device number ``i`` (token ``tok-<i>``), on Android unless ``fields`` say otherwise.
+
+    Its ``timezone`` is not validated, so a test can store one the API would refuse today (as a
+    device registered under an older zone database could hold)."""
+    timezone = fields.pop("timezone", None)
+    base: dict[str, Any] = {"token": f"tok-{i:05d}", "user_id": f"u{i}", "platform": "android"}
+    return DeviceIn.model_validate({**base, **fields}).model_copy(update={"timezone": timezone})
+
+
+CAMPAIGN_BODY = {"title": "Live now", "body": "Tap to watch",
+                 "data": {"landingUrl": "https://x.test"}}
+"""A valid ``POST /v1/campaigns`` body."""
+
+
+async def paged_campaign(stores: Stores) -> str:
+    """Three chunks of 10 (tokens ``tok-00000``..): the first fully recorded (one token twice),
+    the second partly (``tok-00011`` failed UNREGISTERED), the third not at all."""
+    record = campaign(**paged(3, 30, owner="d"))  # as checkpointed
+    await stores.campaigns.insert(record)
+    now = utcnow()
+    for seq in range(3):
+        await stores.chunks.create(record.id, seq, recipients(10 * seq, 10 * seq + 10),
+                                   cursor=None, now=now)
+    await stores.deliveries.record(record.id, 0, "s1", [(p, None) for p in range(6)], now)
+    await stores.deliveries.record(record.id, 0, "s2", [(p, None) for p in range(5, 10)], now)
+    await stores.deliveries.record(record.id, 1, "s1",
+                                   [(0, None), (1, "UNREGISTERED"), (2, None)], now)
+    return record.id
+
+
+async def cancelled_paged_campaign(stores: Stores) -> Campaign:
+    """``paged_campaign`` stopped by a cancel (12 sent, 1 failed, 17 unsent of 30), with the
+    exact counts a cancel finishes with."""
+    campaign_id = await paged_campaign(stores)
+    now = utcnow()
+    await stores.campaigns.begin_cancel(campaign_id, CancelRecord(requested_at=now))
+    paged = await stores.campaigns.get(campaign_id)
+    assert paged is not None
+    cancelled = await stores.campaigns.confirm_cancel(
+        campaign_id, (await final_counts(stores, paged)).counts, now)
+    assert cancelled is not None
+    return cancelled
+
+
+def schedule(*, cron: str = "0 9 * * *", timezone: str = "UTC",
+             misfire_grace_s: int | None = None, **changes: Any) -> Schedule:
+    """An active schedule of a small campaign template, next due at its next occurrence."""
+    request = ScheduleCreate(name="s", template=CampaignTemplate(title="t", body="b"), cron=cron,
+                             timezone=timezone, misfire_grace_s=misfire_grace_s)
+    return replace(new_schedule(request, utcnow()), **changes)
+
+
+def pod_beat(pod_id: str, service: str = "sender", campaigns: Iterable[str] = ()) -> PodBeat:
+    """A heartbeat of pod ``pod_id`` working on ``campaigns``."""
+    return PodBeat(id=pod_id, service=service, host="test", pid=1, version="test",
+                   started_at=0.0, campaigns=list(campaigns))

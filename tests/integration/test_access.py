@@ -1,0 +1,274 @@
+"""Access control on the in-process api (real MongoDB wire server, RabbitMQ and Redis behind it):
+keys and roles, refusals that change nothing, the actor of every change, the operator log."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic import SecretStr
+
+from herald import names
+from herald.adapters.mongo import Database
+from herald.clock import utcnow
+from herald.domain.access import Role
+from herald.domain.status import Status, Transition
+from herald.service_layer.access import ensure_bootstrap_key
+from herald.settings import Settings
+from services.api.app import create_app
+from services.api.auth import api_routes, declared_scope
+from tests.factories import CAMPAIGN_BODY, campaign, paged_campaign
+from tests.integration.conftest import client_of
+from tests.support import error_code, eventually
+
+OPEN = {"/healthz", "/readyz", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc",
+        "/openapi.json"}
+
+
+async def mint(api: httpx.AsyncClient, role: Role | str, name: str | None = None,
+               **fields: Any) -> str:
+    response = await api.post("/v1/api-keys",
+                              json={"name": name or f"test-{role}", "role": str(role), **fields})
+    assert response.status_code == 201, response.text
+    return str(response.json()["secret"])
+
+
+def test_every_v1_route_declares_who_may_call_it(api_app: FastAPI) -> None:
+    routes = list(api_routes(api_app.router.routes))
+    undeclared = [f"{sorted(r.methods)} {r.path}" for r in routes
+                  if r.path.startswith("/v1") and declared_scope(r) is None]
+    assert undeclared == []
+    assert {r.path for r in routes if not r.path.startswith("/v1")} <= OPEN
+    assert {r.path for r in api_app.routes if hasattr(r, "path")} <= OPEN  # FastAPI's own
+    assert len([r for r in routes if r.path.startswith("/v1")]) >= 20
+
+
+async def test_the_openapi_document_declares_the_bearer_scheme_and_each_scope(
+        api: httpx.AsyncClient) -> None:
+    document = (await api.get("/openapi.json")).json()
+    assert document["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
+    cancel = document["paths"]["/v1/campaigns/{campaign_id}/cancel"]["post"]
+    assert cancel["x-herald-scope"] == "campaigns:cancel"
+    assert cancel["security"] == [{"ApiKey": []}]
+    assert "security" not in document["paths"]["/healthz"]["get"]
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer", "Bearer hrld_nope_nope",
+                                           "Basic dXNlcjpwYXNz"])
+async def test_a_call_without_a_valid_key_is_refused_with_401(
+        api_app: FastAPI, db: Database, authorization: str | None) -> None:
+    headers = {"Authorization": authorization} if authorization else {}
+    async with client_of(api_app, None) as anonymous:
+        created = await anonymous.post("/v1/campaigns", json=CAMPAIGN_BODY, headers=headers)
+        listed = await anonymous.get("/v1/campaigns", headers=headers)
+        health = await anonymous.get("/healthz")
+    for response in (created, listed):
+        assert (response.status_code, error_code(response)) == (401, "unauthenticated")
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert health.status_code == 200
+    assert await db[names.CAMPAIGNS].count_documents({}) == 0
+
+
+async def test_revoked_and_expired_keys_are_refused(api: httpx.AsyncClient,
+                                                    api_app: FastAPI) -> None:
+    revoked = await mint(api, Role.VIEWER, "soon revoked")
+    expired = await mint(api, Role.VIEWER, "short lived",
+                         expires_at=(utcnow() - timedelta(seconds=1)).isoformat())
+    key_id = revoked.split("_")[1]
+    async with client_of(api_app, revoked) as before:
+        assert (await before.get("/v1/campaigns")).status_code == 200
+    assert (await api.delete(f"/v1/api-keys/{key_id}")).status_code == 200
+    for token in (revoked, expired):
+        async with client_of(api_app, token) as client:
+
+            async def refused(client: httpx.AsyncClient = client) -> bool:
+                return (await client.get("/v1/campaigns")).status_code == 401
+
+            assert await eventually(refused, timeout_s=2, what="the key to be refused")
+
+
+# --- the role matrix -------------------------------------------------------------------------------
+Call = Callable[[httpx.AsyncClient, dict[str, str]], Awaitable[httpx.Response]]
+"""A call of one endpoint group, given the ids of objects made for it."""
+
+GROUPS: dict[str, tuple[Call, set[Role]]] = {
+    "read campaigns": (lambda c, ids: c.get(f"/v1/campaigns/{ids['running']}"),
+                       {Role.VIEWER, Role.RESPONDER, Role.OPERATOR, Role.ADMIN}),
+    "read the audit": (lambda c, ids: c.get(f"/v1/campaigns/{ids['finished']}/recipients",
+                                            params={"outcome": "sent"}),
+                       {Role.VIEWER, Role.RESPONDER, Role.OPERATOR, Role.ADMIN}),
+    "read schedules": (lambda c, ids: c.get("/v1/schedules"),
+                       {Role.VIEWER, Role.RESPONDER, Role.OPERATOR, Role.ADMIN}),
+    "read pods": (lambda c, ids: c.get("/v1/pods"),
+                  {Role.VIEWER, Role.RESPONDER, Role.OPERATOR, Role.ADMIN}),
+    "read the operator log": (lambda c, ids: c.get("/v1/operator-log"),
+                              {Role.VIEWER, Role.RESPONDER, Role.OPERATOR, Role.ADMIN}),
+    "cancel": (lambda c, ids: c.post(f"/v1/campaigns/{ids['running']}/cancel"),
+               {Role.RESPONDER, Role.OPERATOR, Role.ADMIN}),
+    "send": (lambda c, ids: c.post("/v1/campaigns", json=CAMPAIGN_BODY),
+             {Role.OPERATOR, Role.ADMIN}),
+    "retarget": (lambda c, ids: c.post(f"/v1/campaigns/{ids['finished']}/retarget"),
+                 {Role.OPERATOR, Role.ADMIN}),
+    "schedule": (lambda c, ids: c.post("/v1/schedules", json={
+        "template": CAMPAIGN_BODY, "cron": "0 9 * * MON", "timezone": "Asia/Seoul"}),
+                 {Role.OPERATOR, Role.ADMIN}),
+    "register devices": (lambda c, ids: c.post("/v1/devices", json={
+        "token": f"tok-{ids['token']}", "platform": "ios"}), {Role.INGEST, Role.ADMIN}),
+    "manage keys": (lambda c, ids: c.get("/v1/api-keys"), {Role.ADMIN}),
+}
+
+COLLECTIONS = (names.CAMPAIGNS, names.SCHEDULES, names.DEVICES, names.API_KEYS)
+
+
+async def _objects(api: httpx.AsyncClient, api_app: FastAPI, role: Role) -> dict[str, str]:
+    stores = api_app.state.services.stores
+    running = campaign(status=Status.IN_PROGRESS)
+    await stores.campaigns.insert(running)
+    finished = await paged_campaign(stores)
+    await stores.campaigns.transition(finished, Transition.FAIL, utcnow())
+    return {"running": running.id, "finished": finished, "token": role.value}
+
+
+async def _counts(db: Database) -> dict[str, int]:
+    return {name: await db[name].count_documents({}) for name in COLLECTIONS}
+
+
+@pytest.mark.parametrize("role", list(Role))
+async def test_each_role_may_do_what_its_scopes_allow_and_nothing_else(
+        api: httpx.AsyncClient, api_app: FastAPI, db: Database, role: Role) -> None:
+    token = await mint(api, role)
+    ids = await _objects(api, api_app, role)
+    async with client_of(api_app, token) as client:
+        for group, (call, allowed) in GROUPS.items():
+            before = await _counts(db)
+            response = await call(client, ids)
+            if role in allowed:
+                assert 200 <= response.status_code < 300, (group, response.text)
+            else:
+                assert (response.status_code, error_code(response)) == (403, "forbidden"), group
+                assert await _counts(db) == before, f"a refused {group} changed something"
+    running = await api_app.state.services.stores.campaigns.get(ids["running"])
+    cancelled = running.status is not Status.IN_PROGRESS
+    assert cancelled == (role in GROUPS["cancel"][1])
+
+
+async def test_a_403_names_the_missing_scope_and_is_logged(api: httpx.AsyncClient,
+                                                           api_app: FastAPI) -> None:
+    viewer = await mint(api, Role.VIEWER, "night shift")
+    async with client_of(api_app, viewer) as client:
+        refused = await client.post("/v1/campaigns", json=CAMPAIGN_BODY)
+    assert refused.status_code == 403
+    assert "campaigns:send" in refused.json()["error"]["message"]
+    log = (await api.get("/v1/operator-log")).json()["items"]
+    assert [(e["action"], e["outcome"], e["status_code"], e["actor"]["name"]) for e in log
+            if e["action"] == "campaign.create"] == [
+        ("campaign.create", "refused", 403, "night shift")]
+
+
+# --- actors and the operator log -------------------------------------------------------------------
+async def test_every_change_records_the_key_that_made_it_not_what_the_caller_claims(
+        api: httpx.AsyncClient, api_app: FastAPI) -> None:
+    operator = await mint(api, Role.OPERATOR, "marketing")
+    responder = await mint(api, Role.RESPONDER, "on-call")
+    async with client_of(api_app, operator) as marketing, client_of(api_app, responder) as lead:
+        created = (await marketing.post("/v1/campaigns", json={
+            **CAMPAIGN_BODY, "audience": {"user_ids": ["nobody"]}},
+            headers={"X-Requested-By": "the CEO"})).json()["id"]
+        cancelled = (await lead.post(f"/v1/campaigns/{created}/cancel",
+                                     json={"reason": "wrong link"},
+                                     headers={"X-Requested-By": "alice"})).json()
+        retargeted = (await marketing.post(f"/v1/campaigns/{created}/retarget")).status_code
+    view = (await api.get(f"/v1/campaigns/{created}")).json()
+    assert view["created_by"]["name"] == "marketing"
+    assert cancelled["cancel"]["requested_by"]["name"] == "on-call"
+    assert cancelled["cancel"]["on_behalf_of"] == "alice"
+    assert retargeted == 409  # nothing was sent: no one to follow up
+    log = (await api.get("/v1/operator-log", params={"campaign_id": created})).json()["items"]
+    assert [(e["action"], e["actor"]["name"], e["outcome"]) for e in reversed(log)] == [
+        ("campaign.create", "marketing", "done"), ("campaign.cancel", "on-call", "done"),
+        ("campaign.retarget", "marketing", "rejected")]
+    assert log[-1]["on_behalf_of"] == "the CEO" and log[-1]["address"]
+    by_lead = (await api.get("/v1/operator-log",
+                             params={"actor": cancelled["cancel"]["requested_by"]["id"]})).json()
+    assert [e["action"] for e in by_lead["items"]] == ["campaign.cancel"]
+
+
+async def test_no_secret_is_stored_anywhere(api: httpx.AsyncClient, db: Database,
+                                            admin_key: str) -> None:
+    minted = [await mint(api, role) for role in Role]
+    await api.post("/v1/campaigns", json=CAMPAIGN_BODY)
+    stored = b""
+    for name in await db.list_collection_names():
+        async for document in db[name].find():
+            stored += repr(document).encode()
+    for token in [*minted, admin_key]:
+        assert token.encode() not in stored
+        assert token.split("_")[-1].encode() not in stored
+
+
+async def test_keys_are_listed_without_secrets(api: httpx.AsyncClient) -> None:
+    secret = await mint(api, Role.INGEST, "app backend")
+    listed = (await api.get("/v1/api-keys")).json()["items"]
+    assert secret not in str(listed)
+    backend = next(key for key in listed if key["name"] == "app backend")
+    assert backend["role"] == "ingest" and secret.startswith(backend["prefix"] + "_")
+    assert backend["created_by"]["name"] == "bootstrap" and backend["revoked_at"] is None
+
+
+async def test_an_idempotency_key_is_scoped_to_the_api_key_that_used_it(
+        api: httpx.AsyncClient, api_app: FastAPI) -> None:
+    other = await mint(api, Role.OPERATOR)
+    headers = {"Idempotency-Key": "launch-2026"}
+    first = await api.post("/v1/campaigns", json=CAMPAIGN_BODY, headers=headers)
+    replayed = await api.post("/v1/campaigns", json=CAMPAIGN_BODY, headers=headers)
+    async with client_of(api_app, other) as client:
+        theirs = await client.post("/v1/campaigns", json=CAMPAIGN_BODY, headers=headers)
+    assert replayed.json()["id"] == first.json()["id"]
+    assert theirs.status_code == 202 and theirs.json()["id"] != first.json()["id"]
+
+
+async def test_the_bootstrap_key_is_made_once_whatever_the_number_of_replicas(
+        api_app: FastAPI, db: Database, admin_key: str) -> None:
+    keys = api_app.state.services.stores.api_keys
+    await ensure_bootstrap_key(keys, admin_key)  # a second replica starting
+    assert await db[names.API_KEYS].count_documents({"name": "bootstrap"}) == 1
+
+
+# --- abuse limits ----------------------------------------------------------------------------------
+async def test_a_body_over_the_limit_is_refused_with_413(api: httpx.AsyncClient,
+                                                         db: Database) -> None:
+    huge = {"devices": [{"token": f"t{i}-" + "x" * 4000, "platform": "ios"}
+                        for i in range(5000)]}  # about 20 MB
+    response = await api.post("/v1/devices/bulk", json=huge)
+    assert (response.status_code, error_code(response)) == (413, "request_too_large")
+    assert await db[names.DEVICES].count_documents({}) == 0
+
+
+@pytest.fixture
+async def strict_app(broker_settings: Settings, db: Database, redis: Any,
+                     admin_key: str) -> AsyncIterator[FastAPI]:
+    """An api whose keys may make 2 mutating requests, then 1 a second."""
+    app = create_app(broker_settings.model_copy(update={
+        "bootstrap_api_key": SecretStr(admin_key), "api_rate_per_s": 1.0, "api_burst": 2}))
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+async def test_a_key_over_its_rate_gets_429_with_retry_after_but_may_still_cancel(
+        strict_app: FastAPI, admin_key: str) -> None:
+    stores = strict_app.state.services.stores
+    running = campaign(status=Status.IN_PROGRESS)
+    await stores.campaigns.insert(running)
+    async with client_of(strict_app, admin_key) as client:
+        answers = [await client.post("/v1/devices", json={"token": f"t{i}", "platform": "ios"})
+                   for i in range(3)]
+        reads = await client.get("/v1/campaigns")
+        cancel = await client.post(f"/v1/campaigns/{running.id}/cancel")
+    assert [a.status_code for a in answers[:2]] == [201, 201]
+    assert (answers[2].status_code, error_code(answers[2])) == (429, "rate_limited")
+    assert int(answers[2].headers["Retry-After"]) >= 1
+    assert reads.status_code == 200 and cancel.status_code in (200, 202)

@@ -1,0 +1,1051 @@
+"""In-memory fakes of every port of the service layer (cosmicpython's fake repositories).
+
+Each fake does what its MongoDB, RabbitMQ or Redis adapter does, write for write: a conditional
+update applies only when its conditions hold (the status table of ``herald.domain.status``, the
+lease and checkpoint conditions), counters add, a chunk's first writer wins, a campaign already
+finished keeps its counts, an update that matched but changed nothing reports no change
+(MongoDB's ``modified_count``). ``tests/unit/store_contract.py`` holds the assertions that show it.
+
+Every call starts with one ``await asyncio.sleep(0)``, the fakes' round trip: concurrent callers
+interleave between calls as they would against a server, and each call is then atomic, as a
+``findOneAndUpdate`` is. Nothing here waits on time.
+
+Records are handed out as stored, not copied: they are frozen, and nothing in Herald changes
+the dicts inside them (a ``Content.data``, a schedule's ``template``); a test that did would
+change the "database" too. Two differences from MongoDB are deliberate: instants keep the
+microseconds they were given (take them from ``utcnow``, which MongoDB would store unchanged),
+and ``run_key`` is unique only among campaigns that have one, which is what the sparse index
+means to say.
+
+Devices are queried with the MongoDB filter ``herald.domain.audience.audience_query`` builds
+(and ``LocalTimeSource`` extends with ``$and``/``$or``/``$nin`` on the timezone), because that filter is
+what the port takes. ``FakeDevices`` therefore evaluates that query language, the subset those
+two produce, over device documents shaped as the adapter stores them, with MongoDB's rules
+(a field that is an array matches if an element does, a missing field equals ``None``,
+comparisons only within one type, ``True`` is not ``1``); any other operator raises
+``UnsupportedQuery`` rather than being guessed at. Evaluating the ``Audience`` model instead
+would test a second translation of the audience, not the one production runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import orjson
+import redis.exceptions
+from pymongo.errors import DuplicateKeyError, WriteError
+
+from herald.adapters.fcm import SENT, FcmClient, SendResult
+from herald.adapters.rate_limit import RateLimits, TokenBucket
+from herald.adapters.records import from_bson, to_bson
+from herald.clock import utcnow
+from herald.domain.access import Actor, ApiKey, LogEntry, Role
+from herald.domain.api import DeviceIn
+from herald.domain.documents import (
+    CHUNK_CLOSED_FOR_GOOD,
+    Campaign,
+    CancelRecord,
+    Chunk,
+    ChunkState,
+    ChunkStatus,
+    Counts,
+    Cursor,
+    Delivery,
+    Device,
+    Failure,
+    IdempotencyBinding,
+    Recorded,
+    Schedule,
+    ScheduleClaim,
+    ScheduleRun,
+    ScheduleState,
+    UpsertCounts,
+    new_id,
+)
+from herald.domain.fcm_errors import FcmError
+from herald.domain.messages import CancelCampaign, Recipient, SendChunk
+from herald.domain.pods import PodBeat
+from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
+from herald.domain.timing import Wave
+from herald.domain.types import OBJECT_ID_PATTERN
+from herald.service_layer.ports import Bus, CancelFlags, PodRegistry, Stores
+
+Record = TypeVar("Record")
+
+RECENT_RUNS = 20
+"""Runs a schedule keeps (``herald.adapters.schedules.RECENT_RUNS``)."""
+
+
+async def _round_trip() -> None:
+    """Where a real store would wait for the server: other tasks may run here."""
+    await asyncio.sleep(0)
+
+
+def _is_id(record_id: str | None) -> bool:
+    """Whether ``record_id`` could be an ``ObjectId`` (the adapters find nothing otherwise)."""
+    return record_id is not None and OBJECT_ID_PATTERN.match(record_id) is not None
+
+
+def _with_fields(record: Record, changes: Mapping[str, Any]) -> Record:
+    """``record`` after MongoDB's ``$set`` of ``changes`` (dotted paths reach into subdocuments)."""
+    document = to_bson(record, object_id_key=False)
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        target = document
+        for name in parents:
+            child = target.setdefault(name, {})
+            if not isinstance(child, dict):  # MongoDB refuses to set a field inside null
+                raise WriteError(f"cannot set {path!r}: {name!r} is {child!r}", 28)
+            target = child
+        target[leaf] = value
+    return from_bson(type(record), document)
+
+
+# --- the query language of audiences -------------------------------------------------------------
+class UnsupportedQuery(NotImplementedError):
+    """A filter uses MongoDB query language this fake does not evaluate."""
+
+
+_MISSING = object()
+
+
+def _bracket(value: object) -> str:
+    """MongoDB's comparison type: values of different types never compare equal or ordered."""
+    if value is None or value is _MISSING:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, datetime):
+        return "date"
+    return type(value).__name__
+
+
+def _value_at(document: Mapping[str, Any], path: str) -> object:
+    value: object = document
+    for name in path.split("."):
+        if not isinstance(value, Mapping) or name not in value:
+            return _MISSING
+        value = value[name]
+    return value
+
+
+def _candidates(value: object) -> list[object]:
+    """What a condition is tested against: the value, and each element of an array."""
+    if isinstance(value, list | tuple):
+        return [*value, list(value)]
+    return [value]
+
+
+def _equals(value: object, wanted: object) -> bool:
+    if wanted is None:
+        return any(_bracket(c) == "null" for c in _candidates(value))
+    return any(_bracket(c) == _bracket(wanted) and c == wanted for c in _candidates(value))
+
+
+def _ordered(value: object, operator: str, bound: object) -> bool:
+    def holds(candidate: Any) -> bool:
+        if _bracket(candidate) != _bracket(bound) or candidate is None:
+            return False
+        comparisons: dict[str, Callable[[Any, Any], bool]] = {
+            "$gt": lambda a, b: bool(a > b), "$gte": lambda a, b: bool(a >= b),
+            "$lt": lambda a, b: bool(a < b), "$lte": lambda a, b: bool(a <= b)}
+        return comparisons[operator](candidate, bound)
+
+    return value is not _MISSING and any(holds(c) for c in _candidates(value))
+
+
+def _operator_holds(value: object, operator: str, argument: Any) -> bool:
+    if operator == "$eq":
+        return _equals(value, argument)
+    if operator == "$ne":
+        return not _equals(value, argument)
+    if operator == "$in":
+        return any(_equals(value, wanted) for wanted in argument)
+    if operator == "$nin":
+        return not any(_equals(value, wanted) for wanted in argument)
+    if operator in ("$gt", "$gte", "$lt", "$lte"):
+        return _ordered(value, operator, argument)
+    raise UnsupportedQuery(operator)
+
+
+def _is_operators(condition: object) -> bool:
+    return (isinstance(condition, Mapping) and bool(condition)
+            and all(str(key).startswith("$") for key in condition))
+
+
+_OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte"})
+
+
+def check_query(query: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``query`` itself, if it uses only the subset described above; else ``UnsupportedQuery``
+    (also on an empty collection, where nothing would be evaluated)."""
+    for key, condition in query.items():
+        if key in ("$or", "$and"):
+            for branch in condition:
+                check_query(branch)
+        elif key.startswith("$"):
+            raise UnsupportedQuery(key)
+        elif _is_operators(condition):
+            unknown = set(condition) - _OPERATORS
+            if unknown:
+                raise UnsupportedQuery(", ".join(sorted(unknown)))
+    return query
+
+
+def matches(document: Mapping[str, Any], query: Mapping[str, Any]) -> bool:
+    """Whether ``document`` matches the MongoDB filter ``query`` (the subset described above)."""
+    return all(_holds(document, key, condition) for key, condition in query.items())
+
+
+def _holds(document: Mapping[str, Any], key: str, condition: Any) -> bool:
+    """One top-level clause of a filter: a logical operator or a field's condition."""
+    if key == "$or":
+        return any(matches(document, branch) for branch in condition)
+    if key == "$and":
+        return all(matches(document, branch) for branch in condition)
+    if key.startswith("$"):
+        raise UnsupportedQuery(key)
+    value = _value_at(document, key)
+    if _is_operators(condition):
+        return all(_operator_holds(value, op, arg) for op, arg in condition.items())
+    return _equals(value, condition)
+
+
+# --- campaigns -----------------------------------------------------------------------------------
+class FakeCampaigns:
+    """``herald.adapters.campaigns.CampaignStore`` in memory."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, Campaign] = {}
+
+    async def insert(self, campaign: Campaign) -> None:
+        await _round_trip()
+        self._insert(campaign)
+
+    def _insert(self, campaign: Campaign) -> None:
+        if campaign.id in self._rows:
+            raise DuplicateKeyError(f"duplicate _id {campaign.id}")
+        # run_key is unique among the campaigns that have one (the index's intent).
+        if campaign.run_key is not None and any(
+                row.run_key == campaign.run_key for row in self._rows.values()):
+            raise DuplicateKeyError(f"duplicate run_key {campaign.run_key}")
+        self._rows[campaign.id] = campaign
+
+    async def get(self, campaign_id: str) -> Campaign | None:
+        await _round_trip()
+        return self._rows.get(campaign_id)
+
+    async def page(self, statuses: Iterable[Status] | None, before: str | None,
+                   limit: int) -> list[Campaign]:
+        await _round_trip()
+        wanted = set(statuses) if statuses else None
+        if before is not None and not _is_id(before):
+            return []
+        found = [c for c in self._rows.values()
+                 if (wanted is None or c.status in wanted) and (before is None or c.id < before)]
+        return _limited(sorted(found, key=lambda c: c.id, reverse=True), limit)
+
+    async def with_status(self, status: Status, limit: int = 100) -> list[Campaign]:
+        await _round_trip()
+        return _limited(sorted(self._where(lambda c: c.status is status), key=lambda c: c.id),
+                        limit)
+
+    async def transition(self, campaign_id: str, transition: Transition, now: datetime, *,
+                         also_set: Mapping[str, Any] | None = None,
+                         where: Mapping[str, Any] | None = None) -> Campaign | None:
+        await _round_trip()
+        return self._transition(campaign_id, transition, now, also_set or {}, where or {})
+
+    def _transition(self, campaign_id: str, transition: Transition, now: datetime,
+                    also_set: Mapping[str, Any], where: Mapping[str, Any]) -> Campaign | None:
+        current = self._rows.get(campaign_id)
+        if current is None or current.status not in sources_for(transition):
+            return None
+        if where and not matches(to_bson(current, object_id_key=False), where):
+            return None
+        changed = replace(current, status=target_of(transition), updated_at=now)
+        return self._store(_with_fields(changed, also_set) if also_set else changed)
+
+    def _apply(self, campaign_id: str, transition: Transition, now: datetime,
+               change: Callable[[Campaign], Campaign]) -> Campaign | None:
+        """A named transition: the status change, plus what it records."""
+        moved = self._transition(campaign_id, transition, now, {}, {})
+        return None if moved is None else self._store(change(moved))
+
+    async def fire(self, campaign_id: str, now: datetime, fired_by: str) -> Campaign | None:
+        await _round_trip()
+        return self._apply(campaign_id, Transition.FIRE, now,
+                           lambda c: replace(c, fired_at=now, fired_by=fired_by))
+
+    async def miss(self, campaign_id: str, reason: str, now: datetime) -> Campaign | None:
+        await _round_trip()
+        return self._apply(campaign_id, Transition.MISS, now,
+                           lambda c: replace(c, error=reason, finished_at=now))
+
+    async def finish(self, campaign_id: str, transition: Transition, counts: Counts,
+                     error: str | None, now: datetime) -> Campaign | None:
+        await _round_trip()
+        return self._apply(campaign_id, transition, now,
+                           lambda c: replace(c, counts=counts, finished_at=now, error=error))
+
+    async def cancel_at_once(self, campaign_id: str, record: CancelRecord) -> Campaign | None:
+        await _round_trip()
+        now = record.requested_at
+        acknowledged = replace(record, acknowledged_at=now)
+        return self._apply(campaign_id, Transition.CANCEL_AT_ONCE, now,
+                           lambda c: replace(c, cancel=acknowledged, finished_at=now))
+
+    async def begin_cancel(self, campaign_id: str, record: CancelRecord) -> Campaign | None:
+        await _round_trip()
+        return self._apply(campaign_id, Transition.BEGIN_CANCEL, record.requested_at,
+                           lambda c: replace(c, cancel=record))
+
+    async def confirm_cancel(self, campaign_id: str, counts: Counts,
+                             now: datetime) -> Campaign | None:
+        await _round_trip()
+        return self._apply(campaign_id, Transition.CONFIRM_CANCEL, now, lambda c: replace(
+            _with_fields(c, {"cancel.acknowledged_at": now}), counts=counts, finished_at=now))
+
+    async def insert_run(self, campaign: Campaign) -> Campaign:
+        await _round_trip()
+        try:
+            self._insert(campaign)
+        except DuplicateKeyError:
+            return next(c for c in self._rows.values() if c.run_key == campaign.run_key)
+        return campaign
+
+    async def find_run(self, run_key: str) -> Campaign | None:
+        await _round_trip()
+        return next((c for c in self._rows.values() if c.run_key == run_key), None)
+
+    async def due_scheduled(self, now: datetime, limit: int = 100) -> list[Campaign]:
+        await _round_trip()
+        due = self._where(lambda c: c.status is Status.SCHEDULED and c.due_at <= now)
+        return _limited(sorted(due, key=lambda c: c.due_at), limit)
+
+    async def next_scheduled_due(self) -> datetime | None:
+        await _round_trip()
+        return min((c.due_at for c in self._where(lambda c: c.status is Status.SCHEDULED)),
+                   default=None)
+
+    async def patch_scheduled(self, edited: Campaign, now: datetime) -> Campaign | None:
+        await _round_trip()
+        current = self._rows.get(edited.id)
+        if current is None or current.status is not Status.SCHEDULED:
+            return None
+        return self._store(replace(current, name=edited.name, content=edited.content,
+                                   audience=edited.audience, due_at=edited.due_at,
+                                   local_time=edited.local_time, updated_at=now))
+
+    async def claim_for_dispatch(self, campaign_id: str | None, pod_id: str, now: datetime,
+                                 lease_until: datetime) -> Campaign | None:
+        await _round_trip()
+        if campaign_id is not None and not _is_id(campaign_id):
+            return None
+
+        def targeted(c: Campaign) -> bool:
+            return campaign_id is None or c.id == campaign_id
+
+        fresh = self._first(lambda c: targeted(c) and c.status in sources_for(Transition.CLAIM)
+                            and c.due_at <= now)
+        if fresh is not None:
+            return self._store(replace(
+                fresh, status=target_of(Transition.CLAIM), started_at=now, updated_at=now,
+                dispatch=replace(fresh.dispatch, owner=pod_id, lease_until=lease_until)))
+        lapsed = self._first(lambda c: targeted(c) and c.status is Status.IN_PROGRESS
+                             and not c.dispatch.done and _before(c.dispatch.lease_until, now))
+        if lapsed is None:
+            return None
+        dispatch = lapsed.dispatch
+        return self._store(replace(lapsed, updated_at=now, dispatch=replace(
+            dispatch, owner=pod_id, lease_until=lease_until, takeovers=dispatch.takeovers + 1)))
+
+    async def renew_lease(self, campaign_id: str, pod_id: str, lease_until: datetime) -> bool:
+        await _round_trip()
+        return self._update(
+            campaign_id, lambda c: (c.status is Status.IN_PROGRESS
+                                    and c.dispatch.owner == pod_id and not c.dispatch.done),
+            lambda c: replace(c, dispatch=replace(c.dispatch, lease_until=lease_until)))
+
+    async def paging(self, limit: int = 100) -> list[Campaign]:
+        await _round_trip()
+        return _limited(self._where(
+            lambda c: c.status is Status.IN_PROGRESS and not c.dispatch.done), limit)
+
+    async def take_over(self, campaign_id: str, dead_owner: str, pod_id: str,
+                        lease_until: datetime) -> Campaign | None:
+        await _round_trip()
+        current = self._rows.get(campaign_id)
+        if (current is None or current.status is not Status.IN_PROGRESS
+                or current.dispatch.done or current.dispatch.owner != dead_owner):
+            return None
+        dispatch = current.dispatch
+        return self._store(replace(current, dispatch=replace(
+            dispatch, owner=pod_id, lease_until=lease_until, takeovers=dispatch.takeovers + 1)))
+
+    async def paged_and_open(self, limit: int = 100) -> list[Campaign]:
+        await _round_trip()
+        return _limited(self._where(
+            lambda c: c.status is Status.IN_PROGRESS and c.dispatch.done), limit)
+
+    async def stuck_finalizing(self, older_than: datetime, limit: int = 100) -> list[Campaign]:
+        await _round_trip()
+        return _limited(self._where(
+            lambda c: c.status is Status.FINALIZING and c.updated_at < older_than), limit)
+
+    async def fix_dispatch_bound(self, campaign_id: str, pod_id: str, until: str | None,
+                                 waves: Sequence[Wave] | None = None) -> Campaign | None:
+        await _round_trip()
+
+        def bound(c: Campaign) -> Campaign:
+            fixed = replace(c.dispatch, until=until)
+            return replace(c, dispatch=fixed if waves is None else replace(fixed,
+                                                                           waves=tuple(waves)))
+
+        self._update(campaign_id, lambda c: c.dispatch.owner == pod_id and c.dispatch.until is None,
+                     bound)
+        return self._rows.get(campaign_id)
+
+    async def checkpoint(self, campaign_id: str, pod_id: str, seq: int, size: int,
+                         lease_until: datetime) -> bool:
+        await _round_trip()
+        return self._update(
+            campaign_id, lambda c: c.dispatch.owner == pod_id and c.dispatch.next_seq == seq,
+            lambda c: replace(
+                c, dispatch=replace(c.dispatch, next_seq=seq + 1, lease_until=lease_until),
+                counts=replace(c.counts, targeted=c.counts.targeted + size),
+                progress=replace(c.progress,
+                                 chunks_published=c.progress.chunks_published + 1)))
+
+    async def finish_dispatch(self, campaign_id: str, pod_id: str,
+                              now: datetime) -> Campaign | None:
+        await _round_trip()
+        done = self._update(
+            campaign_id, lambda c: c.dispatch.owner == pod_id and not c.dispatch.done,
+            lambda c: replace(c, updated_at=now,
+                              dispatch=replace(c.dispatch, done=True, lease_until=now)),
+            matched_is_enough=True)
+        return self._rows[campaign_id] if done else None
+
+    async def release_dispatch(self, campaign_id: str, pod_id: str, until: datetime) -> None:
+        await _round_trip()
+        self._update(campaign_id, lambda c: c.dispatch.owner == pod_id,
+                     lambda c: replace(c, dispatch=replace(c.dispatch, lease_until=until)))
+
+    async def count_finished_chunk(self, campaign_id: str, sent: int, failed: int,
+                                   *, done: bool) -> Campaign | None:
+        await _round_trip()
+        counted = self._update(campaign_id, lambda c: c.status not in TERMINAL, lambda c: replace(
+            c, counts=replace(c.counts, sent=c.counts.sent + sent,
+                              failed=c.counts.failed + failed),
+            progress=replace(c.progress, chunks_done=c.progress.chunks_done + int(done))),
+            matched_is_enough=True)
+        return self._rows[campaign_id] if counted else None
+
+    async def count_frozen_chunk(self, campaign_id: str, seq: int, size: int) -> bool:
+        await _round_trip()
+        return self._update(
+            campaign_id,
+            lambda c: c.status is Status.CANCELLING and c.dispatch.next_seq == seq,
+            lambda c: replace(c, dispatch=replace(c.dispatch, next_seq=seq + 1),
+                              counts=replace(c.counts, targeted=c.counts.targeted + size)))
+
+    async def close_paging(self, campaign_id: str) -> Campaign | None:
+        await _round_trip()
+        closed = self._update(campaign_id, lambda c: c.status is Status.CANCELLING,
+                              lambda c: replace(c, dispatch=replace(c.dispatch, done=True)),
+                              matched_is_enough=True)
+        return self._rows[campaign_id] if closed else None
+
+    async def claim_cancel_finalization(self, campaign_id: str, pod_id: str, now: datetime,
+                                        until: datetime) -> bool:
+        await _round_trip()
+
+        def claimable(c: Campaign) -> bool:
+            cancel = c.cancel
+            return c.status is Status.CANCELLING and (
+                cancel is None or cancel.finalizer is None
+                or _before(cancel.finalizer_until, now))
+
+        return self._update(campaign_id, claimable, lambda c: _with_fields(
+            c, {"cancel.finalizer": pod_id, "cancel.finalizer_until": until}))
+
+    async def add_cancel_ack(self, campaign_id: str, pod_id: str) -> None:
+        await _round_trip()
+
+        def acknowledged(c: Campaign) -> Campaign:
+            assert c.cancel is not None
+            acks = c.cancel.acks if pod_id in c.cancel.acks else (*c.cancel.acks, pod_id)
+            return replace(c, cancel=replace(c.cancel, acks=acks))
+
+        self._update(campaign_id, lambda c: c.status is Status.CANCELLING, acknowledged)
+
+    async def link_amendment(self, campaign_id: str, amend_id: str) -> None:
+        await _round_trip()
+        self._update(campaign_id, lambda c: amend_id not in c.amended_by,
+                     lambda c: replace(c, amended_by=(*c.amended_by, amend_id)))
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def _store(self, campaign: Campaign) -> Campaign:
+        self._rows[campaign.id] = campaign
+        return campaign
+
+    def _where(self, test: Callable[[Campaign], bool]) -> list[Campaign]:
+        return [c for c in self._rows.values() if test(c)]
+
+    def _first(self, test: Callable[[Campaign], bool]) -> Campaign | None:
+        return min(self._where(test), key=lambda c: c.id, default=None)
+
+    def _update(self, campaign_id: str, test: Callable[[Campaign], bool],
+                change: Callable[[Campaign], Campaign], *, matched_is_enough: bool = False
+                ) -> bool:
+        """An ``update_one``: True if the campaign matched and changed (MongoDB's
+        ``modified_count``), or only matched (a ``findOneAndUpdate`` returns it either way)."""
+        current = self._rows.get(campaign_id)
+        if current is None or not test(current):
+            return False
+        changed = self._store(change(current))
+        return matched_is_enough or changed != current
+
+
+def _before(instant: datetime | None, now: datetime) -> bool:
+    """``{"$lt": now}`` on a field that may be null (null never compares)."""
+    return instant is not None and instant < now
+
+
+def _limited(found: list[Record], limit: int) -> list[Record]:
+    """MongoDB's ``limit``: 0 means no limit."""
+    return found[:limit] if limit else found
+
+
+# --- chunks and deliveries ---------------------------------------------------------------------
+class FakeChunks:
+    """``herald.adapters.chunks.ChunkStore`` in memory."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, int], Chunk] = {}
+
+    async def create(self, campaign_id: str, seq: int, recipients: Sequence[Recipient],
+                     cursor: Cursor, now: datetime,
+                     status: ChunkStatus = ChunkStatus.PENDING) -> Chunk:
+        await _round_trip()
+        existing = self._rows.get((campaign_id, seq))
+        if existing is not None:
+            return existing
+        state = ChunkState(campaign_id=campaign_id, seq=seq, size=len(recipients), cursor=cursor,
+                           status=status, created_at=now)
+        chunk = Chunk(state, tuple(recipients))
+        self._rows[(campaign_id, seq)] = chunk
+        return chunk
+
+    async def get(self, campaign_id: str, seq: int) -> Chunk | None:
+        await _round_trip()
+        return self._rows.get((campaign_id, seq))
+
+    async def state(self, campaign_id: str, seq: int) -> ChunkState | None:
+        await _round_trip()
+        chunk = self._rows.get((campaign_id, seq))
+        return None if chunk is None else chunk.state
+
+    async def claim(self, campaign_id: str, seq: int, pod_id: str, holder: str | None,
+                    until: datetime) -> ChunkState | None:
+        await _round_trip()
+        before = self._state_if(campaign_id, seq, lambda s: (s.status is ChunkStatus.PENDING
+                                                             and s.owner == holder))
+        if before is not None:
+            self._set_state(replace(before, owner=pod_id, owner_until=until,
+                                    attempts=before.attempts + 1))
+        return before
+
+    async def release(self, campaign_id: str, seq: int, pod_id: str, *, refund: bool) -> None:
+        await _round_trip()
+        held = self._state_if(campaign_id, seq, lambda s: s.owner == pod_id)
+        if held is not None:
+            self._set_state(replace(held, owner=None,
+                                    attempts=held.attempts - 1 if refund else held.attempts))
+
+    async def finish(self, campaign_id: str, seq: int, status: ChunkStatus, sent: int,
+                     failed: int, now: datetime, owner: str | None) -> bool:
+        await _round_trip()
+        held = self._state_if(campaign_id, seq, lambda s: (s.status is ChunkStatus.PENDING
+                                                           and s.owner == owner))
+        if held is None:
+            return False
+        self._set_state(replace(held, status=status, sent=sent, failed=failed, finished_at=now,
+                                owner=None))
+        return True
+
+    async def in_order(self, campaign_id: str) -> AsyncIterator[Chunk]:
+        await _round_trip()
+        for chunk in sorted((c for c in self._rows.values() if c.campaign_id == campaign_id),
+                            key=lambda c: c.seq):
+            yield chunk
+
+    async def count_closed(self, campaign_id: str) -> int:
+        await _round_trip()
+        return sum(1 for c in self._rows.values()
+                   if c.campaign_id == campaign_id and c.state.status in CHUNK_CLOSED_FOR_GOOD)
+
+    def _state_if(self, campaign_id: str, seq: int,
+                  test: Callable[[ChunkState], bool]) -> ChunkState | None:
+        chunk = self._rows.get((campaign_id, seq))
+        return chunk.state if chunk is not None and test(chunk.state) else None
+
+    def _set_state(self, state: ChunkState) -> None:
+        key = (state.campaign_id, state.seq)
+        self._rows[key] = Chunk(state, self._rows[key].recipients)
+
+
+class FakeDeliveries:
+    """``herald.adapters.chunks.DeliveryStore`` in memory: deliveries are only ever appended."""
+
+    def __init__(self) -> None:
+        self._rows: list[Delivery] = []
+
+    async def record(self, campaign_id: str, seq: int, pod_id: str,
+                     outcomes: Sequence[tuple[int, str | None]], now: datetime) -> None:
+        await _round_trip()
+        self._rows.append(Delivery(
+            campaign_id=campaign_id, seq=seq, pod=pod_id, at=now,
+            sent=tuple(position for position, error in outcomes if error is None),
+            failed=tuple(Failure(position, error) for position, error in outcomes
+                         if error is not None)))
+
+    async def recorded(self, campaign_id: str, seq: int) -> Recorded:
+        await _round_trip()
+        recorded: Recorded = {}
+        for delivery in self._rows:
+            if delivery.campaign_id == campaign_id and delivery.seq == seq:
+                delivery.add_to(recorded)
+        return recorded
+
+    async def in_order(self, campaign_id: str) -> AsyncIterator[Delivery]:
+        await _round_trip()
+        # Sorted by chunk; within a chunk in the order written (``_id`` order in MongoDB).
+        for delivery in sorted((d for d in self._rows if d.campaign_id == campaign_id),
+                               key=lambda d: d.seq):
+            yield delivery
+
+
+# --- devices -----------------------------------------------------------------------------------
+class FakeDevices:
+    """``herald.adapters.devices.DeviceStore`` in memory, over documents shaped as it stores them
+    (``_id`` a string here), so that audience queries run on what MongoDB would see."""
+
+    def __init__(self) -> None:
+        self._documents: dict[str, dict[str, Any]] = {}
+
+    async def upsert(self, devices: Sequence[DeviceIn], now: datetime) -> UpsertCounts:
+        await _round_trip()
+        by_token = {device.token: device.model_dump(mode="json") for device in devices}
+        known = self._ids_of(by_token)
+        for token, fields in by_token.items():
+            if token in known:
+                self._documents[known[token]].update(fields, updated_at=now)
+            else:
+                device_id = new_id()
+                self._documents[device_id] = {"_id": device_id, **fields, "invalid": False,
+                                              "created_at": now, "updated_at": now}
+        return UpsertCounts(created=len(by_token) - len(known), updated=len(known))
+
+    async def mark_invalid(self, tokens: Sequence[str], reason: str, now: datetime) -> int:
+        await _round_trip()
+        retired = 0
+        for device_id in self._ids_of(tokens).values():
+            document = self._documents[device_id]
+            if document["invalid"] is False:
+                document.update(invalid=True, invalid_reason=reason, updated_at=now)
+                retired += 1
+        return retired
+
+    async def stream(self, query: Mapping[str, Any], after: str | None,
+                     until: str | None) -> AsyncIterator[tuple[str, Recipient]]:
+        await _round_trip()
+        check_query(query)
+        if (after is not None and not _is_id(after)) or (until is not None and not _is_id(until)):
+            return
+        for device_id in sorted(self._documents):
+            document = self._documents.get(device_id)
+            if (document is None or (after is not None and device_id <= after)
+                    or (until is not None and device_id > until) or not matches(document, query)):
+                continue
+            yield device_id, Recipient.model_construct(token=document["token"],
+                                                       user_id=document.get("user_id"))
+
+    async def timezones(self, query: Mapping[str, Any]) -> list[str]:
+        await _round_trip()
+        check_query(query)
+        return sorted({d["timezone"] for d in self._documents.values()
+                       if matches(d, query) and isinstance(d.get("timezone"), str)})
+
+    async def newest_id(self) -> str | None:
+        await _round_trip()
+        return max(self._documents, default=None)
+
+    async def find_by_token(self, token: str) -> Device | None:
+        await _round_trip()
+        device_id = self._ids_of([token]).get(token)
+        return None if device_id is None else from_bson(Device, self._documents[device_id])
+
+    def _ids_of(self, tokens: Iterable[str]) -> dict[str, str]:
+        wanted = set(tokens)
+        return {d["token"]: device_id for device_id, d in self._documents.items()
+                if d["token"] in wanted}
+
+
+# --- schedules and idempotency keys ------------------------------------------------------------
+class FakeSchedules:
+    """``herald.adapters.schedules.ScheduleStore`` in memory."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, Schedule] = {}
+
+    async def insert(self, schedule: Schedule) -> None:
+        await _round_trip()
+        if schedule.id in self._rows:
+            raise DuplicateKeyError(f"duplicate _id {schedule.id}")
+        self._rows[schedule.id] = schedule
+
+    async def get(self, schedule_id: str) -> Schedule | None:
+        await _round_trip()
+        return self._rows.get(schedule_id)
+
+    async def page(self, before: str | None, limit: int) -> list[Schedule]:
+        await _round_trip()
+        if before is not None and not _is_id(before):
+            return []
+        found = [s for s in self._rows.values() if before is None or s.id < before]
+        return _limited(sorted(found, key=lambda s: s.id, reverse=True), limit)
+
+    async def update(self, schedule_id: str, changes: Mapping[str, Any],
+                     unless_ended: bool = False) -> Schedule | None:
+        await _round_trip()
+        current = self._rows.get(schedule_id)
+        if current is None or (unless_ended and current.state is ScheduleState.ENDED):
+            return None
+        return self._store(_with_fields(current, changes))
+
+    async def due(self, now: datetime, limit: int = 100) -> list[Schedule]:
+        await _round_trip()
+        due = [s for s in self._rows.values() if s.state is ScheduleState.ACTIVE
+               and s.next_run_at is not None and s.next_run_at <= now]
+        return _limited(sorted(due, key=lambda s: s.next_run_at or now), limit)
+
+    async def next_run_at(self) -> datetime | None:
+        await _round_trip()
+        return min((s.next_run_at for s in self._rows.values()
+                    if s.state is ScheduleState.ACTIVE and s.next_run_at is not None),
+                   default=None)
+
+    async def claim(self, schedule_id: str, occurrence: datetime, pod_id: str,
+                    now: datetime, lease_until: datetime) -> Schedule | None:
+        await _round_trip()
+        current = self._rows.get(schedule_id)
+        if (current is None or current.state is not ScheduleState.ACTIVE
+                or current.next_run_at != occurrence
+                or (current.claim is not None and not current.claim.until < now)):
+            return None
+        return self._store(replace(current, claim=ScheduleClaim(by=pod_id, until=lease_until)))
+
+    async def advance(self, claimed: Schedule, pod_id: str, next_run_at: datetime | None,
+                      runs: Sequence[ScheduleRun], missed: int, now: datetime) -> bool:
+        await _round_trip()
+        current = self._rows.get(claimed.id)
+        if (current is None or current.claim is None or current.claim.by != pod_id
+                or current.next_run_at != claimed.next_run_at):
+            return False
+        self._store(replace(current, next_run_at=next_run_at, claim=None, updated_at=now,
+                            runs=(*claimed.runs, *runs)[-RECENT_RUNS:],
+                            missed_total=current.missed_total + missed))
+        return True
+
+    def _store(self, schedule: Schedule) -> Schedule:
+        self._rows[schedule.id] = schedule
+        return schedule
+
+
+class FakeIdempotency:
+    """``herald.adapters.idempotency.IdempotencyKeys`` in memory."""
+
+    def __init__(self) -> None:
+        self._bindings: dict[str, IdempotencyBinding] = {}
+
+    async def reserve(self, binding: IdempotencyBinding) -> IdempotencyBinding | None:
+        await _round_trip()
+        earlier = self._bindings.get(binding.key)
+        if earlier is None:
+            self._bindings[binding.key] = binding
+        return earlier
+
+    async def rebind(self, key: str, stale_campaign_id: str, campaign_id: str) -> bool:
+        await _round_trip()
+        bound = self._bindings.get(key)
+        if bound is None or bound.campaign_id != stale_campaign_id:
+            return False
+        self._bindings[key] = replace(bound, campaign_id=campaign_id)
+        return stale_campaign_id != campaign_id
+
+
+class FakeApiKeys:
+    """API keys by id, found by the digest of their secret (unique, as the adapter's index)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, ApiKey] = {}
+
+    async def insert(self, key: ApiKey) -> None:
+        await _round_trip()
+        if key.id in self.rows or any(k.secret_hash == key.secret_hash for k in self.rows.values()):
+            raise DuplicateKeyError(f"duplicate key {key.id}")
+        self.rows[key.id] = key
+
+    async def by_digest(self, secret_hash: str) -> ApiKey | None:
+        await _round_trip()
+        return next((k for k in self.rows.values() if k.secret_hash == secret_hash), None)
+
+    async def get(self, key_id: str) -> ApiKey | None:
+        await _round_trip()
+        return self.rows.get(key_id)
+
+    async def page(self, before: str | None, limit: int) -> list[ApiKey]:
+        await _round_trip()
+        ids = sorted((i for i in self.rows if before is None or i < before), reverse=True)
+        return [self.rows[i] for i in ids[:limit]]
+
+    async def revoke(self, key_id: str, by: Actor, now: datetime) -> ApiKey | None:
+        await _round_trip()
+        key = self.rows.get(key_id)
+        if key is not None and key.revoked_at is None:
+            self.rows[key_id] = key = replace(key, revoked_at=now, revoked_by=by)
+        return key
+
+    async def touch(self, key_id: str, now: datetime) -> None:
+        await _round_trip()
+        if key_id in self.rows:
+            self.rows[key_id] = replace(self.rows[key_id], last_used_at=now)
+
+    async def ensure_bootstrap(self, secret_hash: str, now: datetime) -> ApiKey:
+        await _round_trip()
+        current = self.rows.get("bootstrap")
+        self.rows["bootstrap"] = (
+            replace(current, secret_hash=secret_hash, role=Role.ADMIN, revoked_at=None,
+                    revoked_by=None, expires_at=None) if current is not None else
+            ApiKey(id="bootstrap", name="bootstrap", role=Role.ADMIN, secret_hash=secret_hash,
+                   created_at=now))
+        return self.rows["bootstrap"]
+
+
+class FakeOperatorLog:
+    """The operator log: appended to, read newest first."""
+
+    def __init__(self) -> None:
+        self.entries: list[LogEntry] = []
+
+    async def append(self, entry: LogEntry) -> None:
+        await _round_trip()
+        self.entries.append(entry)
+
+    async def page(self, *, campaign_id: str | None, actor_id: str | None, before: str | None,
+                   limit: int) -> list[LogEntry]:
+        await _round_trip()
+        found = [e for e in reversed(self.entries)
+                 if (campaign_id is None or e.campaign_id == campaign_id)
+                 and (actor_id is None or (e.actor is not None and e.actor.id == actor_id))
+                 and (before is None or e.id < before)]
+        return found[:limit]
+
+
+def fake_stores() -> Stores:
+    """Every repository of one stack, in memory (a fresh, empty "database")."""
+    return Stores(devices=FakeDevices(), campaigns=FakeCampaigns(), chunks=FakeChunks(),
+                  deliveries=FakeDeliveries(), idempotency=FakeIdempotency(),
+                  schedules=FakeSchedules(), api_keys=FakeApiKeys(),
+                  operator_log=FakeOperatorLog())
+
+
+# --- RabbitMQ and Redis ------------------------------------------------------------------------
+class FakeBus:
+    """The RabbitMQ bus: records what was published; ``away`` makes every publish fail as a
+    broker that is down does."""
+
+    def __init__(self) -> None:
+        self.chunks: list[SendChunk] = []
+        self.dispatches: list[str] = []
+        self.cancels: list[CancelCampaign] = []
+        self.dead_letters: list[tuple[bytes, str]] = []
+        self.away = False
+
+    async def send_chunk(self, message: SendChunk) -> None:
+        await self._confirm()
+        self.chunks.append(message)
+
+    async def request_dispatch(self, campaign_id: str) -> None:
+        await self._confirm()
+        self.dispatches.append(campaign_id)
+
+    async def broadcast_cancel(self, message: CancelCampaign) -> None:
+        await self._confirm()
+        self.cancels.append(message)
+
+    async def dead_letter(self, body: bytes, routing_key: str) -> None:
+        await self._confirm()
+        self.dead_letters.append((body, routing_key))
+
+    async def _confirm(self) -> None:
+        await _round_trip()
+        if self.away:
+            raise ConnectionError("RabbitMQ is away")
+
+
+class FakeFlags:
+    """Cancel flags in Redis; ``away`` makes every call fail as an unreachable Redis does."""
+
+    def __init__(self) -> None:
+        self.raised: set[str] = set()
+        self.away = False
+
+    async def raise_flag(self, campaign_id: str) -> None:
+        await self._reach()
+        self.raised.add(campaign_id)
+
+    async def is_raised(self, campaign_id: str) -> bool:
+        await self._reach()
+        return campaign_id in self.raised
+
+    async def count(self) -> int:
+        await self._reach()
+        return len(self.raised)
+
+    async def _reach(self) -> None:
+        await _round_trip()
+        if self.away:
+            raise redis.exceptions.ConnectionError("Redis is away")
+
+
+class FakeClock:
+    """UTC time that moves only when told to; starts now (at MongoDB's millisecond precision)."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start if start is not None else utcnow()
+
+    def __call__(self) -> datetime:
+        return self._now
+
+    def epoch_s(self) -> float:
+        return self._now.timestamp()
+
+    def advance(self, seconds: float) -> datetime:
+        self._now += timedelta(seconds=seconds)
+        return self._now
+
+    def set(self, instant: datetime) -> datetime:
+        self._now = instant
+        return self._now
+
+
+class FakeRegistry:
+    """Heartbeats in Redis. A pod is alive from its ``beat`` until it is ``remove``d (its key
+    expired); each beat is stamped with ``clock`` (epoch seconds), as Redis' adapter stamps it
+    with the pod's time. ``away`` makes every call fail as an unreachable Redis does."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._beats: dict[str, PodBeat] = {}
+        self._clock = clock
+        self.away = False
+
+    async def beat(self, pod: PodBeat) -> None:
+        await self._reach()
+        self._beats[pod.id] = replace(pod, beat_at=self._clock())
+
+    async def is_alive(self, pod_id: str) -> bool:
+        await self._reach()
+        return pod_id in self._beats
+
+    async def remove(self, pod_id: str) -> None:
+        await self._reach()
+        self._beats.pop(pod_id, None)
+
+    async def live(self, services: Iterable[str] | None = None) -> list[PodBeat]:
+        await self._reach()
+        wanted = set(services) if services is not None else None
+        return sorted((b for b in self._beats.values() if wanted is None or b.service in wanted),
+                      key=lambda b: (b.service, b.id))
+
+    async def _reach(self) -> None:
+        await _round_trip()
+        if self.away:
+            raise redis.exceptions.ConnectionError("Redis is away")
+
+
+# --- FCM and the rate limits -------------------------------------------------------------------
+def answer_by_token(token: str) -> SendResult:
+    """FCM's answer as the emulator gives it: a token named after an error gets that error."""
+    for error in FcmError:
+        if token.startswith(error.value.lower() + "-"):
+            return SendResult(error)
+    return SENT
+
+
+class FakeFcm(FcmClient):
+    """FCM: answers each request at once with ``answer(token)``, and records the tokens sent.
+
+    ``on_request(token)`` runs as a request reaches FCM: a test cancels a campaign there, as a
+    broadcast arriving while that request is on the wire would.
+    """
+
+    def __init__(self, answer: Callable[[str], SendResult] = answer_by_token,
+                 on_request: Callable[[str], None] | None = None) -> None:
+        self.sent: list[str] = []
+        self._answer = answer
+        self._on_request = on_request
+
+    async def send(self, body: bytes) -> SendResult:
+        await _round_trip()
+        token: str = orjson.loads(body)["message"]["token"]
+        self.sent.append(token)
+        if self._on_request is not None:
+            self._on_request(token)
+        return self._answer(token)
+
+
+class UnlimitedBucket(TokenBucket):
+    """A rate limit that never makes anyone wait; records what was taken and the penalties."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+        self.penalties_s: list[float] = []
+
+    async def take(self, wanted: int, stop: asyncio.Event | None = None) -> int:
+        await _round_trip()
+        self.taken += wanted
+        return wanted
+
+    async def penalize(self, seconds: float) -> None:
+        await _round_trip()
+        self.penalties_s.append(seconds)
+
+
+class UnlimitedLimits(RateLimits):
+    """The project's and campaigns' rate limits, none of them ever reached."""
+
+    def __init__(self) -> None:
+        self.project = UnlimitedBucket()
+        self._buckets: dict[str, UnlimitedBucket] = {}
+
+    def for_campaign(self, campaign_id: str, rate_per_s: int | None) -> TokenBucket | None:
+        if rate_per_s is None:
+            return None
+        return self._buckets.setdefault(campaign_id, UnlimitedBucket())
+
+
+def _fakes_satisfy_the_ports() -> tuple[Stores, Bus, CancelFlags, PodRegistry]:
+    """Never called: this is where mypy checks that each fake satisfies its port."""
+    return fake_stores(), FakeBus(), FakeFlags(), FakeRegistry()

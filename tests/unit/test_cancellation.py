@@ -1,0 +1,330 @@
+"""The cancellation protocol: what a request decides, who must stop, and when a cancel is done."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from herald.clock import utcnow
+from herald.domain.documents import (
+    Campaign,
+    CancelRecord,
+    ChunkStatus,
+    Counts,
+    Dispatch,
+    Outcome,
+    Progress,
+    new_id,
+)
+from herald.domain.status import CancelDecision, Status
+from herald.service_layer.cancellation import (
+    FINALIZER_LEASE,
+    FLAG_REFRESH_S,
+    CampaignNotFound,
+    Cancellation,
+    CannotCancel,
+)
+from herald.service_layer.ports import Stores
+from herald.service_layer.recipients import audit
+from tests.factories import actor, device, insert, pod_beat, recipients
+from tests.unit.fakes import (
+    FakeBus,
+    FakeCampaigns,
+    FakeClock,
+    FakeFlags,
+    FakeRegistry,
+    fake_stores,
+)
+
+
+@pytest.fixture
+def cancellation(stores: Stores, flags: FakeFlags, registry: FakeRegistry,
+                 bus: FakeBus) -> Cancellation:
+    return Cancellation(stores, flags, registry, bus, pod_id="api-1")
+
+
+async def stored(stores: Stores, campaign_id: str) -> Campaign:
+    found = await stores.campaigns.get(campaign_id)
+    assert found is not None
+    return found
+
+
+async def sending(stores: Stores, registry: FakeRegistry, cancellation: Cancellation,
+                  *busy_pods: str) -> str:
+    """A campaign being sent by ``busy_pods``, whose cancel was just asked for."""
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+    for pod_id in busy_pods:
+        await registry.beat(pod_beat(pod_id, campaigns=[campaign_id]))
+    await cancellation.request(campaign_id, "oops", actor("ops"), broadcast=True)
+    return campaign_id
+
+
+async def beat_idle_after_the_request(stores: Stores, registry: FakeRegistry, clock: FakeClock,
+                                      campaign_id: str, pod_id: str, after_s: float) -> None:
+    cancel = (await stored(stores, campaign_id)).cancel
+    assert cancel is not None
+    clock.set(cancel.requested_at + timedelta(seconds=after_s))
+    await registry.beat(pod_beat(pod_id))
+
+
+# --- asking ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("status", [Status.SCHEDULED, Status.PENDING])
+async def test_a_campaign_not_sending_yet_is_cancelled_at_once_and_flagged(
+        stores: Stores, cancellation: Cancellation, flags: FakeFlags, bus: FakeBus,
+        status: Status) -> None:
+    campaign_id = await insert(stores, status=status)
+    outcome = await cancellation.request(campaign_id, "oops", actor("ops"), broadcast=True)
+    cancel = outcome.campaign.cancel
+    assert (outcome.decision, outcome.status) == (CancelDecision.AT_ONCE, Status.CANCELLED)
+    assert cancel is not None and (cancel.reason, cancel.requested_by) == ("oops", actor("ops"))
+    assert cancel.acknowledged_at == cancel.requested_at == outcome.campaign.finished_at
+    assert flags.raised == {campaign_id}
+    assert bus.cancels == []  # nothing is sending it: no pod to stop
+
+
+@pytest.mark.parametrize("status", [Status.IN_PROGRESS, Status.FINALIZING])
+async def test_a_sending_campaign_starts_cancelling_and_every_pod_is_told(
+        stores: Stores, cancellation: Cancellation, flags: FakeFlags, bus: FakeBus,
+        registry: FakeRegistry, status: Status) -> None:
+    for pod_id, service in (("s1", "sender"), ("d1", "dispatcher"), ("a1", "api"),
+                            ("c1", "scheduler")):
+        await registry.beat(pod_beat(pod_id, service))
+    campaign_id = await insert(stores, status=status)
+    outcome = await cancellation.request(campaign_id, "oops", actor("ops"), broadcast=True)
+    cancel = outcome.campaign.cancel
+    assert (outcome.decision, outcome.status) == (CancelDecision.STOP_PODS, Status.CANCELLING)
+    assert cancel is not None and cancel.expected_pods == ("d1", "s1")
+    assert cancel.acknowledged_at is None and outcome.campaign.finished_at is None
+    assert flags.raised == {campaign_id}
+    assert [(m.campaign_id, m.reason, m.requested_by) for m in bus.cancels] == [
+        (campaign_id, "oops", actor("ops").label)]
+
+
+class ClaimedWhileCancelled(FakeCampaigns):
+    """A dispatcher claims the campaign between the cancel's read and its conditional write."""
+
+    async def cancel_at_once(self, campaign_id: str, record: CancelRecord) -> Campaign | None:
+        now = utcnow()
+        await self.claim_for_dispatch(campaign_id, "d1", now, now + FINALIZER_LEASE)
+        return await super().cancel_at_once(campaign_id, record)
+
+
+async def test_a_campaign_claimed_while_being_cancelled_has_its_pods_stopped(
+        flags: FakeFlags, registry: FakeRegistry, bus: FakeBus) -> None:
+    stores = replace(fake_stores(), campaigns=ClaimedWhileCancelled())
+    campaign_id = await insert(stores)
+    await registry.beat(pod_beat("d1", "dispatcher"))
+    outcome = await Cancellation(stores, flags, registry, bus, "api-1").request(
+        campaign_id, None, None, broadcast=True)
+    assert (outcome.decision, outcome.status) == (CancelDecision.STOP_PODS, Status.CANCELLING)
+    assert outcome.campaign.cancel is not None
+    assert outcome.campaign.cancel.expected_pods == ("d1",)
+    assert [m.campaign_id for m in bus.cancels] == [campaign_id]
+
+
+async def test_a_cancel_heard_on_the_broadcast_is_not_broadcast_again(
+        stores: Stores, cancellation: Cancellation, bus: FakeBus, flags: FakeFlags) -> None:
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+    outcome = await cancellation.request(campaign_id, None, None, broadcast=False)
+    assert outcome.status is Status.CANCELLING
+    assert bus.cancels == [] and flags.raised == {campaign_id}
+
+
+async def test_repeated_cancels_change_nothing_and_broadcast_once(
+        stores: Stores, cancellation: Cancellation, bus: FakeBus) -> None:
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+    first = await cancellation.request(campaign_id, "first", actor("a"), broadcast=True)
+    again = await cancellation.request(campaign_id, "second", actor("b"), broadcast=True)
+    assert (again.decision, again.campaign) == (CancelDecision.ALREADY, first.campaign)
+    assert len(bus.cancels) == 1
+
+
+async def test_cancelling_a_cancelled_campaign_is_idempotent(
+        stores: Stores, cancellation: Cancellation) -> None:
+    campaign_id = await insert(stores)
+    await cancellation.request(campaign_id, None, None, broadcast=True)
+    again = await cancellation.request(campaign_id, None, None, broadcast=True)
+    assert (again.decision, again.status) == (CancelDecision.ALREADY, Status.CANCELLED)
+
+
+@pytest.mark.parametrize("status", [Status.COMPLETED, Status.FAILED, Status.MISSED])
+async def test_a_finished_campaign_refuses_a_cancel(stores: Stores, cancellation: Cancellation,
+                                                    flags: FakeFlags, status: Status) -> None:
+    campaign_id = await insert(stores, status=status)
+    with pytest.raises(CannotCancel) as refused:
+        await cancellation.request(campaign_id, None, None, broadcast=True)
+    assert refused.value.status is status
+    assert (await stored(stores, campaign_id)).status is status and flags.raised == set()
+
+
+async def test_an_unknown_campaign_is_not_found(cancellation: Cancellation) -> None:
+    with pytest.raises(CampaignNotFound):
+        await cancellation.request(new_id(), None, None, broadcast=True)
+
+
+async def test_with_redis_away_a_cancel_still_starts_and_waits_for_every_live_pod(
+        stores: Stores, cancellation: Cancellation, flags: FakeFlags,
+        registry: FakeRegistry) -> None:
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+    registry.away = flags.away = True
+    outcome = await cancellation.request(campaign_id, None, None, broadcast=True)
+    assert outcome.status is Status.CANCELLING and outcome.campaign.cancel is not None
+    assert outcome.campaign.cancel.expected_pods is None
+    registry.away = flags.away = False
+    await registry.beat(pod_beat("s1", campaigns=[campaign_id]))
+    await registry.beat(pod_beat("newcomer"))  # alive now: it may have been sending then
+    assert await cancellation.try_finalize(campaign_id) is None
+    await cancellation.acknowledge(campaign_id, "s1")
+    assert (await stored(stores, campaign_id)).status is Status.CANCELLING
+    await cancellation.acknowledge(campaign_id, "newcomer")
+    assert (await stored(stores, campaign_id)).status is Status.CANCELLED
+
+
+async def test_with_rabbitmq_away_a_cancel_still_starts_and_the_flag_tells_the_pods(
+        stores: Stores, cancellation: Cancellation, flags: FakeFlags, bus: FakeBus) -> None:
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+    bus.away = True
+    outcome = await cancellation.request(campaign_id, None, None, broadcast=True)
+    assert outcome.status is Status.CANCELLING and flags.raised == {campaign_id}
+
+
+# --- finishing -------------------------------------------------------------------------------------
+async def test_the_cancel_is_done_once_every_expected_pod_acknowledged(
+        stores: Stores, cancellation: Cancellation, registry: FakeRegistry) -> None:
+    campaign_id = await sending(stores, registry, cancellation, "s1", "s2")
+    await cancellation.acknowledge(campaign_id, "s1")
+    halfway = await stored(stores, campaign_id)
+    await cancellation.acknowledge(campaign_id, "s2")
+    done = await stored(stores, campaign_id)
+    assert halfway.status is Status.CANCELLING and halfway.cancel is not None
+    assert halfway.cancel.acks == ("s1",)
+    assert done.status is Status.CANCELLED and done.cancel is not None
+    assert done.cancel.acknowledged_at is not None and done.finished_at is not None
+
+
+async def test_the_cancel_waits_for_an_expected_pod_that_is_alive_and_busy(
+        stores: Stores, cancellation: Cancellation, registry: FakeRegistry) -> None:
+    campaign_id = await sending(stores, registry, cancellation, "s1")
+    assert await cancellation.try_finalize(campaign_id) is None
+    assert (await stored(stores, campaign_id)).status is Status.CANCELLING
+
+
+async def test_a_pod_whose_heartbeat_stopped_is_not_waited_for(
+        stores: Stores, cancellation: Cancellation, registry: FakeRegistry) -> None:
+    campaign_id = await sending(stores, registry, cancellation, "s1", "s2")
+    await cancellation.acknowledge(campaign_id, "s1")
+    await registry.remove("s2")  # its heartbeat expired: it died
+    cancelled = await cancellation.try_finalize(campaign_id)
+    assert cancelled is not None and cancelled.status is Status.CANCELLED
+
+
+async def test_a_pod_seen_idle_after_the_request_is_not_waited_for(
+        stores: Stores, cancellation: Cancellation, registry: FakeRegistry,
+        clock: FakeClock) -> None:
+    campaign_id = await sending(stores, registry, cancellation, "s1")
+    await beat_idle_after_the_request(stores, registry, clock, campaign_id, "s1",
+                                      after_s=FLAG_REFRESH_S + 0.5)
+    cancelled = await cancellation.try_finalize(campaign_id)
+    assert cancelled is not None and cancelled.status is Status.CANCELLED
+
+
+async def test_an_idle_beat_within_a_second_of_the_request_proves_nothing(
+        stores: Stores, cancellation: Cancellation, registry: FakeRegistry,
+        clock: FakeClock) -> None:
+    """It may predate the chunk the pod took just before it heard of the cancel."""
+    campaign_id = await sending(stores, registry, cancellation, "s1")
+    await beat_idle_after_the_request(stores, registry, clock, campaign_id, "s1",
+                                      after_s=FLAG_REFRESH_S - 0.5)
+    assert await cancellation.try_finalize(campaign_id) is None
+
+
+async def test_a_pod_that_started_sending_after_the_request_is_waited_for(
+        stores: Stores, cancellation: Cancellation, registry: FakeRegistry,
+        clock: FakeClock) -> None:
+    campaign_id = await sending(stores, registry, cancellation)
+    await registry.beat(pod_beat("newcomer", campaigns=[campaign_id]))
+    assert await cancellation.try_finalize(campaign_id) is None
+    await beat_idle_after_the_request(stores, registry, clock, campaign_id, "newcomer",
+                                      after_s=FLAG_REFRESH_S + 0.5)
+    cancelled = await cancellation.try_finalize(campaign_id)
+    assert cancelled is not None and cancelled.status is Status.CANCELLED
+
+
+async def test_only_one_pod_writes_the_final_counts(
+        stores: Stores, cancellation: Cancellation, registry: FakeRegistry) -> None:
+    campaign_id = await sending(stores, registry, cancellation)
+    now = utcnow()
+    assert await stores.campaigns.claim_cancel_finalization(campaign_id, "other", now,
+                                                            now + FINALIZER_LEASE)
+    assert await cancellation.try_finalize(campaign_id) is None
+    assert (await stored(stores, campaign_id)).status is Status.CANCELLING
+
+
+async def test_a_campaign_that_is_not_cancelling_is_not_finalized(
+        stores: Stores, cancellation: Cancellation) -> None:
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+    assert await cancellation.try_finalize(campaign_id) is None
+    assert await cancellation.try_finalize(new_id()) is None
+    assert (await stored(stores, campaign_id)).status is Status.IN_PROGRESS
+
+
+async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unpaged_rest(
+        stores: Stores, cancellation: Cancellation) -> None:
+    """Paging stopped after one chunk of five: two sent, one failed. The seven devices never
+    paged are frozen into chunks, so the audit and a retarget see them, whatever happens to
+    the devices afterwards."""
+    await stores.devices.upsert([device(i) for i in range(12)], utcnow())
+    ids = [i async for i, _ in stores.devices.stream({}, None, None)]
+    campaign_id = await insert(
+        stores, status=Status.IN_PROGRESS, chunk_size=3, counts=Counts(targeted=5),
+        progress=Progress(chunks_published=1),
+        dispatch=Dispatch(owner="d1", until=ids[-1], next_seq=1))
+    recipients = [r async for _, r in stores.devices.stream({}, None, ids[4])]
+    await stores.chunks.create(campaign_id, 0, recipients, ids[4], utcnow())
+    await stores.deliveries.record(campaign_id, 0, "s1", [(0, None), (1, None),
+                                                          (2, "UNREGISTERED")], utcnow())
+    await cancellation.request(campaign_id, None, None, broadcast=True)
+    cancelled = await cancellation.try_finalize(campaign_id)
+    await stores.devices.mark_invalid(["tok-00006"], "UNREGISTERED", utcnow())
+    unsent = [line.token async for line in audit(stores, await stored(stores, campaign_id),
+                                                 Outcome.UNSENT)]
+    frozen = [c.state async for c in stores.chunks.in_order(campaign_id)][1:]
+    assert cancelled is not None and cancelled.status is Status.CANCELLED
+    assert cancelled.counts == Counts(targeted=12, sent=2, failed=1)
+    assert cancelled.dispatch.done
+    assert unsent == [f"tok-{i:05d}" for i in range(3, 12)]
+    assert [(s.size, s.status.value) for s in frozen] == [(3, "cancelled")] * 2 + [
+        (1, "cancelled")]
+
+
+async def test_a_finalizer_that_died_mid_freeze_is_finished_by_the_next_one(
+        stores: Stores, cancellation: Cancellation) -> None:
+    """A finalizer froze chunk 0 and died before counting it; its claim expires, and the next
+    one counts that chunk once and goes on from there."""
+    await stores.devices.upsert([device(i) for i in range(6)], utcnow())
+    ids = [i async for i, _ in stores.devices.stream({}, None, None)]
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS, chunk_size=2,
+                               dispatch=Dispatch(owner="d1", until=ids[-1], next_seq=0))
+    await cancellation.request(campaign_id, None, None, broadcast=True)
+    earlier = utcnow() - 2 * FINALIZER_LEASE
+    await stores.campaigns.claim_cancel_finalization(campaign_id, "dead", earlier, earlier)
+    firsts = [r async for _, r in stores.devices.stream({}, None, ids[1])]
+    await stores.chunks.create(campaign_id, 0, firsts, ids[1], utcnow(),
+                               status=ChunkStatus.CANCELLED)
+    cancelled = await cancellation.try_finalize(campaign_id)
+    assert cancelled is not None and cancelled.counts == Counts(targeted=6)
+    assert [c.state.size async for c in stores.chunks.in_order(campaign_id)] == [2, 2, 2]
+
+
+async def test_final_counts_of_a_cancel_come_from_the_records_not_the_live_counters(
+        stores: Stores, cancellation: Cancellation) -> None:
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS,
+                               dispatch=Dispatch(owner="d1", next_seq=1, done=True),
+                               counts=Counts(targeted=2, sent=99))
+    await stores.chunks.create(campaign_id, 0, recipients(0, 2), None, utcnow())
+    await stores.deliveries.record(campaign_id, 0, "s1", [(0, None)], utcnow())
+    await cancellation.request(campaign_id, None, None, broadcast=True)
+    cancelled = await cancellation.try_finalize(campaign_id)
+    assert cancelled is not None and cancelled.counts == Counts(targeted=2, sent=1, failed=0)

@@ -1,0 +1,314 @@
+"""What a sender decides for each chunk message, sending through the real ``BatchSender`` to an
+FCM that answers at once (one request at a time, so every run takes the same path)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+
+import pytest
+
+from herald.adapters.fcm import SendResult
+from herald.clock import utcnow
+from herald.domain.documents import Campaign, ChunkState, ChunkStatus, Counts, new_id
+from herald.domain.messages import SendChunk
+from herald.domain.status import Status
+from herald.runtime.tracking import WorkTracker
+from herald.service_layer.cancel_watch import CancelWatch
+from herald.service_layer.chunk_lifecycle import ChunkLifecycle
+from herald.service_layer.ports import Stores
+from services.sender.campaigns import CampaignCache
+from services.sender.chunks import ChunkSender, SendingPolicy, Verdict
+from services.sender.claims import ChunkClaims
+from services.sender.delivery import BatchSender
+from tests.factories import device, pod_beat, recipients_of, sending_campaign
+from tests.unit.fakes import (
+    FakeCampaigns,
+    FakeClock,
+    FakeFcm,
+    FakeFlags,
+    FakeRegistry,
+    UnlimitedBucket,
+    UnlimitedLimits,
+    answer_by_token,
+    fake_stores,
+)
+
+POD = "s1"
+MAX_ATTEMPTS = 3
+HELD = timedelta(minutes=5)
+TOKENS = ["tok-0", "tok-1", "unregistered-2", "tok-3", "tok-4"]
+
+
+@dataclass
+class Rig:
+    """One sender pod: its chunk sender, FCM, and what it knows of cancels."""
+
+    stores: Stores
+    flags: FakeFlags
+    registry: FakeRegistry
+    clock: FakeClock
+    watch: CancelWatch
+    fcm: FakeFcm = field(default_factory=FakeFcm)
+    claims: ChunkClaims | None = None
+
+    def sender(self, *, budget_s: float = 60.0,
+               answer: Callable[[str], SendResult] = answer_by_token,
+               on_request: Callable[[str], None] | None = None) -> ChunkSender:
+        self.fcm = FakeFcm(answer, on_request)
+        self.claims = ChunkClaims(self.stores.chunks, self.registry, POD, 60.0, self.clock)
+        batches = BatchSender(self.fcm, concurrency=1, max_retries=0,
+                              project_bucket=UnlimitedBucket())
+        return ChunkSender(
+            ChunkLifecycle(self.stores, POD, self.clock),
+            CampaignCache(self.stores.campaigns, self.watch), batches, UnlimitedLimits(),
+            self.claims, WorkTracker(), self.watch.event,
+            SendingPolicy(batch_size=2, batches_in_flight=1, max_attempts=MAX_ATTEMPTS,
+                          budget_s=budget_s))
+
+
+@pytest.fixture
+def rig(stores: Stores, flags: FakeFlags, registry: FakeRegistry, clock: FakeClock) -> Rig:
+    return Rig(stores, flags, registry, clock, CancelWatch(flags))
+
+
+def open_channel() -> bool:
+    return False
+
+
+async def campaign_of(rig: Rig, status: Status = Status.IN_PROGRESS) -> Campaign:
+    """A sending campaign of one chunk of ``TOKENS``, every token a registered device."""
+    await rig.stores.devices.upsert([device(i, token=token) for i, token in enumerate(TOKENS)],
+                                    utcnow())
+    return await sending_campaign(rig.stores, [TOKENS], status=status)
+
+
+def message(campaign_id: str) -> SendChunk:
+    return SendChunk(campaign_id=campaign_id, seq=0, recipients=recipients_of(TOKENS))
+
+
+async def chunk_state(rig: Rig, campaign_id: str) -> ChunkState:
+    found = await rig.stores.chunks.state(campaign_id, 0)
+    assert found is not None
+    return found
+
+
+async def stored(rig: Rig, campaign_id: str) -> Campaign:
+    found = await rig.stores.campaigns.get(campaign_id)
+    assert found is not None
+    return found
+
+
+# --- a chunk sent through ----------------------------------------------------------------------
+async def test_a_chunk_is_sent_batch_by_batch_recorded_closed_and_completes_its_campaign(
+        rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    verdict = await rig.sender().process(message(campaign.id), open_channel)
+    state = await chunk_state(rig, campaign.id)
+    done = await stored(rig, campaign.id)
+    deliveries = [d async for d in rig.stores.deliveries.in_order(campaign.id)]
+    dead = await rig.stores.devices.find_by_token("unregistered-2")
+    assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS
+    assert [len(d.sent) + len(d.failed) for d in deliveries] == [2, 2, 1]  # one per batch
+    assert (state.status, state.sent, state.failed, state.owner) == (ChunkStatus.DONE, 4, 1,
+                                                                     None)
+    assert done.status is Status.COMPLETED and done.counts == Counts(targeted=5, sent=4,
+                                                                     failed=1)
+    assert dead is not None and (dead.invalid, dead.invalid_reason) == (True, "UNREGISTERED")
+
+
+async def test_a_redelivered_chunk_sends_only_what_was_not_recorded(rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    await rig.stores.chunks.claim(campaign.id, 0, "dead", None, rig.clock())
+    await rig.stores.deliveries.record(campaign.id, 0, "dead", [(0, None), (1, None)], utcnow())
+    verdict = await rig.sender().process(message(campaign.id), open_channel)
+    assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS[2:]
+    assert (await stored(rig, campaign.id)).counts == Counts(targeted=5, sent=4, failed=1)
+
+
+async def test_a_chunk_recorded_whole_by_a_sender_that_died_is_only_closed(rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    await rig.stores.deliveries.record(campaign.id, 0, "dead",
+                                       [(p, None) for p in range(len(TOKENS))], utcnow())
+    verdict = await rig.sender().process(message(campaign.id), open_channel)
+    assert verdict is Verdict.ACK and rig.fcm.sent == []
+    assert (await chunk_state(rig, campaign.id)).status is ChunkStatus.DONE
+    assert (await stored(rig, campaign.id)).status is Status.COMPLETED
+
+
+# --- chunks acknowledged without sending -------------------------------------------------------
+async def test_a_chunk_of_a_cancelled_campaign_is_dropped_untouched(rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    await rig.flags.raise_flag(campaign.id)
+    verdict = await rig.sender().process(message(campaign.id), open_channel)
+    state = await chunk_state(rig, campaign.id)
+    assert verdict is Verdict.ACK and rig.fcm.sent == []
+    assert (state.status, state.attempts, state.owner) == (ChunkStatus.PENDING, 0, None)
+
+
+async def test_a_chunk_of_a_campaign_found_cancelling_is_dropped_and_the_cancel_learned(
+        rig: Rig) -> None:
+    """No broadcast reached this pod and no flag is raised: the campaign's status tells."""
+    campaign = await campaign_of(rig, Status.CANCELLING)
+    learned: list[str] = []
+    rig.watch.on_learned(learned.append)
+    verdict = await rig.sender().process(message(campaign.id), open_channel)
+    assert verdict is Verdict.ACK and rig.fcm.sent == []
+    assert rig.watch.knows(campaign.id) and learned == [campaign.id]
+
+
+@pytest.mark.parametrize("status", [Status.COMPLETED, Status.CANCELLED, Status.PENDING])
+async def test_a_chunk_of_a_campaign_not_sending_is_dropped(rig: Rig, status: Status) -> None:
+    campaign = await campaign_of(rig, status)
+    assert await rig.sender().process(message(campaign.id), open_channel) is Verdict.ACK
+    assert rig.fcm.sent == []
+
+
+async def test_a_chunk_of_an_unknown_campaign_is_dropped(rig: Rig) -> None:
+    assert await rig.sender().process(message(new_id()), open_channel) is Verdict.ACK
+    assert rig.fcm.sent == []
+
+
+async def test_a_chunk_already_closed_is_only_acknowledged(rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    await rig.stores.chunks.claim(campaign.id, 0, "s2", None, rig.clock())
+    await rig.stores.chunks.finish(campaign.id, 0, ChunkStatus.DONE, 5, 0, utcnow(), "s2")
+    assert await rig.sender().process(message(campaign.id), open_channel) is Verdict.ACK
+    assert rig.fcm.sent == []
+
+
+# --- chunks handed back ------------------------------------------------------------------------
+async def test_a_chunk_another_live_sender_holds_is_busy(rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    await rig.registry.beat(pod_beat("s2"))
+    await rig.stores.chunks.claim(campaign.id, 0, "s2", None, rig.clock() + HELD)
+    assert await rig.sender().process(message(campaign.id), open_channel) is Verdict.BUSY
+    assert rig.fcm.sent == [] and (await chunk_state(rig, campaign.id)).owner == "s2"
+
+
+async def test_a_chunk_a_dead_sender_held_is_taken_over_and_sent(rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    await rig.stores.chunks.claim(campaign.id, 0, "dead", None, rig.clock() + HELD)
+    assert await rig.sender().process(message(campaign.id), open_channel) is Verdict.ACK
+    assert rig.fcm.sent == TOKENS and (await chunk_state(rig, campaign.id)).attempts == 2
+
+
+async def test_a_chunk_that_failed_too_often_is_poison(rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    for _ in range(MAX_ATTEMPTS):
+        await rig.stores.chunks.claim(campaign.id, 0, "dead", None, rig.clock())
+        await rig.stores.chunks.release(campaign.id, 0, "dead", refund=False)
+    assert await rig.sender().process(message(campaign.id), open_channel) is Verdict.POISON
+    assert rig.fcm.sent == []
+
+
+async def test_a_stopping_sender_finishes_its_batch_and_hands_the_rest_on(rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    sender = rig.sender(on_request=lambda _token: sender.stop())
+    verdict = await sender.process(message(campaign.id), open_channel)
+    state = await chunk_state(rig, campaign.id)
+    assert verdict is Verdict.REPUBLISH and rig.fcm.sent == TOKENS[:2]
+    assert await rig.stores.deliveries.recorded(campaign.id, 0) == {0: None, 1: None}
+    assert state.status is ChunkStatus.PENDING  # the next delivery carries on
+    assert rig.claims is not None
+    await rig.claims.release(campaign.id, 0, refund=True)  # what settling REPUBLISH does
+    assert await rig.sender().process(message(campaign.id), open_channel) is Verdict.ACK
+    assert rig.fcm.sent == TOKENS[2:]
+    assert (await chunk_state(rig, campaign.id)).attempts == 1
+
+
+async def test_a_chunk_over_its_time_budget_is_handed_on_before_its_next_batch(
+        rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    verdict = await rig.sender(budget_s=-1.0).process(message(campaign.id), open_channel)
+    assert verdict is Verdict.REPUBLISH and rig.fcm.sent == []
+
+
+async def test_a_closed_channel_aborts_before_the_next_batch(rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    closed: list[str] = []
+    sender = rig.sender(on_request=closed.append)
+    verdict = await sender.process(message(campaign.id), lambda: bool(closed))
+    assert verdict is Verdict.ABORT and rig.fcm.sent == TOKENS[:2]
+    assert await rig.stores.deliveries.recorded(campaign.id, 0) == {0: None, 1: None}
+    assert (await chunk_state(rig, campaign.id)).status is ChunkStatus.PENDING
+
+
+# --- a cancel while sending --------------------------------------------------------------------
+async def test_a_cancel_mid_chunk_stops_before_the_next_request_and_closes_the_chunk_cancelled(
+        rig: Rig) -> None:
+    """The broadcast arrives while the third request is on the wire: it is answered and
+    recorded, no further request starts, and the rest of the chunk stays unsent."""
+    campaign = await campaign_of(rig)
+
+    def broadcast_during_the_third(token: str) -> None:
+        if token == TOKENS[2]:
+            rig.watch.mark(campaign.id)
+
+    sender = rig.sender(on_request=broadcast_during_the_third)
+    verdict = await sender.process(message(campaign.id), open_channel)
+    state = await chunk_state(rig, campaign.id)
+    after = await stored(rig, campaign.id)
+    assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS[:3]
+    assert (state.status, state.sent, state.failed) == (ChunkStatus.CANCELLED, 2, 1)
+    assert (after.counts.sent, after.counts.failed, after.progress.chunks_done) == (2, 1, 0)
+    assert after.status is Status.IN_PROGRESS  # the cancel, not the chunk, finishes it
+
+
+class BroadcastOnRead(FakeCampaigns):
+    """The cancel broadcast arrives just as the sender reads the campaign."""
+
+    def __init__(self, watch: CancelWatch) -> None:
+        super().__init__()
+        self._watch = watch
+
+    async def get(self, campaign_id: str) -> Campaign | None:
+        found = await super().get(campaign_id)
+        self._watch.mark(campaign_id)
+        return found
+
+
+async def test_a_cancel_heard_before_the_first_batch_sends_nothing_and_closes_nothing(
+        flags: FakeFlags, registry: FakeRegistry, clock: FakeClock) -> None:
+    watch = CancelWatch(flags)
+    rig = Rig(replace(fake_stores(), campaigns=BroadcastOnRead(watch)), flags, registry, clock,
+              watch)
+    campaign = await campaign_of(rig)
+    verdict = await rig.sender().process(message(campaign.id), open_channel)
+    state = await chunk_state(rig, campaign.id)
+    assert verdict is Verdict.ACK and rig.fcm.sent == []
+    assert (state.status, state.sent) == (ChunkStatus.PENDING, 0)  # its recipients stay unsent
+    assert (await stored(rig, campaign.id)).counts.sent == 0
+
+
+async def test_a_cancel_during_the_last_request_closes_the_chunk_cancelled_not_done(
+        rig: Rig) -> None:
+    """Every recipient got an answer, but the cancel came first: the chunk must not count as
+    done, or it would complete a campaign that is being cancelled."""
+    campaign = await campaign_of(rig)
+
+    def broadcast_during_the_last(token: str) -> None:
+        if token == TOKENS[-1]:
+            rig.watch.mark(campaign.id)
+
+    verdict = await rig.sender(on_request=broadcast_during_the_last).process(
+        message(campaign.id), open_channel)
+    state = await chunk_state(rig, campaign.id)
+    after = await stored(rig, campaign.id)
+    assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS
+    assert (state.status, state.sent, state.failed) == (ChunkStatus.CANCELLED, 4, 1)
+    assert (after.status, after.progress.chunks_done) == (Status.IN_PROGRESS, 0)
+
+
+async def test_a_cancel_between_batches_stops_before_the_next_batch(rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+
+    def broadcast_at_the_end_of_the_first_batch(token: str) -> None:
+        if token == TOKENS[1]:
+            rig.watch.mark(campaign.id)
+
+    sender = rig.sender(on_request=broadcast_at_the_end_of_the_first_batch)
+    verdict = await sender.process(message(campaign.id), open_channel)
+    assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS[:2]
+    assert (await chunk_state(rig, campaign.id)).status is ChunkStatus.CANCELLED

@@ -1,0 +1,280 @@
+"""A dispatcher pages a campaign's recipients into chunks: written, published, checkpointed,
+resumable by another dispatcher, stopped at a chunk boundary, finished exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, timedelta
+
+import pytest
+
+from herald.clock import utcnow
+from herald.domain.audience import Audience
+from herald.domain.documents import (
+    Campaign,
+    ChunkStatus,
+    Counts,
+    Dispatch,
+    FollowUp,
+    FollowUpOf,
+    LocalTime,
+)
+from herald.domain.messages import SendChunk
+from herald.domain.status import Status
+from herald.service_layer.chunk_lifecycle import ChunkLifecycle, Tally
+from herald.service_layer.ports import Stores
+from services.dispatcher.paging import Paging
+from tests.factories import device, insert, recipients_of
+from tests.unit.fakes import FakeBus
+
+LEASE_S = 30.0
+LEASE = timedelta(seconds=LEASE_S)
+
+
+class Dispatcher:
+    """One dispatcher pod's paging, with switches for what happens around it."""
+
+    def __init__(self, stores: Stores, bus: FakeBus, pod_id: str = "d1") -> None:
+        self.stores = stores
+        self.bus = bus
+        self.pod_id = pod_id
+        self.cancelled: set[str] = set()
+        self.stopping = False
+        self.after_publish: Callable[[SendChunk], Awaitable[None]] | None = None
+
+    async def publish(self, message: SendChunk) -> None:
+        await self.bus.send_chunk(message)
+        if self.after_publish is not None:
+            await self.after_publish(message)
+
+    async def is_cancelled(self, campaign_id: str) -> bool:
+        return campaign_id in self.cancelled
+
+    def paging(self) -> Paging:
+        return Paging(self.stores, self.publish, self.is_cancelled, lambda: self.stopping,
+                      self.pod_id, LEASE_S)
+
+    async def claim(self, campaign_id: str, later_s: float = 0.0) -> Campaign:
+        now = utcnow() + timedelta(seconds=later_s)
+        claimed = await self.stores.campaigns.claim_for_dispatch(campaign_id, self.pod_id, now,
+                                                                 now + LEASE)
+        assert claimed is not None
+        return claimed
+
+    async def run(self, campaign_id: str, later_s: float = 0.0) -> None:
+        """Claim the campaign (``later_s`` from now) and page it."""
+        await self.paging().run(await self.claim(campaign_id, later_s))
+
+
+@pytest.fixture
+def dispatcher(stores: Stores, bus: FakeBus) -> Dispatcher:
+    return Dispatcher(stores, bus)
+
+
+async def stored(stores: Stores, campaign_id: str) -> Campaign:
+    found = await stores.campaigns.get(campaign_id)
+    assert found is not None
+    return found
+
+
+async def register(stores: Stores, numbers: range, **fields: object) -> list[str]:
+    await stores.devices.upsert([device(i, **fields) for i in numbers], utcnow())
+    return [i async for i, _ in stores.devices.stream({}, None, None)]
+
+
+def tokens(*numbers: int) -> list[str]:
+    return [f"tok-{i:05d}" for i in numbers]
+
+
+def published(bus: FakeBus) -> list[tuple[int, list[str]]]:
+    return [(m.seq, [r.token for r in m.recipients]) for m in bus.chunks]
+
+
+async def test_an_audience_is_paged_into_chunks_of_chunk_size_each_checkpointed(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    ids = await register(stores, range(10))
+    await stores.devices.upsert([device(99, push_enabled=False)], utcnow())
+    campaign_id = await insert(stores, chunk_size=4)
+    await dispatcher.run(campaign_id)
+    paged = await stored(stores, campaign_id)
+    chunks = [c.state async for c in stores.chunks.in_order(campaign_id)]
+    assert published(bus) == [(0, tokens(0, 1, 2, 3)), (1, tokens(4, 5, 6, 7)),
+                              (2, tokens(8, 9))]
+    assert [(c.size, c.cursor, c.status) for c in chunks] == [
+        (4, ids[3], ChunkStatus.PENDING), (4, ids[7], ChunkStatus.PENDING),
+        (2, ids[9], ChunkStatus.PENDING)]
+    assert (paged.dispatch.next_seq, paged.dispatch.done) == (3, True)
+    assert (paged.counts.targeted, paged.progress.chunks_published) == (10, 3)
+    assert paged.dispatch.until is not None and paged.dispatch.until > ids[9]  # the 99th
+    assert paged.status is Status.IN_PROGRESS  # its chunks are still to be sent
+
+
+async def test_devices_registered_after_paging_began_are_not_reached(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    await register(stores, range(6))
+    campaign_id = await insert(stores, chunk_size=2)
+
+    async def newcomers_arrive(_: SendChunk) -> None:
+        await stores.devices.upsert([device(100 + len(bus.chunks))], utcnow())
+
+    dispatcher.after_publish = newcomers_arrive
+    await dispatcher.run(campaign_id)
+    assert [t for _, chunk in published(bus) for t in chunk] == tokens(*range(6))
+
+
+async def test_paging_resumes_after_a_chunk_its_dead_owner_wrote_but_never_checkpointed(
+        stores: Stores, bus: FakeBus) -> None:
+    """The chunk is published again as written, and paging goes on after it, even though the
+    audience changed since: no device is skipped or reached twice."""
+    ids = await register(stores, range(10))
+    campaign_id = await insert(stores, chunk_size=4)
+    await Dispatcher(stores, FakeBus(), "dead").claim(campaign_id)
+    await stores.campaigns.fix_dispatch_bound(campaign_id, "dead", ids[-1])
+    await stores.chunks.create(campaign_id, 0, recipients_of(tokens(0, 1, 2, 3)), ids[3],
+                               utcnow())  # ...written, published maybe, then it died
+    await stores.devices.mark_invalid(tokens(2), "UNREGISTERED", utcnow())  # paged already
+    await Dispatcher(stores, bus, "d2").run(campaign_id, later_s=LEASE_S + 1)
+    paged = await stored(stores, campaign_id)
+    assert published(bus) == [(0, tokens(0, 1, 2, 3)), (1, tokens(4, 5, 6, 7)),
+                              (2, tokens(8, 9))]
+    assert (paged.dispatch.owner, paged.dispatch.takeovers) == ("d2", 1)
+    assert (paged.counts.targeted, paged.dispatch.next_seq) == (10, 3)
+
+
+async def test_paging_resumes_after_the_last_checkpoint(stores: Stores, bus: FakeBus) -> None:
+    ids = await register(stores, range(10))
+    campaign_id = await insert(stores, chunk_size=4)
+    first = Dispatcher(stores, FakeBus(), "d1")
+
+    async def stop_after_the_first_chunk(_: SendChunk) -> None:
+        first.stopping = True
+
+    first.after_publish = stop_after_the_first_chunk
+    await first.run(campaign_id)
+    await Dispatcher(stores, bus, "d2").run(campaign_id, later_s=0.001)
+    paged = await stored(stores, campaign_id)
+    assert published(bus) == [(1, tokens(4, 5, 6, 7)), (2, tokens(8, 9))]
+    assert (paged.counts.targeted, paged.dispatch.next_seq, paged.dispatch.until) == (
+        10, 3, ids[-1])
+
+
+async def test_a_cancel_stops_paging_before_the_next_chunk(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    await register(stores, range(10))
+    campaign_id = await insert(stores, chunk_size=4)
+
+    async def cancelled(_: SendChunk) -> None:
+        dispatcher.cancelled.add(campaign_id)
+
+    dispatcher.after_publish = cancelled
+    await dispatcher.run(campaign_id)
+    stopped = await stored(stores, campaign_id)
+    assert published(bus) == [(0, tokens(0, 1, 2, 3))]
+    assert (stopped.dispatch.next_seq, stopped.dispatch.done) == (1, False)
+    assert stopped.dispatch.owner == "d1"
+    assert stopped.dispatch.lease_until is not None and stopped.dispatch.lease_until > utcnow()
+
+
+async def test_a_dispatcher_that_lost_its_lease_stops_paging(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    await register(stores, range(10))
+    campaign_id = await insert(stores, chunk_size=4)
+
+    async def taken_over(_: SendChunk) -> None:
+        await stores.campaigns.take_over(campaign_id, "d1", "d2", utcnow() + LEASE)
+
+    dispatcher.after_publish = taken_over
+    await dispatcher.run(campaign_id)
+    lost = await stored(stores, campaign_id)
+    assert published(bus) == [(0, tokens(0, 1, 2, 3))]  # d2 publishes it again, as written
+    assert (lost.dispatch.owner, lost.dispatch.next_seq, lost.dispatch.done) == ("d2", 0,
+                                                                                 False)
+
+
+async def test_a_stopping_dispatcher_stops_at_a_chunk_boundary_and_lets_its_lease_go(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    await register(stores, range(10))
+    campaign_id = await insert(stores, chunk_size=4)
+
+    async def stop(_: SendChunk) -> None:
+        dispatcher.stopping = True
+
+    dispatcher.after_publish = stop
+    await dispatcher.run(campaign_id)
+    later = utcnow() + timedelta(milliseconds=1)
+    successor = await stores.campaigns.claim_for_dispatch(campaign_id, "d2", later,
+                                                          later + LEASE)
+    assert published(bus) == [(0, tokens(0, 1, 2, 3))]
+    assert successor is not None and successor.dispatch.next_seq == 1
+
+
+async def send_at_once(stores: Stores, message: SendChunk) -> None:
+    """A sender that takes, sends and closes each chunk the moment it is published."""
+    lifecycle = ChunkLifecycle(stores, "s1")
+    await stores.chunks.claim(message.campaign_id, message.seq, "s1", None, utcnow() + LEASE)
+    tally = Tally()
+    await lifecycle.record(message.campaign_id, message.seq,
+                           [(p, None) for p in range(len(message.recipients))], tally)
+    await lifecycle.close(message.campaign_id, message.seq, tally.status, tally)
+
+
+async def test_paging_finishes_dispatch_and_completes_a_campaign_whose_chunks_are_all_sent(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    await register(stores, range(10))
+    campaign_id = await insert(stores, chunk_size=4)
+
+    async def sent(message: SendChunk) -> None:
+        await send_at_once(stores, message)
+
+    dispatcher.after_publish = sent
+    await dispatcher.run(campaign_id)
+    done = await stored(stores, campaign_id)
+    assert done.status is Status.COMPLETED and done.dispatch.done
+    assert done.counts == Counts(targeted=10, sent=10, failed=0)
+
+
+async def test_an_empty_audience_completes_at_once(stores: Stores, bus: FakeBus,
+                                                   dispatcher: Dispatcher) -> None:
+    await register(stores, range(3), push_enabled=False)
+    campaign_id = await insert(stores)
+    await dispatcher.run(campaign_id)
+    done = await stored(stores, campaign_id)
+    assert bus.chunks == []
+    assert done.status is Status.COMPLETED and done.counts == Counts()
+
+
+async def test_a_follow_up_pages_exactly_the_unsent_of_its_parent(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    parent_id = await insert(stores, status=Status.CANCELLED, counts=Counts(targeted=6),
+                             dispatch=Dispatch(owner="d", next_seq=2, done=True))
+    for seq, numbers in enumerate(((0, 1, 2), (3, 4, 5))):
+        await stores.chunks.create(parent_id, seq, recipients_of(tokens(*numbers)), None,
+                                   utcnow())
+    await stores.deliveries.record(parent_id, 0, "s1", [(0, None), (1, None)], utcnow())
+    follow_up = await insert(stores, chunk_size=3, audience=None,
+                             follow_up=FollowUp(parent_id, FollowUpOf.UNSENT))
+    await dispatcher.run(follow_up)
+    paged = await stored(stores, follow_up)
+    assert published(bus) == [(0, tokens(2, 3, 4)), (1, tokens(5))]
+    assert paged.dispatch.until is None and paged.counts.targeted == 4
+
+
+async def test_a_local_time_campaign_pages_the_due_waves_and_parks_until_the_next(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    """09:00 local is past in Seoul, an hour away in UTC (devices without a zone) and six
+    hours away in New York."""
+    await register(stores, range(3), timezone="Asia/Seoul")
+    await register(stores, range(3, 5), timezone="America/New_York")
+    await register(stores, range(5, 7))
+    wall = (utcnow() + timedelta(hours=1)).replace(tzinfo=None, microsecond=0)
+    campaign_id = await insert(stores, audience=Audience(),
+                               local_time=LocalTime(wall.isoformat(), "UTC"))
+    await dispatcher.run(campaign_id)
+    parked = await stored(stores, campaign_id)
+    waves = parked.dispatch.waves
+    assert waves is not None
+    assert [(w.zones, w.others) for w in waves] == [(("Asia/Seoul",), False), (("UTC",), True),
+                                                    (("America/New_York",), False)]
+    assert published(bus) == [(0, tokens(0, 1, 2))]
+    assert parked.dispatch.lease_until == wall.replace(tzinfo=UTC) == waves[1].due_at
+    assert not parked.dispatch.done
