@@ -27,6 +27,7 @@ from herald.domain.documents import Campaign, Outcome
 from herald.domain.status import CancelDecision, Status
 from herald.domain.types import OBJECT_ID_PATTERN
 from herald.service_layer import queries
+from herald.service_layer.campaign_events import CampaignChanged, Event, campaign_events
 from herald.service_layer.campaigns import edit_scheduled
 from herald.service_layer.recipients import RecipientLine
 from services.api.auth import Caller, scoped
@@ -76,6 +77,33 @@ async def list_campaigns(
 ) -> CampaignPage:
     page = await queries.campaigns(services.stores, status, cursor, limit)
     return CampaignPage(items=[campaign_view(c) for c in page.items], next_cursor=page.next_cursor)
+
+
+@router.get("/{campaign_id}/events", response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}},
+                             "description": "Server-sent events `campaign`, each with the JSON "
+                                            "of GET /v1/campaigns/{id}: the state at once, then "
+                                            "every change, until a final status"}})
+async def campaign_events_stream(campaign_id: CampaignId, services: Services,
+                                 _: Reader) -> StreamingResponse:
+    """Live status and counts: an event now, one per change, a comment every ~15 s when
+    quiet; the stream ends after the event with a final status. Reconnect to resume: the first
+    event is always the current state."""
+    events = await campaign_events(services.stores, campaign_id)
+    return StreamingResponse(_server_sent(events), media_type="text/event-stream",
+                             headers=SSE_HEADERS)
+
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+async def _server_sent(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
+    async for event in events:
+        if isinstance(event, CampaignChanged):
+            data = campaign_view(event.campaign).model_dump_json(by_alias=True)
+            yield f"event: campaign\nid: {event.seq}\ndata: {data}\n\n".encode()
+        else:
+            yield b": keep-alive\n\n"
 
 
 @router.get("/{campaign_id}/recipients", response_class=StreamingResponse,
