@@ -26,7 +26,7 @@ from services.api.auth import document_scopes
 from services.api.deps import AppServices
 from services.api.limits import BodySizeLimit
 from services.api.readiness import Readiness
-from services.api.routes import access, campaigns, devices, ops, schedules
+from services.api.routes import access, audiences, campaigns, devices, ops, schedules
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def create_app(settings: Settings) -> FastAPI:
                   summary="Mass push-notification campaigns through FCM, stoppable mid-flight.",
                   description=API_DESCRIPTION)
     errors.install(app)
-    for module in (devices, campaigns, schedules, access, ops):
+    for module in (devices, campaigns, audiences, schedules, access, ops):
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.api_max_body_bytes)
     document_scopes(app)
