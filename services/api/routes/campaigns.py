@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-import orjson
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
@@ -29,7 +28,7 @@ from herald.domain.types import OBJECT_ID_PATTERN
 from herald.service_layer import queries
 from herald.service_layer.campaign_events import CampaignChanged, Event, campaign_events
 from herald.service_layer.campaigns import edit_scheduled
-from herald.service_layer.recipients import RecipientLine
+from services.api.audit import MEDIA_TYPES, AuditFormat, audit_format, download_headers, encoded
 from services.api.auth import Caller, scoped
 from services.api.deps import Services
 from services.api.errors import not_found
@@ -46,7 +45,6 @@ CampaignId = Annotated[str, Path(pattern=OBJECT_ID_PATTERN.pattern,
 IdempotencyKey = Annotated[str | None, Header(
     max_length=200, description="A retry with the same key (from the same API key) and the same "
                                 "body gets the first answer back instead of a second campaign")]
-AUDIT_LINES_PER_WRITE = 500
 
 
 @router.post("", status_code=202, response_model=CampaignCreated,
@@ -107,25 +105,22 @@ async def _server_sent(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
 
 
 @router.get("/{campaign_id}/recipients", response_class=StreamingResponse,
-            responses={200: {"content": {"application/x-ndjson": {}},
-                             "description": "One JSON object per line: token, user_id, outcome, error"}})
+            responses={200: {"content": {"application/x-ndjson": {}, "text/csv": {}},
+                             "description": "NDJSON: one JSON object per line (token, user_id, "
+                                            "outcome, error); CSV: a header row, then the same "
+                                            "columns"}})
 async def list_recipients(
     campaign_id: CampaignId, services: Services, _: Reader,
     outcome: Annotated[Outcome, Query()],
+    requested_format: Annotated[AuditFormat | None, Query(
+        alias="format",
+        description="ndjson (default) or csv; `Accept: text/csv` also asks for CSV")] = None,
+    accept: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     lines = await queries.recipients(services.stores, campaign_id, outcome)
-    return StreamingResponse(_ndjson(lines), media_type="application/x-ndjson")
-
-
-async def _ndjson(lines: AsyncIterator[RecipientLine]) -> AsyncIterator[bytes]:
-    block: list[bytes] = []
-    async for line in lines:
-        block.append(orjson.dumps(line.as_dict()))
-        if len(block) >= AUDIT_LINES_PER_WRITE:
-            yield b"\n".join(block) + b"\n"
-            block = []
-    if block:
-        yield b"\n".join(block) + b"\n"
+    fmt = audit_format(requested_format, accept)
+    return StreamingResponse(encoded(lines, fmt), media_type=MEDIA_TYPES[fmt],
+                             headers=download_headers(campaign_id, outcome, fmt))
 
 
 @router.post("/{campaign_id}/cancel", response_model=CancelResult,
