@@ -77,8 +77,8 @@ function authorization() {
   return { Authorization: "Bearer " + session.key };
 }
 
-async function call(method, path, body, headers = {}) {
-  const init = { method, headers: { ...authorization(), ...headers }, signal: page.signal };
+async function call(method, path, body, headers = {}, signal = page.signal) {
+  const init = { method, headers: { ...authorization(), ...headers }, signal };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -158,7 +158,8 @@ function parseEvent(block) {
 async function signIn(key) {
   session.key = key;
   try {
-    session.me = await get("/v1/me");
+    // Not tied to the page: leaving the sign-in page must not cancel the sign-in.
+    session.me = await (await call("GET", "/v1/me", undefined, {}, undefined)).json();
   } catch (error) {
     session = { key: null, me: null };
     throw error;
@@ -298,7 +299,10 @@ function renderCampaign(parts, view) {
     h("dt", { text: t }), h("dd", { id: `count-${k}`, text: fmt(c.counts[k]) }))));
   parts.timeline.replaceChildren(...timeline(c));
   renderStop(parts, view);
+  if (view.toGo) view.toGo.textContent = stillToGo(c);
 }
+
+const stillToGo = (c) => `${fmt(c.counts.unsent)} of ${fmt(c.counts.targeted)} are still to go.`;
 
 function renderStop(parts, view) {
   const c = view.campaign;
@@ -323,16 +327,16 @@ function renderStop(parts, view) {
 function confirmStop(parts, view) {
   const c = view.campaign;
   const keep = h("button", { type: "button", autofocus: true, id: "keep-sending", text: "Keep sending" });
-  const stop = h("button", { type: "button", class: "stop", id: "confirm-stop",
-    text: `Stop ${fmt(c.counts.unsent)} remaining` });
+  const stop = h("button", { type: "button", class: "stop", id: "confirm-stop", text: "Stop sending now" });
+  view.toGo = h("p", { class: "big", id: "still-to-go", text: stillToGo(c) });
   const dialog = h("dialog", { id: "stop-dialog", "aria-labelledby": "stop-title" },
     h("h2", { id: "stop-title", text: `Stop “${label(c)}”?` }),
-    h("p", { class: "big" }, `${fmt(c.counts.unsent)} of ${fmt(c.counts.targeted)} are still to go.`),
+    view.toGo,
     h("p", { text: "Every sender stops before its next request to FCM. Nothing not yet sent will be sent. This cannot be undone; you can send the rest later." }),
     h("div", { class: "actions" }, keep, stop));
-  const close = () => { dialog.close(); dialog.remove(); };
+  const close = () => { view.toGo = null; dialog.close(); dialog.remove(); };
   keep.addEventListener("click", close);
-  dialog.addEventListener("cancel", () => dialog.remove());
+  dialog.addEventListener("cancel", () => { view.toGo = null; dialog.remove(); });
   stop.addEventListener("click", async () => {
     stop.disabled = true;
     try {
@@ -441,6 +445,7 @@ function followUpForm(c, kind) {
         { "Idempotency-Key": idempotencyKey });
       if (kind === "retarget") { location.hash = `#/campaigns/${answer.id}`; return; }
       result.replaceChildren(correctionResult(answer));
+      document.querySelectorAll("#send-rest, #correct-everyone").forEach((b) => { b.disabled = true; });
     } catch (error) {
       reportFailure(error);
       submit.disabled = false;
@@ -658,8 +663,9 @@ function whenEditor() {
   const now = h("input", { type: "radio", name: "when", id: "when-now", checked: true });
   const later = h("input", { type: "radio", name: "when", id: "when-later" });
   const at = h("input", { type: "datetime-local", id: "send-at" });
-  const zones = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : ["UTC"];
   const here = Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+  const known = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
+  const zones = known.includes(here) ? known : [here, ...known];
   const zone = h("select", { id: "timezone" }, zones.map((z) => h("option", { value: z, text: z, selected: z === here })));
   const value = () => (later.checked && at.value
     ? { send_at: at.value.length === 16 ? `${at.value}:00` : at.value, timezone: zone.value } : {});
@@ -705,7 +711,8 @@ function podsPage(main) {
   const body = h("tbody");
   const note = h("p", { class: "hint" });
   main.append(h("h1", { text: "Pods" }), note, h("table", { id: "pods" }, h("thead", {}, h("tr", {},
-    ["Service", "Pod", "Host / pid", "Version", "Heartbeat age", "Working on"].map((t) => h("th", { text: t })))), body));
+    ["Service", "Pod", "Host / pid", "Version"].map((t) => h("th", { text: t })),
+    h("th", { class: "num", text: "Heartbeat age" }), h("th", { text: "Working on" }))), body));
   every(PODS_REFRESH_MS, async () => {
     const listed = await get("/v1/pods");
     note.textContent = `A pod beats every ${listed.heartbeat_interval_s} s and is dead after ${listed.dead_after_missed_beats} missed beats.`;
