@@ -141,6 +141,7 @@ def create_in_the_console(page: Page, name: str) -> str:
     expect(page.locator("#data-errors")).to_be_empty()
     page.fill("#rate", str(RATE_PER_S))
     expect(page.locator("#estimate")).to_have_text(f"This will reach {POPULATION:,} devices.")
+    page.locator("#create").scroll_into_view_if_needed()
     screenshot(page, "new-campaign")
     page.click("#create")
     page.wait_for_url(CAMPAIGN_URL)
@@ -199,6 +200,7 @@ def test_an_operator_stops_a_campaign_downloads_the_unsent_and_sends_them_the_fi
     expect(page.locator(".data-value").first).to_have_value(BROKEN)
     expect(page.locator("#reach")).to_contain_text(f"This will reach {counts['unsent']:,} devices")
     page.locator(".data-value").first.fill(FIXED)
+    page.locator("#follow-up-send").scroll_into_view_if_needed()
     screenshot(page, "send-the-rest")
     page.click("#follow-up-send")
     page.wait_for_url(lambda url: CAMPAIGN_URL.search(url) is not None

@@ -274,9 +274,9 @@ function campaignPage(main, id) {
   main.append(h("section", { class: "panel" },
     h("div", { class: "head" }, h("div", {}, parts.title, h("p", {}, parts.status, " ", parts.live), parts.meta), parts.stop),
     parts.stopped, parts.bar, parts.counts),
+  parts.followUps,
   h("section", { class: "panel" }, h("h2", { text: "Timeline" }), parts.timeline),
-  h("section", { class: "panel" }, h("h2", { text: "Audit" }), downloads(id)),
-  parts.followUps);
+  h("section", { class: "panel" }, h("h2", { text: "Audit" }), downloads(id)));
   const update = (campaign) => {
     const first = view.campaign === null;
     view.campaign = campaign;
