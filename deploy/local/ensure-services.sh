@@ -24,6 +24,9 @@ python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 # Debian's docker-compose (v1) only validates docker-compose.yml in the tests (no engine runs
 # here); without --no-install-recommends it would pull in the whole Docker engine.
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+# Debian's chromium runs the console's browser tests (Playwright drives /usr/bin/chromium; its
+# own browser downloads are blocked on these machines).
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "ensure-services: installing ${missing[*]}"
   $SUDO apt-get update -q

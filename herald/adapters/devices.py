@@ -89,6 +89,10 @@ class DeviceStore:
         zones = await self._devices.distinct("timezone", dict(query))
         return [zone for zone in zones if isinstance(zone, str)]
 
+    async def count(self, query: Mapping[str, Any]) -> int:
+        """How many devices match ``query``."""
+        return await self._devices.count_documents(dict(query))
+
     async def newest_id(self) -> str | None:
         newest = await self._devices.find_one({}, {"_id": 1}, sort=[("_id", DESCENDING)])
         return str(newest["_id"]) if newest else None

@@ -278,6 +278,15 @@ class SchedulePage(BaseModel):
     next_cursor: str | None
 
 
+class AudienceEstimateRequest(Strict):
+    audience: Audience = Field(default_factory=Audience)
+
+
+class AudienceEstimate(BaseModel):
+    devices: int = Field(description="Devices the audience selects now (a campaign created now "
+                                     "targets these, plus any registered before it is paged)")
+
+
 class CampaignCreated(BaseModel):
     id: str
     status: Status

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from herald.domain.audience import Audience, audience_query
 from herald.domain.documents import Campaign, Outcome, Schedule
 from herald.domain.status import Status
 from herald.service_layer.cancellation import CampaignNotFound
@@ -49,6 +50,11 @@ async def recipients(stores: Stores, campaign_id: str,
                      outcome: Outcome) -> AsyncIterator[RecipientLine]:
     """The audit of one outcome: found first (a 404 before the stream starts), then streamed."""
     return audit(stores, await campaign(stores, campaign_id), outcome)
+
+
+async def audience_size(stores: Stores, audience: Audience) -> int:
+    """How many devices ``audience`` selects now: the dispatcher's own query, counted."""
+    return await stores.devices.count(audience_query(audience))
 
 
 async def schedule(stores: Stores, schedule_id: str) -> Schedule:

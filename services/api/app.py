@@ -26,7 +26,7 @@ from services.api.auth import document_scopes
 from services.api.deps import AppServices
 from services.api.limits import BodySizeLimit
 from services.api.readiness import Readiness
-from services.api.routes import access, campaigns, devices, ops, schedules
+from services.api.routes import access, audiences, campaigns, console, devices, ops, schedules
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,8 @@ API_DESCRIPTION = """Every `/v1` call carries `Authorization: Bearer <API key>`;
 names the scope it needs (`x-herald-scope`). Roles hand out scopes: `viewer` reads everything,
 `responder` also cancels, `operator` also sends, edits and schedules, `ingest` registers devices,
 `admin` does everything including keys. `/healthz`, `/readyz`, `/metrics`, `/docs` and
-`/openapi.json` are open."""
+`/openapi.json` are open, and so are the operator console's static files at `/console/` (its
+every data call carries a key)."""
 SERVICES = ("api", "dispatcher", "sender", "scheduler")
 
 
@@ -55,8 +56,9 @@ def create_app(settings: Settings) -> FastAPI:
                   summary="Mass push-notification campaigns through FCM, stoppable mid-flight.",
                   description=API_DESCRIPTION)
     errors.install(app)
-    for module in (devices, campaigns, schedules, access, ops):
+    for module in (devices, campaigns, audiences, schedules, access, ops):
         app.include_router(module.router)
+    console.mount(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.api_max_body_bytes)
     document_scopes(app)
     return app

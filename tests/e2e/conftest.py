@@ -62,6 +62,18 @@ def stack(mongodb_port: int, tmp_path: Path, stack_brokers: VhostPool) -> Iterat
         yield running
 
 
+@pytest.fixture(scope="module")
+def module_stack(mongodb_port: int, tmp_path_factory: pytest.TempPathFactory,
+                 stack_brokers: VhostPool) -> Iterator[Stack]:
+    """``stack`` shared by the tests of one module (the console's browser tests): they use
+    separate campaigns and keys, so one stack serves them all."""
+    with private_stack(tmp_path_factory.mktemp("module-stack"), mongodb_port=mongodb_port,
+                       pool=stack_brokers, extra_env={
+            "HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
+            "HERALD_LEASE_S": "3", "HERALD_GRACE_PERIOD_S": "10"}) as running:
+        yield running
+
+
 @pytest.fixture
 def api(stack: Stack) -> Iterator[Api]:
     client = Api(stack.config.api_url, stack.config.api_key)

@@ -26,7 +26,9 @@ from tests.integration.conftest import client_of
 from tests.support import error_code, eventually
 
 OPEN = {"/healthz", "/readyz", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc",
-        "/openapi.json"}
+        "/openapi.json", "/console"}
+"""Routes without a key. ``/console`` serves the console's static files only (HTML, one script,
+one style sheet); every data call the console makes goes to ``/v1`` with the signed-in key."""
 
 
 async def mint(api: httpx.AsyncClient, role: Role | str, name: str | None = None,
@@ -45,6 +47,20 @@ def test_every_v1_route_declares_who_may_call_it(api_app: FastAPI) -> None:
     assert {r.path for r in routes if not r.path.startswith("/v1")} <= OPEN
     assert {r.path for r in api_app.routes if hasattr(r, "path")} <= OPEN  # FastAPI's own
     assert len([r for r in routes if r.path.startswith("/v1")]) >= 20
+
+
+async def test_the_console_is_static_files_open_to_all_with_a_strict_policy(
+        api_app: FastAPI) -> None:
+    async with client_of(api_app, None) as anonymous:
+        index = await anonymous.get("/console/")
+        script = await anonymous.get("/console/console.js")
+        redirect = await anonymous.get("/console")
+        data = await anonymous.get("/v1/campaigns")
+    assert index.status_code == 200 and "<title>Herald console</title>" in index.text
+    assert "default-src 'self'" in index.headers["content-security-policy"]
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+    assert redirect.status_code in (307, 308)
+    assert data.status_code == 401
 
 
 async def test_the_openapi_document_declares_the_bearer_scheme_and_each_scope(

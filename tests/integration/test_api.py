@@ -3,6 +3,8 @@ contract, and bad input answered with clear JSON errors that change nothing."""
 
 from __future__ import annotations
 
+import csv
+import io
 from typing import Any
 
 import httpx
@@ -159,6 +161,27 @@ async def test_the_audit_streams_ndjson_per_outcome(api: httpx.AsyncClient, db: 
     assert [orjson.loads(line) for line in failed.content.splitlines()] == [
         {"token": "tok-00011", "user_id": "u11", "outcome": "failed", "error": "UNREGISTERED"}]
     assert bad.status_code == 422
+
+
+async def test_the_audit_downloads_as_csv_with_a_header_row_and_a_filename(
+        api: httpx.AsyncClient, stores: Any) -> None:
+    campaign_id = await paged_campaign(stores)
+    url = f"/v1/campaigns/{campaign_id}/recipients"
+    ndjson = await api.get(url, params={"outcome": "unsent"})
+    by_param = await api.get(url, params={"outcome": "unsent", "format": "csv"})
+    by_accept = await api.get(url, params={"outcome": "unsent"}, headers={"Accept": "text/csv"})
+    bad = await api.get(url, params={"outcome": "unsent", "format": "xlsx"})
+    expected = [orjson.loads(line) for line in ndjson.content.splitlines()]
+    rows = list(csv.DictReader(io.StringIO(by_param.text)))
+    assert by_param.headers["content-type"].startswith("text/csv")
+    assert by_param.headers["content-disposition"] == (
+        f'attachment; filename="campaign-{campaign_id}-unsent.csv"')
+    assert by_param.text.splitlines()[0] == "token,user_id,outcome,error"
+    assert len(rows) == len(expected) == 17
+    assert rows == [{k: v or "" for k, v in line.items()} for line in expected]
+    assert by_accept.content == by_param.content
+    assert ndjson.headers["content-disposition"].endswith('-unsent.ndjson"')
+    assert (bad.status_code, error_code(bad)) == (422, "validation_error")
 
 
 async def test_cancel_answers_by_status(api: httpx.AsyncClient, stores: Any) -> None:

@@ -687,6 +687,11 @@ class FakeDevices:
         return sorted({d["timezone"] for d in self._documents.values()
                        if matches(d, query) and isinstance(d.get("timezone"), str)})
 
+    async def count(self, query: Mapping[str, Any]) -> int:
+        await _round_trip()
+        check_query(query)
+        return sum(matches(d, query) for d in self._documents.values())
+
     async def newest_id(self) -> str | None:
         await _round_trip()
         return max(self._documents, default=None)

@@ -658,6 +658,19 @@ class DeviceContract:
         found = await stores.devices.timezones(audience_query(Audience()))
         assert sorted(found) == ["Asia/Seoul", "Europe/Madrid"]
 
+    @pytest.mark.parametrize(("audience", "selected"), AUDIENCES)
+    async def test_an_audience_counts_exactly_the_devices_it_streams(
+            self, stores: Stores, audience: Audience, selected: list[int]) -> None:
+        await self.people(stores)
+        assert await stores.devices.count(audience_query(audience)) == len(selected)
+
+    async def test_a_retired_token_is_not_counted(self, stores: Stores) -> None:
+        await self.people(stores)
+        everyone = audience_query(Audience(push_enabled=None))
+        before = await stores.devices.count(everyone)
+        await stores.devices.mark_invalid(["tok-00001"], "UNREGISTERED", utcnow())
+        assert await stores.devices.count(everyone) == before - 1
+
     async def test_the_newest_device_is_the_last_registered(self, stores: Stores) -> None:
         assert await stores.devices.newest_id() is None
         ids = await self.people(stores)

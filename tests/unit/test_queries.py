@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from herald.clock import utcnow
+from herald.domain.audience import Audience, Platform
 from herald.domain.documents import Counts, Dispatch, Outcome, new_id
 from herald.domain.status import Status
 from herald.service_layer import queries
 from herald.service_layer.cancellation import CampaignNotFound
 from herald.service_layer.ports import Stores
-from tests.factories import insert, recipients, schedule
+from tests.factories import device, insert, recipients, schedule
 
 
 async def test_a_campaign_is_read_by_its_id(stores: Stores) -> None:
@@ -66,3 +67,10 @@ async def test_schedules_are_read_by_id_and_paged_newest_first(stores: Stores) -
     assert await queries.schedule(stores, made[0].id) == made[0]
     with pytest.raises(queries.ScheduleNotFound):
         await queries.schedule(stores, new_id())
+
+
+async def test_an_audience_is_sized_with_the_dispatchers_own_query(stores: Stores) -> None:
+    await stores.devices.upsert([device(0, platform="ios"), device(1, push_enabled=False),
+                                 device(2, platform="android")], utcnow())
+    assert await queries.audience_size(stores, Audience()) == 2
+    assert await queries.audience_size(stores, Audience(platforms=[Platform.IOS])) == 1

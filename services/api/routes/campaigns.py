@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-import orjson
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
@@ -27,8 +26,9 @@ from herald.domain.documents import Campaign, Outcome
 from herald.domain.status import CancelDecision, Status
 from herald.domain.types import OBJECT_ID_PATTERN
 from herald.service_layer import queries
+from herald.service_layer.campaign_events import CampaignChanged, Event, campaign_events
 from herald.service_layer.campaigns import edit_scheduled
-from herald.service_layer.recipients import RecipientLine
+from services.api.audit import MEDIA_TYPES, AuditFormat, audit_format, download_headers, encoded
 from services.api.auth import Caller, scoped
 from services.api.deps import Services
 from services.api.errors import not_found
@@ -45,7 +45,6 @@ CampaignId = Annotated[str, Path(pattern=OBJECT_ID_PATTERN.pattern,
 IdempotencyKey = Annotated[str | None, Header(
     max_length=200, description="A retry with the same key (from the same API key) and the same "
                                 "body gets the first answer back instead of a second campaign")]
-AUDIT_LINES_PER_WRITE = 500
 
 
 @router.post("", status_code=202, response_model=CampaignCreated,
@@ -78,26 +77,50 @@ async def list_campaigns(
     return CampaignPage(items=[campaign_view(c) for c in page.items], next_cursor=page.next_cursor)
 
 
+@router.get("/{campaign_id}/events", response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}},
+                             "description": "Server-sent events `campaign`, each with the JSON "
+                                            "of GET /v1/campaigns/{id}: the state at once, then "
+                                            "every change, until a final status"}})
+async def campaign_events_stream(campaign_id: CampaignId, services: Services,
+                                 _: Reader) -> StreamingResponse:
+    """Live status and counts: an event now, one per change, a comment every ~15 s when
+    quiet; the stream ends after the event with a final status. Reconnect to resume: the first
+    event is always the current state."""
+    events = await campaign_events(services.stores, campaign_id)
+    return StreamingResponse(_server_sent(events), media_type="text/event-stream",
+                             headers=SSE_HEADERS)
+
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+async def _server_sent(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
+    async for event in events:
+        if isinstance(event, CampaignChanged):
+            data = campaign_view(event.campaign).model_dump_json(by_alias=True)
+            yield f"event: campaign\nid: {event.seq}\ndata: {data}\n\n".encode()
+        else:
+            yield b": keep-alive\n\n"
+
+
 @router.get("/{campaign_id}/recipients", response_class=StreamingResponse,
-            responses={200: {"content": {"application/x-ndjson": {}},
-                             "description": "One JSON object per line: token, user_id, outcome, error"}})
+            responses={200: {"content": {"application/x-ndjson": {}, "text/csv": {}},
+                             "description": "NDJSON: one JSON object per line (token, user_id, "
+                                            "outcome, error); CSV: a header row, then the same "
+                                            "columns"}})
 async def list_recipients(
     campaign_id: CampaignId, services: Services, _: Reader,
     outcome: Annotated[Outcome, Query()],
+    requested_format: Annotated[AuditFormat | None, Query(
+        alias="format",
+        description="ndjson (default) or csv; `Accept: text/csv` also asks for CSV")] = None,
+    accept: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     lines = await queries.recipients(services.stores, campaign_id, outcome)
-    return StreamingResponse(_ndjson(lines), media_type="application/x-ndjson")
-
-
-async def _ndjson(lines: AsyncIterator[RecipientLine]) -> AsyncIterator[bytes]:
-    block: list[bytes] = []
-    async for line in lines:
-        block.append(orjson.dumps(line.as_dict()))
-        if len(block) >= AUDIT_LINES_PER_WRITE:
-            yield b"\n".join(block) + b"\n"
-            block = []
-    if block:
-        yield b"\n".join(block) + b"\n"
+    fmt = audit_format(requested_format, accept)
+    return StreamingResponse(encoded(lines, fmt), media_type=MEDIA_TYPES[fmt],
+                             headers=download_headers(campaign_id, outcome, fmt))
 
 
 @router.post("/{campaign_id}/cancel", response_model=CancelResult,

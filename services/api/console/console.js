@@ -1,0 +1,763 @@
+// Herald's operator console: plain modules, no framework, nothing fetched from elsewhere.
+// Every data call carries the API key kept in sessionStorage; the server enforces every scope,
+// the console only hides what the key may not do.
+
+const KEY_STORE = "herald.apiKey";
+const FINAL = new Set(["completed", "failed", "cancelled", "missed"]);
+const STATUSES = ["scheduled", "pending", "in_progress", "finalizing", "cancelling",
+  "completed", "failed", "cancelled", "missed"];
+const LIST_REFRESH_MS = 1000;
+const PODS_REFRESH_MS = 2000;
+const RECONNECT_MS = 1000;
+const ESTIMATE_DELAY_MS = 350;
+
+// Mirrors herald/domain/payload.py: what FCM would refuse, refused as you type.
+const MAX_PAYLOAD_BYTES = 4096;
+const DATA_KEY = /^[a-z][A-Za-z0-9]{0,127}$/;
+const RESERVED_KEYS = new Set(["from", "notification", "message_type", "collapse_key"]);
+const RESERVED_PREFIXES = ["google", "gcm"];
+const LONGEST_DEFAULT_KEY = "herald-" + "0".repeat(24);
+const WEB_PUSH_TOPIC = /^[A-Za-z0-9_-]{1,32}$/;
+
+const numberFormat = new Intl.NumberFormat();
+const fmt = (n) => numberFormat.format(n);
+
+let session = { key: null, me: null };
+let page = new AbortController();
+
+// --- small DOM helpers (text only: nothing from the server is parsed as HTML) -------------------
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name.startsWith("on")) el.addEventListener(name.slice(2), value);
+    else if (name === "text") el.textContent = value;
+    else if (value === true) el.setAttribute(name, "");
+    else el.setAttribute(name, value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : String(child));
+  }
+  return el;
+}
+const $ = (selector, root = document) => root.querySelector(selector);
+const can = (scope) => Boolean(session.me && session.me.scopes.includes(scope));
+const label = (c) => c.name || c.title;
+
+function localTime(iso) {
+  return iso ? new Date(iso).toLocaleString() : "—";
+}
+
+function notify(message, ok = false) {
+  const box = $("#notice");
+  box.textContent = message;
+  box.className = ok ? "notice ok" : "notice";
+  box.hidden = !message;
+}
+
+// --- the API ---------------------------------------------------------------------------------
+class ApiFailure extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function failureOf(response) {
+  let body = null;
+  try { body = await response.json(); } catch { /* not JSON */ }
+  const error = body && body.error ? body.error : {};
+  return new ApiFailure(response.status, error.code || "http_" + response.status,
+    error.message || response.statusText);
+}
+
+function authorization() {
+  return { Authorization: "Bearer " + session.key };
+}
+
+async function call(method, path, body, headers = {}, signal = page.signal) {
+  const init = { method, headers: { ...authorization(), ...headers }, signal };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, init);
+  if (!response.ok) {
+    const failure = await failureOf(response);
+    if (failure.status === 401) signOut("The key is no longer valid: sign in again.");
+    throw failure;
+  }
+  return response;
+}
+const get = async (path) => (await call("GET", path)).json();
+const post = async (path, body, headers) => (await call("POST", path, body, headers)).json();
+
+function reportFailure(error) {
+  if (error.name === "AbortError") return;
+  notify(error instanceof ApiFailure ? `${error.message} (${error.code})` : String(error));
+}
+
+// A poll that never overlaps itself and stops with the page.
+function every(ms, task) {
+  const signal = page.signal;
+  const run = async () => {
+    if (signal.aborted) return;
+    try { await task(); } catch (error) { reportFailure(error); }
+    if (!signal.aborted) setTimeout(run, ms);
+  };
+  run();
+}
+
+// --- server-sent events over fetch (EventSource cannot send an Authorization header) ----------
+async function watchCampaign(id, onCampaign, onState) {
+  const signal = page.signal;
+  while (!signal.aborted) {
+    try {
+      const response = await fetch(`/v1/campaigns/${id}/events`, { headers: authorization(), signal });
+      if (!response.ok) throw await failureOf(response);
+      onState("live");
+      if (await readEvents(response, onCampaign)) return;
+    } catch (error) {
+      if (signal.aborted) return;
+      if (error instanceof ApiFailure && error.status < 500) { reportFailure(error); return; }
+    }
+    onState("reconnecting");
+    await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
+  }
+}
+
+// Reads one stream; true once it delivered a campaign in a final status.
+async function readEvents(response, onCampaign) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return false;
+    buffer += value.replace(/\r\n/g, "\n");
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const campaign = parseEvent(buffer.slice(0, end));
+      buffer = buffer.slice(end + 2);
+      if (campaign) {
+        onCampaign(campaign);
+        if (FINAL.has(campaign.status)) return true;
+      }
+    }
+  }
+}
+
+function parseEvent(block) {
+  const data = block.split("\n").filter((line) => line.startsWith("data:"))
+    .map((line) => line.slice(5).trimStart()).join("\n");
+  return data ? JSON.parse(data) : null;
+}
+
+// --- sign-in -----------------------------------------------------------------------------------
+async function signIn(key) {
+  session.key = key;
+  try {
+    // Not tied to the page: leaving the sign-in page must not cancel the sign-in.
+    session.me = await (await call("GET", "/v1/me", undefined, {}, undefined)).json();
+  } catch (error) {
+    session = { key: null, me: null };
+    throw error;
+  }
+  sessionStorage.setItem(KEY_STORE, key);
+  showIdentity();
+}
+
+function signOut(message) {
+  sessionStorage.removeItem(KEY_STORE);
+  session = { key: null, me: null };
+  showIdentity();
+  navigate("#/signin");
+  if (message) notify(message);
+}
+
+function navigate(hash) {
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+function showIdentity() {
+  const signedIn = Boolean(session.me);
+  $("#nav").hidden = !signedIn;
+  $("#who").hidden = !signedIn;
+  if (!signedIn) return;
+  $("#who-name").textContent = session.me.name;
+  $("#who-role").textContent = session.me.role;
+  for (const link of document.querySelectorAll("#nav [data-scope]")) {
+    link.hidden = !can(link.dataset.scope);
+  }
+}
+
+function signInPage(main) {
+  const input = h("input", { type: "password", id: "api-key", autocomplete: "off", required: true,
+    placeholder: "hrld_…" });
+  const form = h("form", { class: "panel signin", onsubmit: async (event) => {
+    event.preventDefault();
+    try {
+      await signIn(input.value.trim());
+      notify("");
+      navigate(location.hash === "#/signin" || !location.hash ? "#/campaigns" : location.hash);
+    } catch (error) {
+      notify(error.status === 401 ? "That key is not valid." : String(error.message));
+    }
+  } },
+  h("h1", { text: "Sign in" }),
+  h("p", { class: "hint", text: "Paste an API key. It is kept for this browser tab only and sent with every call." }),
+  h("label", { for: "api-key", text: "API key" }), input,
+  h("p", {}, h("button", { type: "submit", class: "primary", text: "Sign in" })));
+  main.append(form);
+  input.focus();
+}
+
+// --- campaigns ---------------------------------------------------------------------------------
+function progressBar(counts, big = false) {
+  const total = Math.max(counts.targeted, 1);
+  const share = (n) => `${(100 * n / total).toFixed(2)}%`;
+  return h("div", { class: big ? "progress big" : "progress", role: "img",
+    "aria-label": `${fmt(counts.sent)} sent, ${fmt(counts.failed)} failed of ${fmt(counts.targeted)}` },
+  widthOf(h("div", { class: "sent" }), share(counts.sent)),
+  widthOf(h("div", { class: "failed" }), share(counts.failed)));
+}
+
+// Through the CSSOM: the console's Content-Security-Policy refuses inline style attributes.
+function widthOf(el, width) {
+  el.style.width = width;
+  return el;
+}
+
+const statusBadge = (status) => h("span", { class: `status ${status}`, text: status.replace("_", " ") });
+
+function campaignsPage(main) {
+  const filter = h("select", { id: "status-filter", onchange: () => refresh() },
+    h("option", { value: "", text: "every status" }),
+    STATUSES.map((s) => h("option", { value: s, text: s.replace("_", " ") })));
+  const body = h("tbody");
+  main.append(h("div", { class: "head" }, h("h1", { text: "Campaigns" }),
+    h("label", { class: "row" }, "Show ", filter)),
+  h("table", { id: "campaigns" }, h("thead", {}, h("tr", {},
+    ["Campaign", "Status", "Created", "Progress"].map((t) => h("th", { text: t })),
+    ["Sent", "Failed", "Unsent", "Targeted"].map((t) => h("th", { class: "num", text: t })))), body));
+  const refresh = async () => {
+    const query = filter.value ? `&status=${filter.value}` : "";
+    const listed = await get(`/v1/campaigns?limit=50${query}`);
+    body.replaceChildren(...listed.items.map(campaignRow));
+    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "muted", text: "No campaigns." })));
+  };
+  every(LIST_REFRESH_MS, refresh);
+}
+
+function campaignRow(c) {
+  const open = () => { location.hash = `#/campaigns/${c.id}`; };
+  const n = c.counts;
+  return h("tr", { class: "row-link", "data-id": c.id, onclick: open },
+    h("td", {}, h("a", { href: `#/campaigns/${c.id}`, text: label(c) })),
+    h("td", {}, statusBadge(c.status)),
+    h("td", { text: localTime(c.created_at) }),
+    h("td", {}, progressBar(n)),
+    [n.sent, n.failed, n.unsent, n.targeted].map((v) => h("td", { class: "num", text: fmt(v) })));
+}
+
+// --- one campaign ------------------------------------------------------------------------------
+function campaignPage(main, id) {
+  const view = { campaign: null, stopRequested: false };
+  const parts = {
+    title: h("h1"), status: h("span"), meta: h("p", { class: "muted" }), bar: h("div"),
+    counts: h("dl", { class: "counts" }), stop: h("div"), stopped: h("div"),
+    live: h("span", { class: "muted", id: "stream-state" }),
+    timeline: h("ol", { class: "timeline", id: "timeline" }), followUps: h("div"),
+  };
+  main.append(h("section", { class: "panel" },
+    h("div", { class: "head" }, h("div", {}, parts.title, h("p", {}, parts.status, " ", parts.live), parts.meta), parts.stop),
+    parts.stopped, parts.bar, parts.counts),
+  parts.followUps,
+  h("section", { class: "panel" }, h("h2", { text: "Timeline" }), parts.timeline),
+  h("section", { class: "panel" }, h("h2", { text: "Audit" }), downloads(id)));
+  const update = (campaign) => {
+    const first = view.campaign === null;
+    view.campaign = campaign;
+    renderCampaign(parts, view);
+    if (first || FINAL.has(campaign.status)) renderFollowUps(parts.followUps, campaign);
+  };
+  watchCampaign(id, update, (state) => {
+    parts.live.textContent = state === "live" ? "" : "reconnecting…";
+  });
+}
+
+function renderCampaign(parts, view) {
+  const c = view.campaign;
+  parts.title.textContent = label(c);
+  parts.status.replaceChildren(statusBadge(c.status));
+  parts.meta.textContent = `${c.title} — ${c.body}`;
+  parts.bar.replaceChildren(progressBar(c.counts, true));
+  parts.counts.replaceChildren(...[["targeted", "Targeted"], ["sent", "Sent"], ["failed", "Failed"],
+    ["unsent", "Unsent"]].map(([k, t]) => h("div", { class: k },
+    h("dt", { text: t }), h("dd", { id: `count-${k}`, text: fmt(c.counts[k]) }))));
+  parts.timeline.replaceChildren(...timeline(c));
+  renderStop(parts, view);
+  if (view.toGo) view.toGo.textContent = stillToGo(c);
+}
+
+const stillToGo = (c) => `${fmt(c.counts.unsent)} of ${fmt(c.counts.targeted)} are still to go.`;
+
+function renderStop(parts, view) {
+  const c = view.campaign;
+  const stoppable = !FINAL.has(c.status) && c.status !== "cancelling" && !view.stopRequested;
+  parts.stop.replaceChildren(can("campaigns:cancel") && stoppable
+    ? h("button", { type: "button", class: "stop", id: "stop", onclick: () => confirmStop(parts, view) },
+      "■ Stop sending")
+    : "");
+  if (c.status === "cancelling") {
+    parts.stopped.replaceChildren(h("p", { class: "stopped", id: "stopping",
+      text: "Stopping: waiting for every sender to confirm…" }));
+  } else if (c.status === "cancelled") {
+    parts.stopped.replaceChildren(h("p", { class: "stopped", id: "stopped-summary",
+      "data-sent": c.counts.sent, "data-unsent": c.counts.unsent, "data-failed": c.counts.failed },
+    `Stopped: ${fmt(c.counts.sent)} sent, ${fmt(c.counts.unsent)} not sent`,
+    c.counts.failed ? ` (${fmt(c.counts.failed)} failed)` : ""));
+  } else {
+    parts.stopped.replaceChildren();
+  }
+}
+
+function confirmStop(parts, view) {
+  const c = view.campaign;
+  const keep = h("button", { type: "button", autofocus: true, id: "keep-sending", text: "Keep sending" });
+  const stop = h("button", { type: "button", class: "stop", id: "confirm-stop", text: "Stop sending now" });
+  view.toGo = h("p", { class: "big", id: "still-to-go", text: stillToGo(c) });
+  const dialog = h("dialog", { id: "stop-dialog", "aria-labelledby": "stop-title" },
+    h("h2", { id: "stop-title", text: `Stop “${label(c)}”?` }),
+    view.toGo,
+    h("p", { text: "Every sender stops before its next request to FCM. Nothing not yet sent will be sent. This cannot be undone; you can send the rest later." }),
+    h("div", { class: "actions" }, keep, stop));
+  const close = () => { view.toGo = null; dialog.close(); dialog.remove(); };
+  keep.addEventListener("click", close);
+  dialog.addEventListener("cancel", () => { view.toGo = null; dialog.remove(); });
+  stop.addEventListener("click", async () => {
+    stop.disabled = true;
+    try {
+      await post(`/v1/campaigns/${c.id}/cancel`, { reason: "stopped from the console" });
+      view.stopRequested = true;
+      renderStop(parts, view);
+    } catch (error) {
+      reportFailure(error);
+    }
+    close();
+  });
+  document.body.append(dialog);
+  dialog.showModal();
+  keep.focus();
+}
+
+function timeline(c) {
+  const by = (actor) => (actor ? `by ${actor.name}` : "");
+  const steps = [["Created", c.created_at, by(c.created_by)]];
+  if (c.fired_at) steps.push(["Fired (due)", c.fired_at, "scheduler"]);
+  if (c.started_at) steps.push(["Claimed", c.started_at, "a dispatcher started paging the audience"]);
+  if (c.cancel) {
+    const extra = [by(c.cancel.requested_by),
+      c.cancel.on_behalf_of ? `on behalf of ${c.cancel.on_behalf_of}` : "",
+      c.cancel.reason ? `— “${c.cancel.reason}”` : ""].filter(Boolean).join(" ");
+    steps.push(["Cancel requested", c.cancel.requested_at, extra]);
+    if (c.cancel.acknowledged_at) steps.push(["Acknowledged", c.cancel.acknowledged_at, "every pod stopped"]);
+  }
+  if (c.finished_at) steps.push(["Finished", c.finished_at, c.status + (c.error ? `: ${c.error}` : "")]);
+  const rows = steps.map(([what, at, detail]) => h("li", { "data-step": what },
+    h("strong", { text: what }), h("span", { class: "num", text: localTime(at) }), h("span", { text: detail })));
+  return rows.concat(links(c));
+}
+
+function links(c) {
+  const link = (text, id) => h("li", {}, h("strong", { text }), h("span"),
+    h("a", { href: `#/campaigns/${id}`, text: id }));
+  const found = [];
+  if (c.retarget) found.push(link(`Follow-up (${c.retarget.outcome}) of`, c.retarget.campaign_id));
+  if (c.amends) found.push(link("Amends", c.amends));
+  for (const id of c.amended_by || []) found.push(link("Amended by", id));
+  return found;
+}
+
+function downloads(id) {
+  const grid = h("div", { class: "downloads" });
+  for (const outcome of ["sent", "failed", "unsent"]) {
+    grid.append(h("strong", { text: outcome }));
+    for (const format of ["csv", "ndjson"]) {
+      grid.append(h("button", { type: "button", "data-outcome": outcome, "data-format": format,
+        onclick: () => download(id, outcome, format).catch(reportFailure) },
+      `${outcome}.${format}`));
+    }
+  }
+  return h("div", {}, h("p", { class: "hint", text: "Exactly who got it, who did not, and why: one line per recipient." }), grid);
+}
+
+async function download(id, outcome, format) {
+  const response = await call("GET", `/v1/campaigns/${id}/recipients?outcome=${outcome}&format=${format}`);
+  const blob = await response.blob();
+  const named = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
+  const url = URL.createObjectURL(blob);
+  const anchor = h("a", { href: url, download: named ? named[1] : `${id}-${outcome}.${format}` });
+  document.body.append(anchor);
+  anchor.click();
+  anchor.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+// --- follow-ups: send the rest, correct everyone ----------------------------------------------
+function renderFollowUps(box, c) {
+  box.replaceChildren();
+  if (!can("campaigns:send") || !FINAL.has(c.status) || c.status === "missed") return;
+  const n = c.counts;
+  const actions = h("div", { class: "row" });
+  const slot = h("div");
+  if (n.unsent > 0) {
+    actions.append(h("button", { type: "button", id: "send-rest", class: "primary", onclick: () =>
+      slot.replaceChildren(followUpForm(c, "retarget")) }, `Send the rest (${fmt(n.unsent)})`));
+  }
+  if (n.sent > 0 || n.unsent > 0) {
+    actions.append(h("button", { type: "button", id: "correct-everyone", onclick: () =>
+      slot.replaceChildren(followUpForm(c, "correct")) }, "Correct everyone"));
+  }
+  if (actions.childElementCount) box.append(h("section", { class: "panel" }, h("h2", { text: "Follow up" }), actions, slot));
+}
+
+function followUpForm(c, kind) {
+  const editor = contentEditor({ title: c.title, body: c.body, image_url: c.image_url, data: c.data },
+    c.replace_key || LONGEST_DEFAULT_KEY);
+  const n = c.counts;
+  const reach = kind === "retarget"
+    ? h("p", { class: "reach", id: "reach" }, `This will reach ${fmt(n.unsent)} devices: everyone this campaign did not send to.`)
+    : h("p", { class: "reach", id: "reach" },
+      `${fmt(n.unsent)} devices get it as a new notification; ${fmt(n.sent)} that got the original get it as its replacement.`);
+  const result = h("div", { id: "follow-up-result" });
+  const idempotencyKey = crypto.randomUUID();
+  const submit = h("button", { type: "submit", class: "primary", id: "follow-up-send",
+    text: kind === "retarget" ? "Send to the rest" : "Send the correction to everyone" });
+  const form = h("form", { class: "editor panel", id: `${kind}-form`, onsubmit: async (event) => {
+    event.preventDefault();
+    if (!editor.valid()) return;
+    submit.disabled = true;
+    try {
+      const answer = await post(`/v1/campaigns/${c.id}/${kind}`, editor.value(),
+        { "Idempotency-Key": idempotencyKey });
+      if (kind === "retarget") { location.hash = `#/campaigns/${answer.id}`; return; }
+      result.replaceChildren(correctionResult(answer));
+      document.querySelectorAll("#send-rest, #correct-everyone").forEach((b) => { b.disabled = true; });
+    } catch (error) {
+      reportFailure(error);
+      submit.disabled = false;
+    }
+  } }, h("h2", { text: kind === "retarget" ? "Send the rest" : "Correct everyone" }),
+  editor.element, reach, h("p", {}, submit), result);
+  return form;
+}
+
+function correctionResult(answer) {
+  const half = (name, made, what) => made
+    ? h("li", { "data-half": name }, `${what}: `, h("strong", { class: "num", text: fmt(made.expected) }),
+      " devices — ", h("a", { href: `#/campaigns/${made.id}`, text: made.id }))
+    : h("li", { "data-half": name, text: `${what}: nobody` });
+  return h("div", { class: "notice ok" }, h("strong", { text: "Correction sent." }),
+    h("ul", {}, half("retarget", answer.retarget, "New notification to the unsent"),
+      half("amend", answer.amend, "Replacement for those who got the original")));
+}
+
+// --- content editor: title, body, image, data pairs, checked like the API checks them ----------
+function contentEditor(initial, replaceKey) {
+  const title = h("input", { type: "text", id: "title", required: true, maxlength: 1000, value: initial.title || "" });
+  const body = h("textarea", { id: "body", required: true, maxlength: 4000 });
+  body.value = initial.body || "";
+  const image = h("input", { type: "url", id: "image-url", value: initial.image_url || "", placeholder: "https://… (optional)" });
+  const pairs = h("div", { class: "pairs", id: "data-pairs" });
+  const size = h("p", { class: "size", id: "payload-size" });
+  const problems = h("div", { class: "field-error", id: "data-errors" });
+  const addPair = (key = "", value = "") => {
+    const row = h("div", { class: "pair" },
+      h("input", { type: "text", class: "data-key", placeholder: "camelCaseKey", value: key, oninput: check }),
+      h("input", { type: "text", class: "data-value", placeholder: "value", value, oninput: check }),
+      h("button", { type: "button", class: "quiet", "aria-label": "Remove", onclick: () => { row.remove(); check(); } }, "Remove"));
+    pairs.append(row);
+  };
+  const data = () => {
+    const found = {};
+    for (const row of pairs.children) {
+      const key = $(".data-key", row).value.trim();
+      if (key) found[key] = $(".data-value", row).value;
+    }
+    return found;
+  };
+  const value = () => {
+    const content = { title: title.value, body: body.value, data: data() };
+    if (image.value.trim()) content.image_url = image.value.trim();
+    return content;
+  };
+  function check() {
+    const content = value();
+    const errors = [...pairs.children].map((row) => dataKeyProblem($(".data-key", row).value.trim()))
+      .filter(Boolean);
+    const bytes = payloadBytes(content, replaceKey);
+    size.textContent = `${fmt(bytes)} of ${fmt(MAX_PAYLOAD_BYTES)} bytes`;
+    size.className = bytes > MAX_PAYLOAD_BYTES ? "size over" : "size";
+    if (bytes > MAX_PAYLOAD_BYTES) errors.push(`The message is ${fmt(bytes)} bytes; FCM accepts at most ${fmt(MAX_PAYLOAD_BYTES)}.`);
+    problems.replaceChildren(...errors.map((e) => h("div", { text: e })));
+    return errors.length === 0;
+  }
+  for (const [key, val] of Object.entries(initial.data || {})) addPair(key, val);
+  if (!pairs.children.length) addPair();
+  for (const input of [title, body, image]) input.addEventListener("input", check);
+  const element = h("div", { class: "editor-fields" },
+    h("label", { for: "title", text: "Title" }), title,
+    h("label", { for: "body", text: "Body" }), body,
+    h("label", { for: "image-url", text: "Image URL" }), image,
+    h("label", { text: "Data" }, h("span", { class: "hint", text: " — camelCase keys, string values, for the app (e.g. landingUrl)" })),
+    pairs, h("p", {}, h("button", { type: "button", class: "quiet", id: "add-pair", onclick: () => addPair() }, "Add a data pair")),
+    problems, size);
+  check();
+  return { element, value, valid: check };
+}
+
+function dataKeyProblem(key) {
+  if (!key) return null;
+  if (!DATA_KEY.test(key)) {
+    const hint = camelCase(key);
+    return `Data key “${key}” must be camelCase like “landingUrl”${DATA_KEY.test(hint) ? ` (did you mean “${hint}”?)` : ""}.`;
+  }
+  if (RESERVED_KEYS.has(key) || RESERVED_PREFIXES.some((p) => key.startsWith(p))) {
+    return `Data key “${key}” is reserved by FCM.`;
+  }
+  return null;
+}
+
+function camelCase(key) {
+  const [head, ...rest] = key.replace(/^[_\- ]+|[_\- ]+$/g, "").split(/[_\-\s]+/);
+  return head.slice(0, 1).toLowerCase() + head.slice(1) + rest.map((p) => p.slice(0, 1).toUpperCase() + p.slice(1)).join("");
+}
+
+function payloadBytes(content, replaceKey) {
+  const notification = { title: content.title, body: content.body };
+  if (content.image_url) notification.image = content.image_url;
+  const payload = { notification };
+  if (Object.keys(content.data).length) payload.data = content.data;
+  const topic = WEB_PUSH_TOPIC.test(replaceKey) ? replaceKey : "x".repeat(32);
+  Object.assign(payload, {
+    android: { collapse_key: replaceKey, notification: { tag: replaceKey } },
+    apns: { headers: { "apns-collapse-id": replaceKey } },
+    webpush: { headers: { Topic: topic }, notification: { tag: replaceKey } },
+  });
+  return new TextEncoder().encode(JSON.stringify(payload)).length;
+}
+
+// --- new campaign ------------------------------------------------------------------------------
+function newCampaignPage(main) {
+  if (!can("campaigns:send")) { main.append(h("p", { text: "This key may not send campaigns." })); return; }
+  const editor = contentEditor({}, LONGEST_DEFAULT_KEY);
+  const name = h("input", { type: "text", id: "name", maxlength: 200, placeholder: "optional, e.g. live-stream-2026-11" });
+  const rate = h("input", { type: "number", id: "rate", min: 1, step: 1, placeholder: "no cap: as fast as FCM allows" });
+  const audience = audienceEditor(() => estimate());
+  const when = whenEditor();
+  const reach = h("p", { class: "reach", id: "estimate", text: "Counting the audience…" });
+  const idempotencyKey = crypto.randomUUID();
+  let counter = 0;
+  let timer = null;
+  const estimate = () => {
+    clearTimeout(timer);
+    timer = setTimeout(async () => {
+      const mine = ++counter;
+      try {
+        const found = await post("/v1/audiences/estimate", { audience: audience.value() });
+        if (mine === counter) reach.textContent = `This will reach ${fmt(found.devices)} devices.`;
+      } catch (error) {
+        if (mine === counter && error.name !== "AbortError") reach.textContent = `The audience is not valid: ${error.message}`;
+      }
+    }, ESTIMATE_DELAY_MS);
+  };
+  const submit = h("button", { type: "submit", class: "primary", id: "create", text: "Send campaign" });
+  const form = h("form", { class: "editor panel", id: "new-campaign", onsubmit: async (event) => {
+    event.preventDefault();
+    if (!editor.valid()) return;
+    const body = { ...editor.value(), audience: audience.value(), ...when.value() };
+    if (name.value.trim()) body.name = name.value.trim();
+    if (rate.value) body.rate_per_s = Number(rate.value);
+    submit.disabled = true;
+    try {
+      const created = await post("/v1/campaigns", body, { "Idempotency-Key": idempotencyKey });
+      location.hash = `#/campaigns/${created.id}`;
+    } catch (error) {
+      reportFailure(error);
+      submit.disabled = false;
+    }
+  } }, h("h1", { text: "New campaign" }),
+  h("label", { for: "name", text: "Name" }), name, editor.element,
+  h("h2", { text: "Audience" }), audience.element, h("h2", { text: "When" }), when.element,
+  h("label", { for: "rate", text: "Rate cap (messages per second, this campaign only)" }), rate,
+  reach, h("p", {}, submit));
+  main.append(form);
+  estimate();
+}
+
+function listInput(id, placeholder) {
+  return h("input", { type: "text", id, placeholder });
+}
+const listOf = (input) => input.value.split(/[\s,]+/).map((s) => s.trim()).filter(Boolean);
+
+function audienceEditor(onChange) {
+  const platforms = ["android", "ios", "web"].map((p) => h("input", { type: "checkbox", value: p, class: "platform" }));
+  const marketing = h("select", { id: "marketing" }, h("option", { value: "", text: "any" }),
+    h("option", { value: "true", text: "only those who accept marketing" }), h("option", { value: "false", text: "only those who do not" }));
+  const topics = listInput("topics", "any of these topics, comma-separated");
+  const locales = listInput("locales", "e.g. ko-KR, en-US");
+  const users = listInput("user-ids", "user ids, comma-separated");
+  const attrs = h("div", { class: "attrs", id: "attributes" });
+  const addAttr = () => {
+    const row = h("div", { class: "attr" },
+      h("input", { type: "text", class: "attr-name", placeholder: "attribute, e.g. birth_year" }),
+      h("select", { class: "attr-op" }, ["eq", "in", "gte", "gt", "lte", "lt"].map((op) => h("option", { value: op, text: op }))),
+      h("input", { type: "text", class: "attr-value", placeholder: "value (numbers and true/false as such; \"quoted\" for text)" }),
+      h("button", { type: "button", class: "quiet", onclick: () => { row.remove(); onChange(); } }, "Remove"));
+    attrs.append(row);
+  };
+  const value = () => {
+    const audience = {};
+    const chosen = platforms.filter((p) => p.checked).map((p) => p.value);
+    if (chosen.length) audience.platforms = chosen;
+    if (marketing.value) audience.marketing_enabled = marketing.value === "true";
+    for (const [field, input] of [["topics", topics], ["locales", locales], ["user_ids", users]]) {
+      if (listOf(input).length) audience[field] = listOf(input);
+    }
+    const attributes = {};
+    for (const row of attrs.children) {
+      const attrName = $(".attr-name", row).value.trim();
+      if (!attrName) continue;
+      const op = $(".attr-op", row).value;
+      const raw = $(".attr-value", row).value;
+      attributes[attrName] = { [op]: op === "in" ? raw.split(",").map(scalar) : scalar(raw) };
+    }
+    if (Object.keys(attributes).length) audience.attributes = attributes;
+    return audience;
+  };
+  const element = h("div", { class: "grid2", oninput: onChange, onchange: onChange },
+    h("div", {}, h("label", { text: "Platforms" }, h("span", { class: "hint", text: " — none ticked: every platform" })),
+      h("div", { class: "checks" }, platforms.map((p) => h("label", {}, p, p.value)))),
+    h("div", {}, h("label", { for: "marketing", text: "Marketing consent" }), marketing),
+    h("div", {}, h("label", { for: "topics", text: "Topics" }), topics),
+    h("div", {}, h("label", { for: "locales", text: "Locales" }), locales),
+    h("div", {}, h("label", { for: "user-ids", text: "Users" }), users),
+    h("div", {}, h("label", { text: "Attributes" }), attrs,
+      h("button", { type: "button", class: "quiet", id: "add-attribute", onclick: addAttr }, "Add a condition")),
+    h("p", { class: "hint", text: "Only devices with push enabled and a live token are ever targeted." }));
+  return { element, value };
+}
+
+function scalar(raw) {
+  const text = raw.trim();
+  if (/^".*"$/.test(text)) return text.slice(1, -1);
+  if (text === "true" || text === "false") return text === "true";
+  if (text !== "" && !Number.isNaN(Number(text))) return Number(text);
+  return text;
+}
+
+function whenEditor() {
+  const now = h("input", { type: "radio", name: "when", id: "when-now", checked: true });
+  const later = h("input", { type: "radio", name: "when", id: "when-later" });
+  const at = h("input", { type: "datetime-local", id: "send-at" });
+  const here = Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+  const known = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
+  const zones = known.includes(here) ? known : [here, ...known];
+  const zone = h("select", { id: "timezone" }, zones.map((z) => h("option", { value: z, text: z, selected: z === here })));
+  const value = () => (later.checked && at.value
+    ? { send_at: at.value.length === 16 ? `${at.value}:00` : at.value, timezone: zone.value } : {});
+  const element = h("div", { class: "row" },
+    h("label", { class: "row" }, now, "Now"), h("label", { class: "row" }, later, "At"), at, zone);
+  return { element, value };
+}
+
+// --- schedules ---------------------------------------------------------------------------------
+function schedulesPage(main) {
+  const body = h("tbody");
+  main.append(h("h1", { text: "Schedules" }), h("table", { id: "schedules" }, h("thead", {}, h("tr", {},
+    ["Schedule", "State", "Cron", "Next run (UTC)", "Next run (local to the schedule)", "Missed", ""]
+      .map((t) => h("th", { text: t })))), body));
+  const refresh = async () => {
+    const listed = await get("/v1/schedules?limit=100");
+    body.replaceChildren(...listed.items.map((s) => scheduleRow(s, refresh)));
+    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 7, class: "muted", text: "No schedules." })));
+  };
+  every(5000, refresh);
+}
+
+function scheduleRow(s, refresh) {
+  const toggle = async (state) => {
+    try {
+      await call("PATCH", `/v1/schedules/${s.id}`, { state });
+      await refresh();
+    } catch (error) { reportFailure(error); }
+  };
+  const action = !can("schedules:write") || s.state === "ended" ? ""
+    : h("button", { type: "button", onclick: () => toggle(s.state === "active" ? "paused" : "active") },
+      s.state === "active" ? "Pause" : "Resume");
+  return h("tr", { "data-id": s.id },
+    h("td", { text: s.name || s.template.title }), h("td", { text: s.state }),
+    h("td", { class: "mono", text: `${s.cron} (${s.timezone})` }),
+    h("td", { class: "num", text: s.next_run_at ? new Date(s.next_run_at).toISOString().replace(".000Z", "Z") : "—" }),
+    h("td", { class: "num", text: s.next_run_local || "—" }),
+    h("td", { class: "num", text: fmt(s.missed_total) }), h("td", {}, action));
+}
+
+// --- pods --------------------------------------------------------------------------------------
+function podsPage(main) {
+  const body = h("tbody");
+  const note = h("p", { class: "hint" });
+  main.append(h("h1", { text: "Pods" }), note, h("table", { id: "pods" }, h("thead", {}, h("tr", {},
+    ["Service", "Pod", "Host / pid", "Version"].map((t) => h("th", { text: t })),
+    h("th", { class: "num", text: "Heartbeat age" }), h("th", { text: "Working on" }))), body));
+  every(PODS_REFRESH_MS, async () => {
+    const listed = await get("/v1/pods");
+    note.textContent = `A pod beats every ${listed.heartbeat_interval_s} s and is dead after ${listed.dead_after_missed_beats} missed beats.`;
+    const pods = listed.pods.sort((a, b) => a.service.localeCompare(b.service) || a.id.localeCompare(b.id));
+    body.replaceChildren(...pods.map((p) => h("tr", { "data-service": p.service },
+      h("td", { text: p.service }), h("td", { class: "mono", text: p.id }),
+      h("td", { text: `${p.host} / ${p.pid}` }), h("td", { text: p.version }),
+      h("td", { class: "num", text: `${p.age_s.toFixed(1)} s` }),
+      h("td", {}, p.campaigns.length ? p.campaigns.map((id) => h("a", { href: `#/campaigns/${id}`, class: "mono", text: id + " " })) : "idle"))));
+  });
+}
+
+// --- routing -----------------------------------------------------------------------------------
+const PAGES = [
+  [/^#\/campaigns\/([0-9a-f]{24})$/, "campaigns", campaignPage],
+  [/^#\/campaigns$/, "campaigns", campaignsPage],
+  [/^#\/new$/, "new", newCampaignPage],
+  [/^#\/schedules$/, "schedules", schedulesPage],
+  [/^#\/pods$/, "pods", podsPage],
+];
+
+function route() {
+  page.abort();
+  page = new AbortController();
+  document.querySelectorAll("dialog").forEach((d) => d.remove());
+  const main = $("#main");
+  main.replaceChildren();
+  if (!session.me) { signInPage(main); return; }
+  if (location.hash === "#/signin" || !location.hash) { navigate("#/campaigns"); return; }
+  notify("");
+  const found = PAGES.find(([pattern]) => pattern.test(location.hash));
+  if (!found) { main.append(h("p", { text: "No such page." })); return; }
+  const [pattern, name, render] = found;
+  for (const link of document.querySelectorAll("#nav a")) link.classList.toggle("current", link.dataset.page === name);
+  render(main, ...pattern.exec(location.hash).slice(1));
+}
+
+async function start() {
+  $("#sign-out").addEventListener("click", () => signOut(""));
+  window.addEventListener("hashchange", route);
+  const stored = sessionStorage.getItem(KEY_STORE);
+  if (stored) {
+    try { await signIn(stored); } catch { sessionStorage.removeItem(KEY_STORE); }
+  }
+  route();
+}
+
+start();

@@ -1,0 +1,297 @@
+"""The operator console in a real browser (Debian's chromium, driven by Playwright) against the
+services as separate processes: issue 11's story told through the console. An operator sends to
+20,000 devices, watches it move, stops it, gets numbers equal to the API's, downloads the unsent
+audit, sends the rest with a corrected link, and corrects everyone on another stopped campaign;
+a viewer sees no Stop button and is refused a direct cancel.
+
+Screenshots of every page go to ``.run/screenshots/`` (1280x800) for a person to look at."""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from devstack.stack import Stack
+from fcm_emulator.client import EmulatorClient
+from herald.clock import utcnow
+from tests.e2e.harness import Api, reachable_devices
+from tests.support import wait_for
+
+pytestmark = pytest.mark.browser
+
+POPULATION = 20_000
+SLOW_FCM_MS = 20
+RATE_PER_S = 2_000
+"""The campaign's own cap, so a person (and this test) has time to press Stop mid-flight."""
+BROKEN = "https://example.com/live-broken"
+FIXED = "https://example.com/live"
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / ".run" / "screenshots"
+VIEWPORT = {"width": 1280, "height": 800}
+UI_TIMEOUT_MS = 15_000
+CANCEL_TIMEOUT_S = 30
+CAMPAIGN_URL = re.compile(r"#/campaigns/([0-9a-f]{24})$")
+
+
+@pytest.fixture(scope="module")
+def console_stack(module_stack: Stack) -> Stack:
+    module_stack.start(senders=2, schedulers=0)
+    return module_stack
+
+
+@pytest.fixture(scope="module")
+def admin(console_stack: Stack) -> Iterator[Api]:
+    api = Api(console_stack.config.api_url, console_stack.config.api_key)
+    api.import_devices(reachable_devices(POPULATION))
+    yield api
+    api.http.close()
+
+
+@pytest.fixture(scope="module")
+def operator_key(admin: Api) -> str:
+    return admin.mint_key("operator", "marketing")
+
+
+@pytest.fixture(scope="module")
+def fcm(console_stack: Stack) -> Iterator[EmulatorClient]:
+    client = EmulatorClient(console_stack.config.fcm_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def browser(console_stack: Stack) -> Iterator[Browser]:
+    """Chromium for the module. It depends on the stack only to be closed before it: Playwright's
+    event loop must be gone when the stack's teardown runs its own."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--no-first-run"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def pages(browser: Browser, console_stack: Stack) -> Iterator[PageMaker]:
+    maker = PageMaker(browser, console_stack.config.api_url)
+    yield maker
+    maker.close()
+
+
+class PageMaker:
+    """Browser tabs signed in with a key, each in its own context (its own sessionStorage)."""
+
+    def __init__(self, browser: Browser, api_url: str) -> None:
+        self._browser = browser
+        self._api_url = api_url
+        self._contexts: list[object] = []
+
+    def signed_in(self, key: str, shot: str | None = None) -> Page:
+        context = self._browser.new_context(viewport=VIEWPORT, locale="en-US",
+                                            accept_downloads=True)
+        self._contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(UI_TIMEOUT_MS)
+        page.goto(f"{self._api_url}/console/")
+        page.fill("#api-key", key)
+        if shot:
+            screenshot(page, shot)
+        page.click("button[type=submit]")
+        expect(page.locator("#who")).to_be_visible()
+        return page
+
+    def open(self, page: Page, hash_path: str) -> None:
+        page.goto(f"{self._api_url}/console/{hash_path}")
+
+    def close(self) -> None:
+        for context in self._contexts:
+            context.close()  # type: ignore[attr-defined]
+
+
+def screenshot(page: Page, name: str) -> None:
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+
+
+def shown_count(page: Page, which: str) -> int:
+    return int(page.locator(f"#count-{which}").inner_text().replace(",", ""))
+
+
+def campaign_id_of(page: Page) -> str:
+    found = CAMPAIGN_URL.search(page.url)
+    assert found is not None, page.url
+    return found.group(1)
+
+
+def create_in_the_console(page: Page, name: str) -> str:
+    page.click("#nav a[data-page=new]")
+    page.fill("#name", name)
+    page.fill("#title", "We are live!")
+    page.fill("#body", "Tap to watch the stream")
+    page.locator(".data-key").first.fill("landing_url")
+    expect(page.locator("#data-errors")).to_contain_text("did you mean “landingUrl”")
+    page.locator(".data-key").first.fill("landingUrl")
+    page.locator(".data-value").first.fill(BROKEN)
+    expect(page.locator("#data-errors")).to_be_empty()
+    page.fill("#rate", str(RATE_PER_S))
+    expect(page.locator("#estimate")).to_have_text(f"This will reach {POPULATION:,} devices.")
+    page.locator("#create").scroll_into_view_if_needed()
+    screenshot(page, "new-campaign")
+    page.click("#create")
+    page.wait_for_url(CAMPAIGN_URL)
+    return campaign_id_of(page)
+
+
+def stop_in_the_console(page: Page, name: str) -> None:
+    page.click("#stop")
+    dialog = page.locator("#stop-dialog")
+    expect(dialog).to_contain_text(f"Stop “{name}”?")
+    expect(dialog.locator("#still-to-go")).to_contain_text("still to go")
+    expect(page.locator("#keep-sending")).to_be_focused()  # Enter keeps sending
+    screenshot(page, "stop-dialog")
+    page.click("#confirm-stop")
+
+
+def download_unsent(page: Page, campaign_id: str) -> list[dict[str, str]]:
+    with page.expect_download() as started:
+        page.click("button[data-outcome=unsent][data-format=csv]")
+    download = started.value
+    assert download.suggested_filename == f"campaign-{campaign_id}-unsent.csv"
+    with open(download.path(), newline="") as audit:
+        return list(csv.DictReader(audit))
+
+
+def test_an_operator_stops_a_campaign_downloads_the_unsent_and_sends_them_the_fix(
+        pages: PageMaker, admin: Api, operator_key: str, fcm: EmulatorClient) -> None:
+    fcm.configure(latency_ms=SLOW_FCM_MS)
+    page = pages.signed_in(operator_key, shot="sign-in")
+    campaign_id = create_in_the_console(page, "live-now")
+    wait_for(lambda: shown_count(page, "sent") > 0, 30, "the first sends to show")
+    first = shown_count(page, "sent")
+    wait_for(lambda: shown_count(page, "sent") > first, 10, "the progress to move")
+    screenshot(page, "campaign-sending")
+
+    stop_in_the_console(page, "live-now")
+    # The API first: a slow confirmation on a loaded machine is not the console's failure.
+    counts = admin.wait_until(campaign_id, {"cancelled"}, timeout_s=CANCEL_TIMEOUT_S)["counts"]
+    summary = page.locator("#stopped-summary")
+    expect(summary).to_be_visible()
+    assert 0 < counts["sent"] < POPULATION and counts["unsent"] > 0
+    expect(summary).to_contain_text(
+        f"Stopped: {counts['sent']:,} sent, {counts['unsent']:,} not sent")
+    assert [summary.get_attribute(f"data-{k}") for k in ("sent", "unsent", "failed")] == [
+        str(counts[k]) for k in ("sent", "unsent", "failed")]
+    expect(page.locator("#timeline li[data-step='Cancel requested']")).to_contain_text("marketing")
+    screenshot(page, "campaign-stopped")
+
+    unsent = download_unsent(page, campaign_id)
+    assert len(unsent) == counts["unsent"]
+    assert [row["token"] for row in unsent] == admin.audit_tokens(campaign_id, "unsent")
+
+    fcm.configure(latency_ms=0)
+    page.click("#send-rest")
+    expect(page.locator("#title")).to_have_value("We are live!")
+    expect(page.locator(".data-value").first).to_have_value(BROKEN)
+    expect(page.locator("#reach")).to_contain_text(f"This will reach {counts['unsent']:,} devices")
+    page.locator(".data-value").first.fill(FIXED)
+    page.locator("#follow-up-send").scroll_into_view_if_needed()
+    screenshot(page, "send-the-rest")
+    page.click("#follow-up-send")
+    page.wait_for_url(lambda url: CAMPAIGN_URL.search(url) is not None
+                      and campaign_id not in url)
+    rest = admin.wait_finished(campaign_id_of(page), timeout_s=60)
+    assert rest["data"] == {"landingUrl": FIXED}
+    assert (rest["status"], rest["counts"]["targeted"], rest["counts"]["sent"]) == (
+        "completed", counts["unsent"], counts["unsent"])
+    expect(page.locator("#count-sent")).to_have_text(f"{counts['unsent']:,}")
+
+    page.click("#nav a[data-page=campaigns]")
+    expect(page.locator(f"#campaigns tr[data-id='{campaign_id}']")).to_contain_text("cancelled")
+    screenshot(page, "campaigns")
+
+
+def test_correct_everyone_on_a_stopped_campaign(pages: PageMaker, admin: Api,
+                                                operator_key: str, fcm: EmulatorClient) -> None:
+    fcm.configure(latency_ms=SLOW_FCM_MS)
+    original = admin.create_campaign(name="second-link", title="Replay",
+                                     data={"landingUrl": BROKEN}, rate_per_s=RATE_PER_S)
+    wait_for(lambda: admin.campaign(original)["counts"]["sent"] >= 1_000, 30,
+             "the campaign to be sending")
+    assert admin.http.post(f"/v1/campaigns/{original}/cancel").status_code == 202
+    counts = admin.wait_until(original, {"cancelled"}, timeout_s=CANCEL_TIMEOUT_S)["counts"]
+    fcm.configure(latency_ms=0)
+
+    page = pages.signed_in(operator_key)
+    pages.open(page, f"#/campaigns/{original}")
+    expect(page.locator("#stopped-summary")).to_be_visible()
+    page.click("#correct-everyone")
+    page.locator(".data-value").first.fill(FIXED)
+    expect(page.locator("#reach")).to_contain_text(
+        f"{counts['unsent']:,} devices get it as a new notification; "
+        f"{counts['sent']:,} that got the original get it as its replacement")
+    page.click("#follow-up-send")
+    result = page.locator("#follow-up-result")
+    expect(result.locator("[data-half=retarget]")).to_contain_text(f"{counts['unsent']:,}")
+    expect(result.locator("[data-half=amend]")).to_contain_text(f"{counts['sent']:,}")
+    result.scroll_into_view_if_needed()
+    screenshot(page, "correct-everyone")
+    halves = {half: result.locator(f"[data-half={half}] a").inner_text()
+              for half in ("retarget", "amend")}
+    assert admin.campaign(original)["amended_by"] == [halves["amend"]]
+    for half, outcome in (("retarget", "unsent"), ("amend", "sent")):
+        made = admin.wait_finished(halves[half], timeout_s=60)
+        assert (made["counts"]["sent"], made["data"]) == (counts[outcome], {"landingUrl": FIXED})
+
+
+def test_a_viewer_sees_no_stop_button_and_a_direct_cancel_is_refused(
+        pages: PageMaker, admin: Api, operator_key: str) -> None:
+    later = admin.create_campaign(name="tomorrow-morning",
+                                  send_at=(utcnow() + timedelta(hours=12)).isoformat())
+    operator = pages.signed_in(operator_key)
+    pages.open(operator, f"#/campaigns/{later}")
+    expect(operator.locator("#stop")).to_be_visible()
+
+    viewer_key = admin.mint_key("viewer", "watcher")
+    viewer = pages.signed_in(viewer_key)
+    pages.open(viewer, f"#/campaigns/{later}")
+    expect(viewer.locator("#count-targeted")).to_be_visible()
+    expect(viewer.locator("#timeline")).to_contain_text("Created")
+    expect(viewer.locator("#stop")).to_have_count(0)
+    expect(viewer.locator("#nav a[data-page=new]")).to_be_hidden()
+    screenshot(viewer, "viewer-campaign")
+    as_viewer = admin.as_key(viewer_key)
+    refused = as_viewer.http.post(f"/v1/campaigns/{later}/cancel")
+    as_viewer.http.close()
+    assert refused.status_code == 403
+    assert admin.campaign(later)["status"] == "scheduled"
+
+
+def test_schedules_pause_and_resume_and_pods_show_their_heartbeats(
+        pages: PageMaker, admin: Api, operator_key: str) -> None:
+    made = admin.http.post("/v1/schedules", json={
+        "name": "monday-digest", "cron": "0 9 * * MON", "timezone": "Asia/Seoul",
+        "template": {"title": "Your week", "body": "Five stories"}})
+    assert made.status_code == 201, made.text
+    schedule_id = made.json()["id"]
+    page = pages.signed_in(operator_key)
+    page.click("#nav a[data-page=schedules]")
+    row = page.locator(f"#schedules tr[data-id='{schedule_id}']")
+    expect(row).to_contain_text(made.json()["next_run_local"])
+    row.get_by_role("button", name="Pause").click()
+    expect(row).to_contain_text("paused")
+    assert admin.http.get(f"/v1/schedules/{schedule_id}").json()["state"] == "paused"
+    screenshot(page, "schedules")
+    row.get_by_role("button", name="Resume").click()
+    expect(row).to_contain_text("active")
+
+    page.click("#nav a[data-page=pods]")
+    for service in ("api", "dispatcher", "sender"):
+        expect(page.locator(f"#pods tr[data-service={service}]").first).to_be_visible()
+    expect(page.locator("#pods tr[data-service=sender]")).to_have_count(2)
+    screenshot(page, "pods")
