@@ -224,10 +224,10 @@ def _campaign(api: httpx.Client, campaign_id: str) -> dict[str, Any]:
 
 def _follow_until(api: httpx.Client, campaign_id: str, stop_at: int) -> None:
     """Draw the progress until ``stop_at`` are sent; the campaign must still be running."""
-    started = time.monotonic()
+    started, progress = time.monotonic(), _ProgressLine()
     while True:
         campaign = _campaign(api, campaign_id)
-        _draw(campaign)
+        _draw(campaign, progress)
         if campaign["counts"]["sent"] >= stop_at:
             break
         _check(campaign["status"] not in TERMINAL,
@@ -235,18 +235,35 @@ def _follow_until(api: httpx.Client, campaign_id: str, stop_at: int) -> None:
         time.sleep(FOLLOW_POLL_S)
     _check(campaign["status"] in ("pending", "in_progress"),
            f"\nthe campaign is {campaign['status']} at {stop_at} sent: nothing left to stop")
-    say(f"  ({time.monotonic() - started:.1f} s)")
+    progress.end(f"  ({time.monotonic() - started:.1f} s)")
 
 
-def _draw(campaign: dict[str, Any]) -> None:
+class _ProgressLine:
+    """A terminal sees one line redrawn in place; a pipe or a log gets each different line once."""
+
+    def __init__(self) -> None:
+        self._last = ""
+        self._tty = sys.stdout.isatty()
+
+    def draw(self, line: str) -> None:
+        if self._tty:
+            sys.stdout.write("\r" + line)
+        elif line != self._last:
+            sys.stdout.write(("\n" if self._last else "") + line)
+        self._last = line
+        sys.stdout.flush()
+
+    def end(self, note: str) -> None:
+        say(note)
+
+
+def _draw(campaign: dict[str, Any], progress: _ProgressLine) -> None:
     counts = campaign["counts"]
     done = counts["sent"] + counts["failed"]
     share = done / counts["targeted"] if counts["targeted"] else 0.0
     bar = "#" * int(share * 40)
-    sys.stdout.write(f"\r   [{bar:<40}] {share:6.1%}  {campaign['status']:<11} sent "
-                     f"{counts['sent']:>6}  failed {counts['failed']:>5}  of "
-                     f"{counts['targeted']:>6}")
-    sys.stdout.flush()
+    progress.draw(f"   [{bar:<40}] {share:6.1%}  {campaign['status']:<11} sent "
+                  f"{counts['sent']:>6}  failed {counts['failed']:>5}  of {counts['targeted']:>6}")
 
 
 @dataclass(frozen=True)
@@ -386,16 +403,16 @@ def _correct(marketing: httpx.Client, campaign_id: str) -> tuple[str, str]:
 
 
 def _wait_follow_ups(api: httpx.Client, *campaign_ids: str) -> list[dict[str, Any]]:
-    started = time.monotonic()
+    started, progress = time.monotonic(), _ProgressLine()
     deadline = started + FOLLOW_UP_TIMEOUT_S
     while True:
         campaigns = [_campaign(api, campaign_id) for campaign_id in campaign_ids]
-        _draw_both(campaigns)
+        _draw_both(campaigns, progress)
         if all(c["status"] in TERMINAL for c in campaigns):
             break
         _check(time.monotonic() < deadline, "\nthe follow-ups did not finish in time")
         time.sleep(FOLLOW_POLL_S)
-    say(f"  ({time.monotonic() - started:.1f} s)")
+    progress.end(f"  ({time.monotonic() - started:.1f} s)")
     for campaign in campaigns:
         _check(campaign["status"] == "completed",
                f"follow-up {campaign['id']} ended {campaign['status']}")
@@ -403,12 +420,11 @@ def _wait_follow_ups(api: httpx.Client, *campaign_ids: str) -> list[dict[str, An
     return campaigns
 
 
-def _draw_both(campaigns: list[dict[str, Any]]) -> None:
+def _draw_both(campaigns: list[dict[str, Any]], progress: _ProgressLine) -> None:
     parts = [f"{name} {c['status']:<11} {c['counts']['sent'] + c['counts']['failed']:>6}/"
              f"{c['counts']['targeted']:<6}" for name, c in zip(("retarget", "amend"), campaigns,
                                                                  strict=True)]
-    sys.stdout.write("\r   " + "   ".join(parts))
-    sys.stdout.flush()
+    progress.draw("   " + "   ".join(parts))
 
 
 # -- the proof from the emulator's record ----------------------------------------------------
