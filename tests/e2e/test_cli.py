@@ -6,21 +6,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import orjson
 
-from devstack.stack import Stack
+from devstack.stack import REPO, Stack
 from fcm_emulator.client import EmulatorClient
 from tests.e2e.harness import Api, reachable_devices
 from tests.support import wait_for
 
-HERALD = str(Path(sys.executable).parent / "herald")
+# ``python -m herald`` from the repository root: the code under test, even where the installed
+# ``herald`` script belongs to another checkout sharing the virtualenv.
+HERALD = [sys.executable, "-m", "herald"]
 
 
 def herald(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([HERALD, *args, "--api", stack.config.api_url], capture_output=True,
-                          text=True, timeout=120,
+    return subprocess.run([*HERALD, *args, "--api", stack.config.api_url], capture_output=True,
+                          text=True, timeout=120, cwd=REPO,
                           env={**os.environ, "HERALD_API_KEY": stack.config.api_key})
 
 
