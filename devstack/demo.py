@@ -187,7 +187,7 @@ def _tell(api: httpx.Client, lead: httpx.Client, marketing: httpx.Client,
     retarget_id, amend_id = _correct(marketing, campaign_id)
     follow_ups = _wait_follow_ups(api, retarget_id, amend_id)
     corrections = emulator.received()[len(original_record):]
-    proof = prove_correction(original_record, corrections, _AuditSets.read(files),
+    proof = prove_correction(original_record, corrections, AuditSets.read(files),
                              campaign["replace_key"], follow_ups[0]["replace_key"])
     _print_proof(proof, follow_ups)
     return StoryResult(campaign_id, counts, _actor_name(campaign), timings, files,
@@ -360,13 +360,15 @@ def _print_stop(timings: StopTimings) -> None:
 
 
 @dataclass(frozen=True)
-class _AuditSets:
+class AuditSets:
+    """The tokens of a campaign's audit, by outcome."""
+
     sent: frozenset[str]
     failed: frozenset[str]
     unsent: frozenset[str]
 
     @classmethod
-    def read(cls, files: dict[str, Path]) -> _AuditSets:
+    def read(cls, files: dict[str, Path]) -> AuditSets:
         return cls(*(frozenset(_tokens(files[outcome])) for outcome in OUTCOMES))
 
 
@@ -376,7 +378,7 @@ def _tokens(path: Path) -> list[str]:
 
 
 def _prove_original(record: list[Received], files: dict[str, Path]) -> None:
-    audit = _AuditSets.read(files)
+    audit = AuditSets.read(files)
     accepted = {r.token for r in record if r.accepted}
     refused = {r.token for r in record if not r.accepted}
     _check(accepted == audit.sent, "the sent audit differs from what the emulator accepted")
@@ -442,7 +444,7 @@ def expected_replacement(replace_key: str) -> tuple[str, ...]:
 
 
 def prove_correction(original: Iterable[Received], corrections: list[Received],
-                     audit: _AuditSets, original_key: str, retarget_key: str) -> Proof:
+                     audit: AuditSets, original_key: str, retarget_key: str) -> Proof:
     """Check, from the emulator's record, that the correction reached every targeted device
     exactly once: the sent with a replacement carrying the original's key (the very fields
     their first message had), the unsent with a new message under the retarget's own key.
