@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from devstack.demo import AuditSets, StoryFailed, expected_replacement, prove_correction
+from devstack.demo import AuditSets, Proof, StoryFailed, expected_replacement, prove_correction
 from fcm_emulator.client import Received
 
 KEY = "herald-6b0496de6f99b0295842196a"
@@ -26,13 +26,13 @@ CORRECTIONS = [_request("s1", 2), _request("u1", 2), _request("s2", 2), _request
                _request("dead-2", 2, error="UNREGISTERED")]
 
 
-def _prove(corrections: list[Received]) -> object:
+def _prove(corrections: list[Received]) -> Proof:
     return prove_correction(ORIGINAL, corrections, AUDIT, KEY, KEY)
 
 
 def test_a_correct_record_is_counted_device_by_device() -> None:
     proof = _prove(CORRECTIONS)
-    assert proof == type(proof)(replaced=2, new=2, dead_unsent=1, dead_original=1)
+    assert proof == Proof(replaced=2, new=2, dead_unsent=1, dead_original=1)
 
 
 @pytest.mark.parametrize(("corrections", "failure"), [
