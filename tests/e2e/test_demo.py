@@ -1,5 +1,5 @@
 """``make demo``'s story at a reduced size, the same code path (issue 11's demo, issue 14's ending):
-4,000 devices, a stop at about 1,000 sent by a responder key, the audit, one correction, and
+5,000 devices, a stop at about 1,000 sent by a responder key, the audit, one correction, and
 the proof from the FCM emulator's record. The story checks itself; this test re-checks the key
 numbers independently, from the API and the emulator."""
 
@@ -21,7 +21,7 @@ from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
 from tests.e2e.harness import Api, dead
 
-DEVICES = 4_000
+DEVICES = 5_000
 STOP_AT = 1_000
 SLOW_FCM_MS = 300.0
 """A 500-recipient chunk takes two round trips: about 0.6 s, so 1,000 is mid-flight."""
