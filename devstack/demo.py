@@ -164,34 +164,53 @@ def run_story(api: httpx.Client, emulator: EmulatorClient, devices: int = DEVICE
     lead = _client_as(api, _mint_key(api, LEAD, "responder"))
     marketing = _client_as(api, _mint_key(api, MARKETING, "operator"))
     try:
-        return _tell(api, lead, marketing, emulator, stop_at, out_dir, slow_fcm_ms)
+        emulator.configure(latency_ms=slow_fcm_ms)
+        stopped = _send_and_stop(api, lead, marketing, emulator, stop_at, out_dir)
+        emulator.configure(latency_ms=0)
+        retarget_id, amend_id, proof = _correct_and_prove(api, marketing, emulator, stopped)
     finally:
+        emulator.configure(latency_ms=0)  # a stack left running answers at full speed
         lead.close()
         marketing.close()
+    return StoryResult(stopped.campaign["id"], stopped.counts, _actor_name(stopped.campaign),
+                       stopped.timings, stopped.files, retarget_id, amend_id, proof)
 
 
-def _tell(api: httpx.Client, lead: httpx.Client, marketing: httpx.Client,
-          emulator: EmulatorClient, stop_at: int, out_dir: Path,
-          slow_fcm_ms: float) -> StoryResult:
-    emulator.configure(latency_ms=slow_fcm_ms)
+@dataclass(frozen=True)
+class _Stopped:
+    """The broken campaign once cancelled: its view, numbers, audit files, and the emulator's
+    record up to then (every request it made)."""
+
+    campaign: dict[str, Any]
+    counts: Counts
+    files: dict[str, Path]
+    timings: StopTimings
+    record: list[Received]
+
+
+def _send_and_stop(api: httpx.Client, lead: httpx.Client, marketing: httpx.Client,
+                   emulator: EmulatorClient, stop_at: int, out_dir: Path) -> _Stopped:
     campaign_id = _send_live_now(marketing)
     _follow_until(api, campaign_id, stop_at)
     stop, campaign = _stop(lead, campaign_id, stop_at)
-    original_record = emulator.received()
+    record = emulator.received()
     counts = _final_numbers(campaign)
     files = _write_audit(api, campaign_id, counts, out_dir)
-    timings = _stop_timings(stop, campaign, original_record)
+    timings = _stop_timings(stop, campaign, record)
     _print_stop(timings)
-    _prove_original(original_record, files)
-    emulator.configure(latency_ms=0)
-    retarget_id, amend_id = _correct(marketing, campaign_id)
+    _prove_original(record, files)
+    return _Stopped(campaign, counts, files, timings, record)
+
+
+def _correct_and_prove(api: httpx.Client, marketing: httpx.Client, emulator: EmulatorClient,
+                       stopped: _Stopped) -> tuple[str, str, Proof]:
+    retarget_id, amend_id = _correct(marketing, stopped.campaign["id"])
     follow_ups = _wait_follow_ups(api, retarget_id, amend_id)
-    corrections = emulator.received()[len(original_record):]
-    proof = prove_correction(original_record, corrections, AuditSets.read(files),
-                             campaign["replace_key"], follow_ups[0]["replace_key"])
+    corrections = emulator.received()[len(stopped.record):]
+    proof = prove_correction(stopped.record, corrections, AuditSets.read(stopped.files),
+                             stopped.campaign["replace_key"], follow_ups[0]["replace_key"])
     _print_proof(proof, follow_ups)
-    return StoryResult(campaign_id, counts, _actor_name(campaign), timings, files,
-                       retarget_id, amend_id, proof)
+    return retarget_id, amend_id, proof
 
 
 def _mint_key(api: httpx.Client, name: str, role: str) -> str:
