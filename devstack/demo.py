@@ -7,7 +7,7 @@ everyone: a new notification to the unsent, a replacement (same tag and collapse
 The FCM emulator's own record proves the result: every targeted device ends with exactly one
 corrected notification.
 
-:func:`run_story` is the story at any size (the end-to-end test runs it with 4,000 devices);
+:func:`run_story` is the story at any size (the end-to-end test runs it with 5,000 devices);
 :func:`run` is ``make demo``'s entry point, which tells it at 50,000.
 """
 
@@ -48,6 +48,9 @@ CONFIRM_POLL_S = 0.02
 LEAD = "the on-call lead"
 MARKETING = "marketing"
 FOLLOW_UP_TIMEOUT_S = 300.0
+"""Deadlines for each wait of the story (sending to ``stop_at``, each follow-up), and for the
+cancel's confirmation: a stuck step fails the story instead of hanging it."""
+CONFIRM_TIMEOUT_S = 30.0
 
 
 class StoryFailed(AssertionError):
@@ -268,6 +271,8 @@ def _follow_until(api: httpx.Client, campaign_id: str, stop_at: int) -> None:
             break
         _check(campaign["status"] not in TERMINAL,
                f"\nthe campaign ended ({campaign['status']}) before {stop_at} were sent")
+        _check(time.monotonic() - started < FOLLOW_UP_TIMEOUT_S,
+               f"\n{stop_at} were not sent within {FOLLOW_UP_TIMEOUT_S:.0f} s")
         time.sleep(FOLLOW_POLL_S)
     _check(campaign["status"] in ("pending", "in_progress"),
            f"\nthe campaign is {campaign['status']} at {stop_at} sent: nothing left to stop")
@@ -319,6 +324,8 @@ def _stop(lead: httpx.Client, campaign_id: str, stop_at: int) -> tuple[_Stop, di
     campaign = dict(response.json())
     while campaign["status"] != "cancelled":
         _check(campaign["status"] == "cancelling", f"the campaign is {campaign['status']}")
+        _check(time.monotonic() - started < CONFIRM_TIMEOUT_S,
+               f"still cancelling {CONFIRM_TIMEOUT_S:.0f} s after the call")
         time.sleep(CONFIRM_POLL_S)
         campaign = _campaign(lead, campaign_id)
     to_cancelled_s = time.monotonic() - started
