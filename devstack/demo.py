@@ -555,8 +555,8 @@ def run(api_url: str, fcm_url: str, api_key: str, key_file: Path, devices: int =
         emulator = EmulatorClient(fcm_url)
         try:
             run_story(api, emulator, devices, stop_at, out_dir)
-        except StoryFailed as failure:
-            say(f"\nherald demo: FAILED: {failure}")
+        except (StoryFailed, httpx.HTTPError) as failure:
+            say(f"\nherald demo: FAILED: {failure} (the services' logs are in .run/logs)")
             return 1
         finally:
             emulator.close()
