@@ -556,7 +556,8 @@ def run(api_url: str, fcm_url: str, api_key: str, key_file: Path, devices: int =
         try:
             run_story(api, emulator, devices, stop_at, out_dir)
         except (StoryFailed, httpx.HTTPError) as failure:
-            say(f"\nherald demo: FAILED: {failure} (the services' logs are in .run/logs)")
+            say(f"\nherald demo: FAILED: {failure} (the services' logs are in "
+                f"{out_dir.parent / 'logs'})")
             return 1
         finally:
             emulator.close()
