@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
 .PHONY: demo up down status test test-unit test-deploy test-integration test-e2e lint bench services install clean
 
-demo: install services   ## install what is missing, start the stack, send a 50,000-device campaign
+demo: install services   ## install what is missing, start the stack, tell the story: send, stop at 12,000, audit, correct
 	$(BIN)/python -m devstack demo
 
 up: install services     ## start the stack (nx-27017, FCM emulator, api, dispatcher, 2 senders, scheduler)

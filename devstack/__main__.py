@@ -105,16 +105,25 @@ def status() -> int:
     return 0
 
 
+def run_demo(devices: int, stop_at: int) -> int:
+    """``make demo``: the stack (started unless it is up), then the story on it."""
+    if up() != 0:
+        return 1
+    config = StackConfig(run_dir=RUN_DIR)
+    return demo.run(config.api_url, config.fcm_url, config.api_key,
+                    RUN_DIR / BOOTSTRAP_KEY_FILE, devices, stop_at, RUN_DIR / "demo")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
     parser.add_argument("command", choices=["up", "down", "status", "demo", "clean"])
-    parser.add_argument("--devices", type=int, default=50_000)
+    parser.add_argument("--devices", type=int, default=demo.DEVICES,
+                        help="demo: how many synthetic devices to import")
+    parser.add_argument("--stop-at", type=int, default=demo.STOP_AT,
+                        help="demo: stop the campaign once this many are sent")
     args = parser.parse_args()
     if args.command == "demo":
-        if up() != 0:
-            return 1
-        config = StackConfig(run_dir=RUN_DIR)
-        return demo.run(config.api_url, config.fcm_url, config.api_key, args.devices)
+        return run_demo(args.devices, args.stop_at)
     return {"up": up, "down": down, "status": status, "clean": clean}[args.command]()
 
 

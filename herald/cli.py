@@ -1,7 +1,8 @@
 """``herald``: the operator's command line, a thin client of the HTTP API.
 
     herald campaigns cancel ID --reason "broken link"
-    herald campaigns watch ID
+    herald campaigns watch ID                          # live, over server-sent events
+    herald audiences estimate --filter '{"push_enabled": true}'
     herald campaigns recipients ID --outcome unsent > unsent.ndjson
     herald campaigns retarget ID --title "Fixed link" --data landingUrl=https://...
     herald campaigns amend ID --data landingUrl=https://...      # replaces it where it was sent
@@ -20,6 +21,7 @@ from __future__ import annotations
 import getpass
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, NoReturn
@@ -40,6 +42,9 @@ app.add_typer(campaigns, name="campaigns")
 console = Console()
 errors = Console(stderr=True)
 
+audiences = typer.Typer(help="Size an audience before sending to it.", no_args_is_help=True)
+app.add_typer(audiences, name="audiences")
+
 keys = typer.Typer(help="Mint, list and revoke API keys (an admin key's job).",
                    no_args_is_help=True)
 app.add_typer(keys, name="keys")
@@ -57,10 +62,13 @@ class Target:
 
     api: str
     key: str | None
+    transport: httpx.BaseTransport | None = None
+    """None: the network (a test may hand in another)."""
 
-    def client(self) -> httpx.Client:
+    def client(self, timeout_s: float = 30.0) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
-        return httpx.Client(base_url=self.api, timeout=30.0, headers=headers)
+        return httpx.Client(base_url=self.api, timeout=timeout_s, headers=headers,
+                            transport=self.transport)
 
 
 def _fail(message: str) -> NoReturn:
@@ -76,12 +84,17 @@ def _call(target: Target, method: str, path: str, **kwargs: Any) -> httpx.Respon
     except httpx.HTTPError as exc:
         _fail(f"cannot reach the Herald API at {target.api}: {exc}")
     if response.status_code >= 400:
-        try:
-            error = response.json()["error"]
-            _fail(f"{error['message']} ({error['code']}, HTTP {response.status_code})")
-        except (ValueError, KeyError, TypeError):
-            _fail(f"HTTP {response.status_code}: {response.text[:200]}")
+        _fail(_error_text(response))
     return response
+
+
+def _error_text(response: httpx.Response) -> str:
+    """What an error answer says: the API's message and code, else the start of its body."""
+    try:
+        error = response.json()["error"]
+        return f"{error['message']} ({error['code']}, HTTP {response.status_code})"
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {response.status_code}: {response.text[:200]}"
 
 
 def _print_json(value: Any) -> None:
@@ -169,22 +182,102 @@ def _wait(target: Target, campaign_id: str) -> dict[str, Any]:
 
 @campaigns.command("watch")
 def watch(campaign_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
-    """A live progress bar until the campaign reaches a final status."""
+    """Follow a campaign live (server-sent events) until it reaches a final status."""
+    states = campaign_states(Target(api, api_key), campaign_id)
+    campaign = _progress_bar(states) if console.is_terminal else _progress_lines(states)
+    counts = campaign["counts"]
+    console.print(f"{campaign['status']}: sent {counts['sent']}, failed {counts['failed']}, "
+                  f"unsent {counts['unsent']} of {counts['targeted']} targeted", highlight=False)
+
+
+def _progress_bar(states: Iterator[dict[str, Any]]) -> dict[str, Any]:
     columns = (TextColumn("{task.fields[status]:<11}"), BarColumn(), TaskProgressColumn(),
                TextColumn("sent {task.fields[sent]} failed {task.fields[failed]} "
                           "of {task.total}"), TimeElapsedColumn())
+    campaign: dict[str, Any] = {}
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("campaign", total=None, status="", sent=0, failed=0)
-        while True:
-            campaign = _call(Target(api, api_key), "GET", f"/v1/campaigns/{campaign_id}").json()
+        for campaign in states:
             counts = campaign["counts"]
             progress.update(task, total=counts["targeted"] or None,
                             completed=counts["sent"] + counts["failed"], status=campaign["status"],
                             sent=counts["sent"], failed=counts["failed"])
-            if campaign["status"] in TERMINAL:
-                break
-            time.sleep(POLL_S)
-    console.print(f"{campaign['status']}: unsent {counts['unsent']}")
+    return campaign
+
+
+def _progress_lines(states: Iterator[dict[str, Any]]) -> dict[str, Any]:
+    """Not a terminal (a pipe, a log): one line per change instead of a bar."""
+    campaign: dict[str, Any] = {}
+    for campaign in states:
+        counts = campaign["counts"]
+        console.print(f"{campaign['status']:<11} sent {counts['sent']:>8}  failed "
+                      f"{counts['failed']:>6}  unsent {counts['unsent']:>8}  of "
+                      f"{counts['targeted']:>8}", highlight=False)
+    return campaign
+
+
+SSE_READ_TIMEOUT_S = 40.0
+"""The API sends a comment every ~15 s on a quiet stream: silence this long is a dead link."""
+SSE_RECONNECT_S = 0.5
+SSE_GIVE_UP_S = 60.0
+"""Reconnecting for this long without hearing an event: the API is gone; say so and stop."""
+
+
+class _Dropped(Exception):
+    """The stream broke off (or the API answered 5xx) before a final status."""
+
+
+def campaign_states(target: Target, campaign_id: str) -> Iterator[dict[str, Any]]:
+    """The campaign as ``GET /v1/campaigns/{id}/events`` streams it, until a final status.
+
+    A dropped connection is reopened (the first event of a stream is the current state, so
+    nothing is missed); an error answer (unknown campaign, no key, no scope) ends the command.
+    """
+    heard_at = time.monotonic()
+    with target.client(timeout_s=SSE_READ_TIMEOUT_S) as client:
+        while True:
+            try:
+                for campaign in _stream_once(client, f"/v1/campaigns/{campaign_id}/events"):
+                    heard_at = time.monotonic()
+                    yield campaign
+                    if campaign["status"] in TERMINAL:
+                        return
+                problem = "the stream ended before a final status"
+            except (httpx.TransportError, _Dropped) as exc:
+                problem = str(exc) or type(exc).__name__
+            if time.monotonic() - heard_at > SSE_GIVE_UP_S:
+                _fail(f"lost the event stream from {target.api}: {problem}")
+            time.sleep(SSE_RECONNECT_S)
+
+
+def _stream_once(client: httpx.Client, path: str) -> Iterator[dict[str, Any]]:
+    with client.stream("GET", path, headers={"Accept": "text/event-stream"}) as response:
+        if response.status_code >= 400:
+            response.read()
+            if response.status_code >= 500:
+                raise _Dropped(_error_text(response))
+            _fail(_error_text(response))
+        for event, data in server_sent_events(response.iter_lines()):
+            if event == "campaign":
+                yield dict(orjson.loads(data))
+
+
+def server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """``(event, data)`` of each event of a ``text/event-stream`` (the WHATWG format: data
+    lines joined by newlines, comments skipped, ``message`` when no event type is named)."""
+    event, data = "message", list[str]()
+    for line in lines:
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "message", []
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
 
 
 @campaigns.command("recipients")
@@ -277,6 +370,23 @@ def correct(
         else:
             console.print(f"{half:<8} {made['id']}  {made['expected']:>8} recipients  "
                           f"({meaning})", highlight=False)
+
+
+@audiences.command("estimate")
+def estimate(
+    filter_json: Annotated[str, typer.Option(
+        "--filter", help='Audience filter as JSON, as in campaigns create, e.g. '
+                         '\'{"push_enabled": true, "topics": ["live"]}\'')] = "{}",
+    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
+) -> None:
+    """How many devices an audience reaches now, before anything is sent to it."""
+    try:
+        audience = orjson.loads(filter_json)
+    except orjson.JSONDecodeError as exc:
+        _fail(f"--filter is not JSON: {exc}")
+    answer = _call(Target(api, api_key), "POST", "/v1/audiences/estimate",
+                   json={"audience": audience}).json()
+    console.print(f"{answer['devices']} devices", highlight=False)
 
 
 @app.command("pods")

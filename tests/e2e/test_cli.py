@@ -1,36 +1,56 @@
-"""The ``herald`` command line against a running stack: watch, cancel, audit, retarget."""
+"""The ``herald`` command line against a running stack: estimate, watch (server-sent events),
+cancel, audit, retarget."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import orjson
 
-from devstack.stack import Stack
+from devstack.stack import REPO, Stack
 from fcm_emulator.client import EmulatorClient
 from tests.e2e.harness import Api, reachable_devices
 from tests.support import wait_for
 
-HERALD = str(Path(sys.executable).parent / "herald")
+# ``python -m herald`` from the repository root: the code under test, even where the installed
+# ``herald`` script belongs to another checkout sharing the virtualenv.
+HERALD = [sys.executable, "-m", "herald"]
 
 
 def herald(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([HERALD, *args, "--api", stack.config.api_url], capture_output=True,
-                          text=True, timeout=120,
+    return subprocess.run([*HERALD, *args, "--api", stack.config.api_url], capture_output=True,
+                          text=True, timeout=120, cwd=REPO,
                           env={**os.environ, "HERALD_API_KEY": stack.config.api_key})
 
 
-def test_watch_follows_a_campaign_to_its_end(stack: Stack, api: Api) -> None:
+def _progress(line: str) -> tuple[str, int] | None:
+    """(status, sent) of one of watch's progress lines (not a terminal: a line per change)."""
+    words = line.split()
+    return (words[0], int(words[2])) if len(words) == 9 and words[1] == "sent" else None
+
+
+def test_watch_follows_a_campaign_to_its_end_over_server_sent_events(
+        stack: Stack, api: Api, emulator: EmulatorClient) -> None:
     stack.start(senders=1, schedulers=0)
     api.import_devices(reachable_devices(2_000))
+    emulator.configure(latency_ms=100)  # four chunks, each a few round trips: progress to see
+    estimated = herald(stack, "audiences", "estimate", "--filter", '{"push_enabled": true}')
+    assert estimated.returncode == 0, estimated.stderr
+    assert estimated.stdout.split() == ["2000", "devices"]
     campaign_id = api.create_campaign()
     watched = herald(stack, "campaigns", "watch", campaign_id)
     assert watched.returncode == 0, watched.stderr
-    assert "completed" in watched.stdout
+    lines = watched.stdout.strip().splitlines()
+    progress = [p for p in map(_progress, lines) if p]
+    sent = [count for _, count in progress]
+    assert len({count for count in sent if 0 < count < 2_000}) >= 1, watched.stdout
+    assert sent == sorted(sent) and progress[-1] == ("completed", 2_000)
+    assert lines[-1] == "completed: sent 2000, failed 0, unsent 0 of 2000 targeted"
     assert api.campaign(campaign_id)["status"] == "completed"
+    gone = herald(stack, "campaigns", "watch", "0" * 24)
+    assert gone.returncode == 1 and "campaign_not_found" in gone.stderr
 
 
 def test_cancel_audit_and_retarget_from_the_command_line(stack: Stack, api: Api,
