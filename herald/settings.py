@@ -99,6 +99,7 @@ class Settings(BaseSettings):
 
     # Dispatcher tuning.
     dispatcher_prefetch: PositiveInt = 10
+    dispatch_max_queued_chunks: PositiveInt = 64
 
     # Coordination.
     grace_period_s: PositiveFloat = 20.0

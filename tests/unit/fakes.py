@@ -882,10 +882,16 @@ class FakeBus:
         self.cancels: list[CancelCampaign] = []
         self.dead_letters: list[tuple[bytes, str]] = []
         self.away = False
+        self.delivered = 0
+        """Chunks senders took from the queue (a test moves it on to drain the queue)."""
 
     async def send_chunk(self, message: SendChunk) -> None:
         await self._confirm()
         self.chunks.append(message)
+
+    async def chunks_ready(self) -> int:
+        await self._confirm()
+        return len(self.chunks) - self.delivered
 
     async def request_dispatch(self, campaign_id: str) -> None:
         await self._confirm()
