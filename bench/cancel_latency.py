@@ -64,11 +64,13 @@ class Scenario:
     latency_ms: int
     when: str
     under_way: int
+    devices: int
 
     def ready_to_cancel(self, campaign: Campaign) -> bool:
-        if self.when == "paging":
-            return bool(campaign["counts"]["targeted"] > 0)
-        return bool(campaign["counts"]["sent"] >= self.under_way)
+        counts = campaign["counts"]
+        if self.when == "paging":  # senders at work, the dispatcher not done paging
+            return bool(counts["sent"] > 0 and counts["targeted"] < self.devices)
+        return bool(counts["sent"] >= self.under_way)
 
 
 class Bench:
@@ -88,12 +90,16 @@ class Bench:
         campaign = self._wait(campaign_id, lambda c: c["status"] == "cancelled", "cancelled")
         received = self.emulator.received()
         cancel = campaign["cancel"]
+        counts = campaign["counts"]
+        if counts["sent"] + counts["failed"] + counts["unsent"] != counts["targeted"]:
+            raise RuntimeError(f"cancelled counts do not add up: {counts}")
         confirmed = (datetime.fromisoformat(cancel["acknowledged_at"])
                      - datetime.fromisoformat(cancel["requested_at"])).total_seconds()
         return {"stop_ms": 1000 * (max(r.received_at for r in received) - returned),
                 "confirmed_ms": 1000 * confirmed,
                 "started_after_return": sum(r.received_at > returned for r in received),
-                "sent_before_cancel": campaign["counts"]["sent"]}
+                "sent_before_cancel": campaign["counts"]["sent"],
+                "targeted": campaign["counts"]["targeted"]}
 
     def _cancel(self, mode: str, campaign_id: str) -> float:
         if mode == "broadcast":
@@ -159,7 +165,7 @@ def main() -> None:
     with running_stack(senders=2, api_timeout_s=60) as stack:
         import_devices(stack.api, _devices(args.devices))
         bench = Bench(stack)
-        scenario = Scenario(args.latency_ms, args.when, args.under_way)
+        scenario = Scenario(args.latency_ms, args.when, args.under_way, args.devices)
         samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
         for _ in range(args.runs):
             for mode in MODES:
