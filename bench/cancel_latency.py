@@ -14,6 +14,11 @@ Two ways of cancelling run interleaved in the same run, so their ratio compares 
 - ``flag-only`` (**baseline**) — seed 000's mechanism alone: the status change and the Redis flag,
   which workers re-read at their checkpoints (Herald's senders re-read it at most once a second
   per campaign; this is the path for pods that missed the broadcast).
+
+Issue 12's scenarios: ``--when paging`` cancels as soon as the dispatcher has published a first
+chunk (with ``--devices 50000`` the dispatcher is still paging, paused by backpressure);
+``--when sending`` (the default) once ``--under-way`` recipients are sent, both senders
+mid-batch; ``--latency-ms 50`` puts FCM at a real round trip.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import asyncio
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -49,8 +55,22 @@ POLL_S = 0.05
 WAIT_TIMEOUT_S = 60.0
 
 
-def _devices() -> list[dict[str, Any]]:
-    return [{"token": f"bench-{i:06d}-" + "x" * 140, "platform": "android"} for i in range(DEVICES)]
+def _devices(count: int) -> list[dict[str, Any]]:
+    return [{"token": f"bench-{i:06d}-" + "x" * 140, "platform": "android"} for i in range(count)]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    latency_ms: int
+    when: str
+    under_way: int
+    devices: int
+
+    def ready_to_cancel(self, campaign: Campaign) -> bool:
+        counts = campaign["counts"]
+        if self.when == "paging":  # senders at work, the dispatcher not done paging
+            return bool(counts["sent"] > 0 and counts["targeted"] < self.devices)
+        return bool(counts["sent"] >= self.under_way)
 
 
 class Bench:
@@ -61,21 +81,25 @@ class Bench:
         self.settings = Settings(mongodb_url=config.mongodb_url, rabbitmq_url=config.rabbitmq_url,
                                  redis_url=config.redis_url, fcm_endpoint=config.fcm_url)
 
-    def run_once(self, mode: str) -> dict[str, float]:
+    def run_once(self, mode: str, scenario: Scenario) -> dict[str, float]:
         self.emulator.reset()
-        self.emulator.configure(latency_ms=LATENCY_MS)
+        self.emulator.configure(latency_ms=scenario.latency_ms)
         campaign_id = create_campaign(self.api, {"title": "t", "body": "b"})
-        self._wait(campaign_id, lambda c: c["counts"]["sent"] >= UNDER_WAY, "under way")
+        self._wait(campaign_id, scenario.ready_to_cancel, "ready to cancel")
         returned = self._cancel(mode, campaign_id)
         campaign = self._wait(campaign_id, lambda c: c["status"] == "cancelled", "cancelled")
         received = self.emulator.received()
         cancel = campaign["cancel"]
+        counts = campaign["counts"]
+        if counts["sent"] + counts["failed"] + counts["unsent"] != counts["targeted"]:
+            raise RuntimeError(f"cancelled counts do not add up: {counts}")
         confirmed = (datetime.fromisoformat(cancel["acknowledged_at"])
                      - datetime.fromisoformat(cancel["requested_at"])).total_seconds()
         return {"stop_ms": 1000 * (max(r.received_at for r in received) - returned),
                 "confirmed_ms": 1000 * confirmed,
                 "started_after_return": sum(r.received_at > returned for r in received),
-                "sent_before_cancel": campaign["counts"]["sent"]}
+                "sent_before_cancel": campaign["counts"]["sent"],
+                "targeted": campaign["counts"]["targeted"]}
 
     def _cancel(self, mode: str, campaign_id: str) -> float:
         if mode == "broadcast":
@@ -131,19 +155,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20, help="runs per mode")
+    parser.add_argument("--devices", type=int, default=DEVICES)
+    parser.add_argument("--latency-ms", type=int, default=LATENCY_MS)
+    parser.add_argument("--when", choices=("sending", "paging"), default="sending")
+    parser.add_argument("--under-way", type=int, default=UNDER_WAY,
+                        help="recipients sent before the cancel (--when sending)")
     parser.add_argument("--output", type=Path, default=results_path("cancel_latency.json"))
     args = parser.parse_args()
     with running_stack(senders=2, api_timeout_s=60) as stack:
-        import_devices(stack.api, _devices())
+        import_devices(stack.api, _devices(args.devices))
         bench = Bench(stack)
+        scenario = Scenario(args.latency_ms, args.when, args.under_way, args.devices)
         samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
         for _ in range(args.runs):
             for mode in MODES:
-                samples[mode].append(bench.run_once(mode))
+                samples[mode].append(bench.run_once(mode, scenario))
     summary = summarize(samples)
     print_table(summary)
     write_json(args.output, {"bench": "cancel_latency", "summary": summary, "samples": samples,
-                             "emulator_latency_ms": LATENCY_MS, "devices": DEVICES})
+                             "emulator_latency_ms": args.latency_ms, "devices": args.devices,
+                             "when": args.when, "under_way": args.under_way})
 
 
 if __name__ == "__main__":

@@ -28,7 +28,14 @@ from pymongo import AsyncMongoClient
 
 from bench.common import process_cpu_s, results_path, write_json
 from bench.fcm_sdk import close_app, open_app
-from bench.stack import BenchStack, create_campaign, import_devices, running_stack, wait_for_campaign
+from bench.stack import (
+    BenchStack,
+    QueueDepthSampler,
+    create_campaign,
+    import_devices,
+    running_stack,
+    wait_for_campaign,
+)
 from devstack.stack import Stack
 
 CHUNK = 500
@@ -54,13 +61,15 @@ def devices(count: int) -> list[dict[str, Any]]:
             for i in range(count)]
 
 
-def run_herald(bench: BenchStack) -> dict[str, Any]:
+def run_herald(bench: BenchStack, latency_ms: int) -> dict[str, Any]:
     bench.emulator.reset()
+    bench.emulator.configure(latency_ms=latency_ms)
     before = process_cpu(bench.stack)
-    campaign_id = create_campaign(bench.api, {
-        "title": "Bench", "body": "Pipeline", "data": {"landingUrl": "https://example.com"}})
-    campaign = wait_for_campaign(bench.api, campaign_id, lambda c: c["status"] in FINISHED,
-                                 f"campaign {campaign_id} to end", CAMPAIGN_TIMEOUT_S, POLL_S)
+    with QueueDepthSampler(bench.stack) as depth:
+        campaign_id = create_campaign(bench.api, {
+            "title": "Bench", "body": "Pipeline", "data": {"landingUrl": "https://example.com"}})
+        campaign = wait_for_campaign(bench.api, campaign_id, lambda c: c["status"] in FINISHED,
+                                     f"campaign {campaign_id} to end", CAMPAIGN_TIMEOUT_S, POLL_S)
     after = process_cpu(bench.stack)
     started = datetime.fromisoformat(campaign["started_at"])
     finished = datetime.fromisoformat(campaign["finished_at"])
@@ -70,6 +79,7 @@ def run_herald(bench: BenchStack) -> dict[str, Any]:
         raise RuntimeError(f"run did not complete cleanly: {campaign['status']}, {accepted}")
     return {"recipients": campaign["counts"]["targeted"], "seconds": seconds,
             "per_s": campaign["counts"]["targeted"] / seconds,
+            "max_ready_chunks": max(depth.depths, default=0), "depth_samples": len(depth.depths),
             "cpu_s": {name: round(after[name] - before.get(name, 0.0), 2) for name in after}}
 
 
@@ -97,16 +107,16 @@ async def run_baseline(mongodb_url: str, endpoint: str, recipients: int) -> dict
 def table(herald: list[dict[str, Any]], baseline: dict[str, Any], senders: int) -> str:
     median = statistics.median(r["per_s"] for r in herald)
     rows = [
-        "| row | recipients | seconds | recipients/s | x baseline |",
-        "|---|---:|---:|---:|---:|",
+        "| row | recipients | seconds | recipients/s | x baseline | max chunks ready |",
+        "|---|---:|---:|---:|---:|---:|",
         f"| baseline: one worker, firebase-admin, chunks of 500 (seed 000, no pacing) | "
-        f"{baseline['recipients']:,} | {baseline['seconds']:.2f} | {baseline['per_s']:,.0f} | 1.0 |",
+        f"{baseline['recipients']:,} | {baseline['seconds']:.2f} | {baseline['per_s']:,.0f} | 1.0 | |",
     ]
     for index, run in enumerate(herald, 1):
         rows.append(f"| Herald run {index}: api, dispatcher, {senders} senders | "
                     f"{run['recipients']:,} | {run['seconds']:.2f} | {run['per_s']:,.0f} | "
-                    f"{run['per_s'] / baseline['per_s']:.1f} |")
-    rows.append(f"| Herald median | | | {median:,.0f} | {median / baseline['per_s']:.1f} |")
+                    f"{run['per_s'] / baseline['per_s']:.1f} | {run['max_ready_chunks']} |")
+    rows.append(f"| Herald median | | | {median:,.0f} | {median / baseline['per_s']:.1f} | |")
     return "\n".join(rows)
 
 
@@ -127,12 +137,15 @@ def main() -> None:
     parser.add_argument("--senders", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-recipients", type=int, default=5_000)
+    parser.add_argument("--latency-ms", type=int, default=0,
+                        help="FCM emulator latency for Herald's runs (the baseline runs at 0)")
     parser.add_argument("--output", type=Path, default=results_path("pipeline.json"))
     args = parser.parse_args()
     with running_stack(senders=args.senders, api_timeout_s=120) as bench:
         import_devices(bench.api, devices(args.devices))
-        herald = [run_herald(bench) for _ in range(args.runs)]
+        herald = [run_herald(bench, args.latency_ms) for _ in range(args.runs)]
         bench.emulator.reset()
+        bench.emulator.configure(latency_ms=0)
         config = bench.stack.config
         baseline = asyncio.run(run_baseline(config.mongodb_url, config.fcm_url,
                                             args.baseline_recipients))
@@ -140,6 +153,7 @@ def main() -> None:
     print()
     print(cpu_table(herald[-1]))
     write_json(args.output, {"bench": "pipeline", "devices": args.devices,
+                             "latency_ms": args.latency_ms,
                              "senders": args.senders, "herald": herald, "baseline": baseline})
 
 

@@ -4,19 +4,23 @@ as ``make up`` starts them, with clients for the api and the emulator, all gone 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import httpx
 
-from devstack.isolation import private_stack
+from devstack.isolation import guest_url, private_stack
 from devstack.processes import wait_until
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
+from herald import names
 
 DEVICES_PER_IMPORT = 10_000
 """Devices per ``POST /v1/devices/bulk`` call."""
@@ -32,10 +36,12 @@ class BenchStack:
 
 
 @contextlib.contextmanager
-def running_stack(senders: int, api_timeout_s: float) -> Iterator[BenchStack]:
+def running_stack(senders: int, api_timeout_s: float,
+                  extra_env: dict[str, str] | None = None) -> Iterator[BenchStack]:
     """Start a private stack with ``senders`` senders and no scheduler (the benches send now);
     stop it and remove its database, vhost and Redis keys on the way out."""
-    with tempfile.TemporaryDirectory() as run_dir, private_stack(Path(run_dir)) as stack:
+    with (tempfile.TemporaryDirectory() as run_dir,
+          private_stack(Path(run_dir), extra_env=extra_env) as stack):
         stack.start(senders=senders, schedulers=0)
         emulator = EmulatorClient(stack.config.fcm_url)
         try:
@@ -76,3 +82,32 @@ def wait_for_campaign(api: httpx.Client, campaign_id: str, reached: Callable[[Ca
 
 def fetch_campaign(api: httpx.Client, campaign_id: str) -> Campaign:
     return dict(api.get(f"/v1/campaigns/{campaign_id}").json())
+
+
+class QueueDepthSampler:
+    """Samples the ready depth of ``herald.chunks`` from RabbitMQ itself (a passive declare,
+    current to the message) every ``interval_s``, in a thread, while in its ``with`` block."""
+
+    def __init__(self, stack: Stack, interval_s: float = 0.05) -> None:
+        self._url = guest_url(stack.config.rabbitmq_url.rsplit("/", 1)[1])
+        self._interval_s = interval_s
+        self.depths: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._sample()), daemon=True)
+
+    def __enter__(self) -> QueueDepthSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    async def _sample(self) -> None:
+        connection = await aio_pika.connect(self._url)
+        async with connection:
+            channel = await connection.channel()
+            while not self._stop.is_set():
+                queue = await channel.declare_queue(names.CHUNKS_QUEUE, passive=True)
+                self.depths.append(int(queue.declaration_result.message_count or 0))
+                await asyncio.sleep(self._interval_s)

@@ -26,6 +26,8 @@ CHUNKS_DEFERRED = Counter("herald_chunks_deferred_total",
 CHUNKS_DEAD_LETTERED = Counter("herald_chunks_dead_lettered_total",
                                "Chunks given up on after repeated failures")
 CHUNKS_PUBLISHED = Counter("herald_chunks_published_total", "Chunks published by dispatchers")
+DISPATCH_PAUSED_SECONDS = Counter("herald_dispatch_paused_seconds_total",
+                                  "Time dispatchers waited for room in the chunk queue")
 RATE_LIMIT_WAIT_SECONDS = Counter("herald_rate_limit_wait_seconds_total",
                                   "Time senders waited for the shared FCM rate limit")
 

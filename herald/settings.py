@@ -91,7 +91,6 @@ class Settings(BaseSettings):
     sender_prefetch: PositiveInt = 4
     sender_concurrency: PositiveInt = 256
     sender_batch_size: PositiveInt = 500
-    sender_batches_in_flight: PositiveInt = 1
     fcm_timeout_s: PositiveFloat = 10.0
     fcm_max_retries: int = Field(default=5, ge=0)
     fcm_rate_per_min: PositiveInt = 600_000
@@ -100,6 +99,7 @@ class Settings(BaseSettings):
 
     # Dispatcher tuning.
     dispatcher_prefetch: PositiveInt = 10
+    dispatch_max_queued_chunks: PositiveInt = 64
 
     # Coordination.
     grace_period_s: PositiveFloat = 20.0

@@ -1,5 +1,6 @@
-"""What each row sends with, and how: the official SDK, bare httpx, Herald's ``FcmClient`` and the
-sender's ``BatchSender``, each sending the same message until a deadline.
+"""What each row sends with, and how: the official SDK, bare httpx, Herald's ``FcmClient``, the
+earlier lock-step ``BatchSender`` and the sender's ``SendWindow``, each sending the same message
+until a deadline.
 
 This is the only module of the bench that imports Herald's sending code, so a move of
 ``FcmClient`` or ``BatchSender`` is a one-line change here.
@@ -32,7 +33,8 @@ from herald.domain.payload import (
 )
 from herald.names import RedisKeys
 from herald.settings import Settings
-from services.sender.delivery import BatchResult, BatchSender, Target
+from services.sender.delivery import BatchResult, BatchSender, Outcome, Target
+from services.sender.window import SendWindow, WindowPolicy
 
 BASELINE = "firebase-admin"
 PROJECT = "bench"
@@ -200,6 +202,57 @@ def accepted(result: BatchResult, expected: int) -> int:
     return sent
 
 
+class HeraldWindow:
+    """What a sender pod runs: ``SendWindow`` with the shared Redis token bucket, the cancel
+    check and metrics, ``HERALD_SENDER_PREFETCH`` chunks of 500 sent through it at once, chunk
+    after chunk. Recording is a no-op here (the window's own cost; ``bench.pipeline`` has the
+    store in it)."""
+
+    def __init__(self, plan: Plan) -> None:
+        settings = herald_settings(plan)
+        self._session = open_session(settings)
+        client = FcmClient(self._session, settings, StaticTokens())  # type: ignore[arg-type]
+        self._redis = herald_redis.connect(settings)
+        self._key = RedisKeys(f"bench-{uuid.uuid4().hex}").rate_bucket(names.FLEET_RATE_BUCKET)
+        bucket = TokenBucket(self._redis, self._key, UNTHROTTLED_RATE_PER_S)
+        policy = WindowPolicy(connections=settings.sender_concurrency,
+                              unrecorded=settings.sender_batch_size,
+                              max_retries=settings.fcm_max_retries)
+        self._window = SendWindow(client, policy, bucket)
+        self._template = MessageTemplate(build_payload(TITLE, BODY, DATA, replace_key=REPLACE_KEY))
+        self._targets = [Target(position, token)
+                         for position, token in enumerate(TOKENS[:SENDER_BATCH])]
+        self._cancelled = asyncio.Event()
+        self._deadline = 0.0
+
+    async def run(self, deadline: float) -> int:
+        self._deadline = deadline
+        counts = await asyncio.gather(*(self._stream() for _ in range(SENDER_PREFETCH)))
+        return sum(counts)
+
+    async def _stream(self) -> int:
+        sent = 0
+
+        async def record(outcomes: list[Outcome]) -> None:
+            nonlocal sent
+            if not all(outcome.sent for outcome in outcomes):
+                raise BenchError("the emulator refused a request")
+            sent += len(outcomes)
+
+        while time.perf_counter() < self._deadline:
+            await self._window.send(self._template, self._targets, may_start=self._before_deadline,
+                                    cancelled=self._cancelled, campaign_bucket=None, record=record)
+        return sent
+
+    async def _before_deadline(self) -> bool:
+        return time.perf_counter() < self._deadline
+
+    async def close(self) -> None:
+        await self._redis.delete(self._key)
+        await self._redis.aclose()
+        await self._session.close()
+
+
 async def run_workers(send_one: Callable[[str], Awaitable[bool]], concurrency: int,
                       deadline: float) -> int:
     """``concurrency`` coroutines sending back to back: a constant number of requests in flight,
@@ -245,4 +298,8 @@ ROWS = {row.name: row for row in (
     Row("herald-batch-sender-x4", "uvloop",
         "the same with 4 batches at once, as a pod with HERALD_SENDER_PREFETCH=4 runs them",
         functools.partial(HeraldBatches, streams=SENDER_PREFETCH), "<={c}"),
+    Row("herald-send-window", "uvloop",
+        "services.sender.window.SendWindow + Redis TokenBucket: a sliding window, 4 chunks of "
+        f"{SENDER_BATCH} at once, at most {SENDER_BATCH} started and unrecorded",
+        HeraldWindow, "<={c}"),
 )}

@@ -165,6 +165,17 @@ class Bus:
     async def send_chunk(self, message: SendChunk) -> None:
         await self._broker.publish(message, queue=CHUNKS_QUEUE, persist=True)
 
+    async def chunks_ready(self) -> int:
+        """Chunk messages waiting in ``herald.chunks``, ready and not yet delivered to a sender.
+
+        Read from the broker's answer to a (re)declare of the queue: current to the message,
+        unlike ``rabbitmqctl list_queues`` and the management API, which lag by seconds for
+        quorum queues.
+        """
+        queue = await self._broker.declare_queue(CHUNKS_QUEUE)
+        declared = await queue.declare()
+        return int(declared.message_count or 0)
+
     async def request_dispatch(self, campaign_id: str) -> None:
         await self._broker.publish(
             DispatchCampaign(campaign_id=campaign_id), queue=DISPATCH_QUEUE, persist=True

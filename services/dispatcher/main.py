@@ -31,6 +31,7 @@ from herald.runtime.worker import PodParts, Worker
 from herald.service_layer.cancellation import Cancellation
 from herald.service_layer.completion import complete, reconcile
 from herald.service_layer.ports import PodRegistry, Stores
+from services.dispatcher.backpressure import Backpressure
 from services.dispatcher.paging import Paging
 
 log = logging.getLogger(__name__)
@@ -187,8 +188,9 @@ def compose(parts: PodParts) -> Dispatcher:
                             sweep_interval_s=settings.sweep_interval_s,
                             grace_period_s=settings.grace_period_s)
     stopping = asyncio.Event()
+    backpressure = Backpressure(resources.bus.chunks_ready, settings.dispatch_max_queued_chunks)
     paging = Paging(resources.stores, resources.bus.send_chunk, parts.watch.is_cancelled,
-                    stopping.is_set, pod_id, settings.lease_s)
+                    stopping.is_set, pod_id, settings.lease_s, backpressure)
     dispatcher = Dispatcher(resources.stores, resources.registry, parts.cancellation,
                             parts.tracker, parts.background, paging, policy, stopping)
     rabbit.consume(resources.broker, rabbit.DISPATCH_QUEUE, dispatcher.on_dispatch,

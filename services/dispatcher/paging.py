@@ -6,12 +6,17 @@ chunk document, publish it with a publisher confirm, then checkpoint the campaig
 still owning the lease). A dispatcher that dies anywhere in that sequence leaves either a
 checkpoint or an already-written chunk, from which the next owner resumes without skipping or
 re-sending a device.
+
+Each publish first waits for room in ``herald.chunks`` (``backpressure.py``); while it waits the
+campaign's lease is renewed every third of its length, and a cancel, a shutdown or a lost lease
+stop the paging there. A paused dispatcher that dies leaves its checkpoint like any other.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
@@ -24,6 +29,7 @@ from herald.observability import CHUNKS_PUBLISHED
 from herald.service_layer.completion import finalize
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import LocalTimeSource, source_for
+from services.dispatcher.backpressure import Backpressure, unbounded
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +51,14 @@ class Paging:
 
     def __init__(self, stores: Stores, publish: Callable[[SendChunk], Awaitable[None]],
                  is_cancelled: Callable[[str], Awaitable[bool]], is_stopping: Callable[[], bool],
-                 pod_id: str, lease_s: float) -> None:
+                 pod_id: str, lease_s: float, backpressure: Backpressure | None = None) -> None:
         self._stores = stores
         self._publish_message = publish
         self._is_cancelled = is_cancelled
         self._is_stopping = is_stopping
         self._pod_id = pod_id
         self._lease = timedelta(seconds=lease_s)
+        self._backpressure = backpressure or unbounded()
 
     async def run(self, campaign: Campaign) -> None:
         campaigns = self._stores.campaigns
@@ -132,11 +139,34 @@ class Paging:
             raise StopPaging("pod shutting down")
         if await self._is_cancelled(campaign_id):
             raise StopPaging("cancelled")
-        now = utcnow()
-        chunk = await self._stores.chunks.create(campaign_id, seq, recipients, cursor, now)
-        await self._publish_message(SendChunk(campaign_id=campaign_id, seq=seq,
-                                              recipients=list(chunk.recipients)))
+        async with self._backpressure.room(_Paused(self, campaign_id).keep_going):
+            now = utcnow()
+            chunk = await self._stores.chunks.create(campaign_id, seq, recipients, cursor, now)
+            await self._publish_message(SendChunk(campaign_id=campaign_id, seq=seq,
+                                                  recipients=list(chunk.recipients)))
         CHUNKS_PUBLISHED.inc()
         if not await self._stores.campaigns.checkpoint(campaign_id, self._pod_id, seq,
                                                        chunk.state.size, now + self._lease):
             raise StopPaging("lease lost to another dispatcher")
+
+
+class _Paused:
+    """A campaign's paging waiting for room: it stops on a cancel, a shutdown or a lost lease,
+    and renews its lease every third of its length."""
+
+    def __init__(self, paging: Paging, campaign_id: str) -> None:
+        self._paging = paging
+        self._campaign_id = campaign_id
+        self._renewed_at = time.monotonic()
+
+    async def keep_going(self) -> None:
+        paging = self._paging
+        if paging._is_stopping():
+            raise StopPaging("pod shutting down")
+        if await paging._is_cancelled(self._campaign_id):
+            raise StopPaging("cancelled")
+        if time.monotonic() - self._renewed_at >= paging._lease.total_seconds() / 3:
+            self._renewed_at = time.monotonic()
+            if not await paging._stores.campaigns.renew_lease(
+                    self._campaign_id, paging._pod_id, utcnow() + paging._lease):
+                raise StopPaging("lease lost to another dispatcher")

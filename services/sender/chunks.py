@@ -1,9 +1,10 @@
-"""Sending a chunk: skip what an earlier attempt recorded, send the rest batch by batch, record
-each batch before the next, and close the chunk (which may complete the campaign).
+"""Sending a chunk: skip what an earlier attempt recorded, send the rest through the pod's
+window (``services/sender/window.py``), and close the chunk (which may complete the campaign).
 
-The chunk message is acknowledged only after its outcomes are recorded, so a sender that dies
+The chunk message is acknowledged only after all its outcomes are recorded, so a sender that dies
 loses nothing: RabbitMQ redelivers the chunk and the next sender skips the recorded recipients.
-At worst the batch that was on the wire when the sender died is sent twice.
+At worst the requests started and not yet recorded when the sender died are sent twice: the
+window keeps those to one batch (``HERALD_SENDER_BATCH_SIZE``) for the whole pod.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from herald.runtime.tracking import WorkTracker
 from herald.service_layer.chunk_lifecycle import ChunkLifecycle, Tally, dead_tokens_of
 from services.sender.campaigns import CampaignCache, CampaignInfo
 from services.sender.claims import ChunkClaims, NotTaken
-from services.sender.delivery import BatchResult, BatchSender, Target
+from services.sender.delivery import Outcome, Target
+from services.sender.window import SendWindow, outcomes_by_position
 
 log = logging.getLogger(__name__)
 
@@ -37,29 +39,23 @@ class Verdict(Enum):
 
 @dataclass(frozen=True)
 class SendingPolicy:
-    batch_size: int
-    batches_in_flight: int
     max_attempts: int
     budget_s: float
 
 
 class ChunkSender:
-    def __init__(self, lifecycle: ChunkLifecycle, cache: CampaignCache, batches: BatchSender,
+    def __init__(self, lifecycle: ChunkLifecycle, cache: CampaignCache, window: SendWindow,
                  limits: RateLimits, claims: ChunkClaims, tracker: WorkTracker,
                  cancelled_event: Callable[[str], asyncio.Event], policy: SendingPolicy) -> None:
         self._lifecycle = lifecycle
         self._cache = cache
-        self._batches = batches
+        self._window = window
         self._limits = limits
         self._claims = claims
         self._tracker = tracker
         self._cancelled_event = cancelled_event
         self._policy = policy
         self._stopping = False
-        # Chunks are prefetched and prepared concurrently, but only HERALD_SENDER_BATCHES_IN_FLIGHT
-        # batches (one by default) are on the wire and unrecorded at any time: what a kill -9
-        # can cost in duplicates. More hides FCM's round trip better, for a larger bound.
-        self._batches_in_flight = asyncio.Semaphore(policy.batches_in_flight)
 
     async def process(self, chunk: SendChunk, channel_closed: Callable[[], bool]) -> Verdict:
         campaign_id = chunk.campaign_id
@@ -83,7 +79,7 @@ class ChunkSender:
             return await self._send(chunk, info, channel_closed)
 
     def stop(self) -> None:
-        """Shutting down: finish the batches on the wire, hand the rest of each chunk back."""
+        """Shutting down: finish the requests on the wire, hand the rest of each chunk back."""
         self._stopping = True
 
     async def _send(self, chunk: SendChunk, info: CampaignInfo,
@@ -92,34 +88,33 @@ class ChunkSender:
         tally = Tally.of(recorded)
         todo = [Target(position, r.token) for position, r in enumerate(chunk.recipients)
                 if position not in recorded]
-        verdict = await self._send_batches(chunk, info, todo, tally, channel_closed)
+        verdict = await self._send_window(chunk, info, todo, tally, channel_closed)
         if verdict is not Verdict.ACK or (tally.stopped and not tally.recorded_now):
             return verdict  # a cancel before this delivery sent anything: nothing to close
         await self._lifecycle.close(chunk.campaign_id, chunk.seq, tally.status, tally)
         return Verdict.ACK
 
-    async def _send_batches(self, chunk: SendChunk, info: CampaignInfo, todo: list[Target],
-                            tally: Tally, channel_closed: Callable[[], bool]) -> Verdict:
-        size = self._policy.batch_size
-        started = time.monotonic()
-        campaign_bucket = self._limits.for_campaign(chunk.campaign_id, info.rate_per_s)
-        for start in range(0, len(todo), size):
-            async with self._batches_in_flight:
-                verdict = await self._before_batch(chunk, channel_closed, started, tally)
-                if verdict is not None:
-                    return verdict
-                result = await self._batches.send(
-                    info.template, todo[start:start + size],
-                    self._cancelled_event(chunk.campaign_id), campaign_bucket)
-                await self._record(chunk, result, tally)
-            if result.stopped:
-                tally.stopped = True
-                return Verdict.ACK
-        return Verdict.ACK
+    async def _send_window(self, chunk: SendChunk, info: CampaignInfo, todo: list[Target],
+                           tally: Tally, channel_closed: Callable[[], bool]) -> Verdict:
+        gate = _Gate(self, chunk, channel_closed, tally)
+        cancelled = self._cancelled_event(chunk.campaign_id)
 
-    async def _before_batch(self, chunk: SendChunk, channel_closed: Callable[[], bool],
-                            started: float, tally: Tally) -> Verdict | None:
-        """Whether this chunk may send another batch; the verdict if it must stop here."""
+        async def record(outcomes: list[Outcome]) -> None:
+            await self._record(chunk, outcomes, tally)
+
+        await self._window.send(
+            info.template, todo, may_start=gate.may_start, cancelled=cancelled,
+            campaign_bucket=self._limits.for_campaign(chunk.campaign_id, info.rate_per_s),
+            record=record)
+        if gate.verdict is None and cancelled.is_set():
+            # Heard while sending: the chunk closes cancelled even if every request got its
+            # answer, or it would count as done for a campaign that is being cancelled.
+            tally.stopped = True
+        return gate.verdict or Verdict.ACK
+
+    async def before_request(self, chunk: SendChunk, channel_closed: Callable[[], bool],
+                             started: float, tally: Tally) -> Verdict | None:
+        """Whether this chunk may start another request; the verdict if it must stop here."""
         if channel_closed():
             return Verdict.ABORT
         if self._stopping or time.monotonic() - started > self._policy.budget_s:
@@ -129,10 +124,28 @@ class ChunkSender:
             return Verdict.ACK
         return None
 
-    async def _record(self, chunk: SendChunk, result: BatchResult, tally: Tally) -> None:
-        """Write the batch's outcomes; then the campaign's live counters and dead tokens."""
-        outcomes = [(o.target.position, o.error.value if o.error else None)
-                    for o in result.outcomes]
+    async def _record(self, chunk: SendChunk, outcomes: list[Outcome], tally: Tally) -> None:
+        """Write a group's outcomes; then the campaign's live counters and dead tokens."""
         dead = dead_tokens_of((o.target.token, o.error.value if o.error else None)
-                              for o in result.outcomes)
-        await self._lifecycle.record(chunk.campaign_id, chunk.seq, outcomes, tally, dead)
+                              for o in outcomes)
+        await self._lifecycle.record(chunk.campaign_id, chunk.seq, outcomes_by_position(outcomes),
+                                     tally, dead)
+
+
+class _Gate:
+    """One delivery's check before each request: the first verdict that stops it is kept."""
+
+    def __init__(self, sender: ChunkSender, chunk: SendChunk, channel_closed: Callable[[], bool],
+                 tally: Tally) -> None:
+        self._sender = sender
+        self._chunk = chunk
+        self._channel_closed = channel_closed
+        self._tally = tally
+        self._started = time.monotonic()
+        self.verdict: Verdict | None = None
+
+    async def may_start(self) -> bool:
+        if self.verdict is None:
+            self.verdict = await self._sender.before_request(self._chunk, self._channel_closed,
+                                                             self._started, self._tally)
+        return self.verdict is None

@@ -21,7 +21,7 @@ from services.sender.campaigns import CampaignCache
 from services.sender.chunks import ChunkSender, SendingPolicy, Verdict
 from services.sender.claims import ChunkClaims
 from services.sender.dead_letters import DeadChunks
-from services.sender.delivery import BatchSender
+from services.sender.window import SendWindow, WindowPolicy
 
 log = logging.getLogger(__name__)
 
@@ -124,16 +124,16 @@ def compose(parts: PodParts) -> Sender:
     session = fcm.open_session(settings)
     client = fcm.FcmClient(session, settings, fcm.access_tokens(settings))
     limits = RateLimits(resources.redis, resources.keys, settings.fcm_rate_per_min)
-    batches = BatchSender(client, settings.sender_concurrency, settings.fcm_max_retries,
-                          limits.project)
+    window = SendWindow(client, WindowPolicy(connections=settings.sender_concurrency,
+                                             unrecorded=settings.sender_batch_size,
+                                             max_retries=settings.fcm_max_retries),
+                        limits.project)
     lifecycle = ChunkLifecycle(stores, pod_id)
     claims = ChunkClaims(stores.chunks, resources.registry, pod_id,
                          settings.chunk_budget_s + settings.grace_period_s)
-    policy = SendingPolicy(batch_size=settings.sender_batch_size,
-                           batches_in_flight=settings.sender_batches_in_flight,
-                           max_attempts=settings.chunk_max_attempts,
+    policy = SendingPolicy(max_attempts=settings.chunk_max_attempts,
                            budget_s=settings.chunk_budget_s)
-    chunks = ChunkSender(lifecycle, CampaignCache(stores.campaigns, parts.watch), batches, limits,
+    chunks = ChunkSender(lifecycle, CampaignCache(stores.campaigns, parts.watch), window, limits,
                          claims, parts.tracker, parts.watch.event, policy)
     closing = contextlib.AsyncExitStack()
     closing.push_async_callback(session.close)

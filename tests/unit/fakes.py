@@ -887,10 +887,16 @@ class FakeBus:
         self.cancels: list[CancelCampaign] = []
         self.dead_letters: list[tuple[bytes, str]] = []
         self.away = False
+        self.delivered = 0
+        """Chunks senders took from the queue (a test moves it on to drain the queue)."""
 
     async def send_chunk(self, message: SendChunk) -> None:
         await self._confirm()
         self.chunks.append(message)
+
+    async def chunks_ready(self) -> int:
+        await self._confirm()
+        return len(self.chunks) - self.delivered
 
     async def request_dispatch(self, campaign_id: str) -> None:
         await self._confirm()
@@ -1054,3 +1060,28 @@ class UnlimitedLimits(RateLimits):
 def _fakes_satisfy_the_ports() -> tuple[Stores, Bus, CancelFlags, PodRegistry]:
     """Never called: this is where mypy checks that each fake satisfies its port."""
     return fake_stores(), FakeBus(), FakeFlags(), FakeRegistry()
+
+
+class HeldFcm(FcmClient):
+    """FCM whose answers wait until a test lets them go: ``release(n)`` answers the ``n``
+    oldest requests on the wire. It tracks how many were on the wire at most."""
+
+    def __init__(self, answer: Callable[[str], SendResult] = answer_by_token) -> None:
+        self.sent: list[str] = []
+        self.on_wire: list[asyncio.Future[None]] = []
+        self.most_on_wire = 0
+        self._answer = answer
+
+    async def send(self, body: bytes) -> SendResult:
+        token: str = orjson.loads(body)["message"]["token"]
+        self.sent.append(token)
+        answered = asyncio.get_running_loop().create_future()
+        self.on_wire.append(answered)
+        self.most_on_wire = max(self.most_on_wire, len(self.on_wire))
+        await answered
+        return self._answer(token)
+
+    def release(self, count: int) -> None:
+        for answered in self.on_wire[:count]:
+            answered.set_result(None)
+        del self.on_wire[:count]

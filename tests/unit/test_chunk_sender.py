@@ -1,5 +1,6 @@
-"""What a sender decides for each chunk message, sending through the real ``BatchSender`` to an
-FCM that answers at once (one request at a time, so every run takes the same path)."""
+"""What a sender decides for each chunk message, sending through the real ``SendWindow`` to an
+FCM that answers at once (one connection, two unrecorded requests, so every run takes the same
+path)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from herald.service_layer.ports import Stores
 from services.sender.campaigns import CampaignCache
 from services.sender.chunks import ChunkSender, SendingPolicy, Verdict
 from services.sender.claims import ChunkClaims
-from services.sender.delivery import BatchSender
+from services.sender.window import SendWindow, WindowPolicy
 from tests.factories import device, pod_beat, recipients_of, sending_campaign
 from tests.unit.fakes import (
     FakeCampaigns,
@@ -58,14 +59,13 @@ class Rig:
                on_request: Callable[[str], None] | None = None) -> ChunkSender:
         self.fcm = FakeFcm(answer, on_request)
         self.claims = ChunkClaims(self.stores.chunks, self.registry, POD, 60.0, self.clock)
-        batches = BatchSender(self.fcm, concurrency=1, max_retries=0,
-                              project_bucket=UnlimitedBucket())
+        window = SendWindow(self.fcm, WindowPolicy(connections=1, unrecorded=2, max_retries=0),
+                            UnlimitedBucket())
         return ChunkSender(
             ChunkLifecycle(self.stores, POD, self.clock),
-            CampaignCache(self.stores.campaigns, self.watch), batches, UnlimitedLimits(),
+            CampaignCache(self.stores.campaigns, self.watch), window, UnlimitedLimits(),
             self.claims, WorkTracker(), self.watch.event,
-            SendingPolicy(batch_size=2, batches_in_flight=1, max_attempts=MAX_ATTEMPTS,
-                          budget_s=budget_s))
+            SendingPolicy(max_attempts=MAX_ATTEMPTS, budget_s=budget_s))
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ async def stored(rig: Rig, campaign_id: str) -> Campaign:
 
 
 # --- a chunk sent through ----------------------------------------------------------------------
-async def test_a_chunk_is_sent_batch_by_batch_recorded_closed_and_completes_its_campaign(
+async def test_a_chunk_is_sent_recorded_in_groups_closed_and_completes_its_campaign(
         rig: Rig) -> None:
     campaign = await campaign_of(rig)
     verdict = await rig.sender().process(message(campaign.id), open_channel)
@@ -110,7 +110,7 @@ async def test_a_chunk_is_sent_batch_by_batch_recorded_closed_and_completes_its_
     deliveries = [d async for d in rig.stores.deliveries.in_order(campaign.id)]
     dead = await rig.stores.devices.find_by_token("unregistered-2")
     assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS
-    assert [len(d.sent) + len(d.failed) for d in deliveries] == [2, 2, 1]  # one per batch
+    assert [len(d.sent) + len(d.failed) for d in deliveries] == [1] * 5  # groups of 2 // 4 → 1
     assert (state.status, state.sent, state.failed, state.owner) == (ChunkStatus.DONE, 4, 1,
                                                                      None)
     assert done.status is Status.COMPLETED and done.counts == Counts(targeted=5, sent=4,

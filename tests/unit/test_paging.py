@@ -3,6 +3,7 @@ resumable by another dispatcher, stopped at a chunk boundary, finished exactly o
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, timedelta
 
@@ -23,8 +24,10 @@ from herald.domain.messages import SendChunk
 from herald.domain.status import Status
 from herald.service_layer.chunk_lifecycle import ChunkLifecycle, Tally
 from herald.service_layer.ports import Stores
+from services.dispatcher.backpressure import Backpressure
 from services.dispatcher.paging import Paging
 from tests.factories import device, insert, recipients_of
+from tests.support import eventually
 from tests.unit.fakes import FakeBus
 
 LEASE_S = 30.0
@@ -40,7 +43,9 @@ class Dispatcher:
         self.pod_id = pod_id
         self.cancelled: set[str] = set()
         self.stopping = False
+        self.lease_s = LEASE_S
         self.after_publish: Callable[[SendChunk], Awaitable[None]] | None = None
+        self.backpressure: Backpressure | None = None
 
     async def publish(self, message: SendChunk) -> None:
         await self.bus.send_chunk(message)
@@ -52,7 +57,7 @@ class Dispatcher:
 
     def paging(self) -> Paging:
         return Paging(self.stores, self.publish, self.is_cancelled, lambda: self.stopping,
-                      self.pod_id, LEASE_S)
+                      self.pod_id, self.lease_s, self.backpressure)
 
     async def claim(self, campaign_id: str, later_s: float = 0.0) -> Campaign:
         now = utcnow() + timedelta(seconds=later_s)
@@ -278,3 +283,74 @@ async def test_a_local_time_campaign_pages_the_due_waves_and_parks_until_the_nex
     assert published(bus) == [(0, tokens(0, 1, 2))]
     assert parked.dispatch.lease_until == wall.replace(tzinfo=UTC) == waves[1].due_at
     assert not parked.dispatch.done
+
+
+# --- backpressure: no more than the bound waits in the queue ------------------------------------
+MAX_QUEUED = 2
+
+
+def bounded(dispatcher: Dispatcher, bus: FakeBus) -> Dispatcher:
+    dispatcher.backpressure = Backpressure(bus.chunks_ready, MAX_QUEUED, poll_s=0.001)
+    return dispatcher
+
+
+async def queue_full(bus: FakeBus) -> bool:
+    return len(bus.chunks) >= MAX_QUEUED
+
+
+async def drain_while_paging(bus: FakeBus, paging: asyncio.Task[None]) -> list[int]:
+    """Act as a sender that takes one chunk whenever the queue is full: the depths it saw."""
+    depths: list[int] = []
+    while not paging.done():
+        depth = await bus.chunks_ready()
+        depths.append(depth)
+        if depth >= MAX_QUEUED:
+            bus.delivered += 1
+        await asyncio.sleep(0.002)
+    await paging
+    return depths
+
+
+async def test_paging_pauses_while_the_queue_is_full_and_resumes_as_it_drains(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    await register(stores, range(20))
+    campaign_id = await insert(stores, chunk_size=2)
+    paging = asyncio.create_task(bounded(dispatcher, bus).run(campaign_id))
+    depths = await drain_while_paging(bus, paging)
+    paged = await stored(stores, campaign_id)
+    assert max(depths) == MAX_QUEUED and len(bus.chunks) == 10
+    assert (paged.dispatch.done, paged.counts.targeted) == (True, 20)
+
+
+async def test_a_cancel_stops_a_paused_dispatcher(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    await register(stores, range(20))
+    campaign_id = await insert(stores, chunk_size=2)
+    paging = asyncio.create_task(bounded(dispatcher, bus).run(campaign_id))
+    await eventually(lambda: queue_full(bus), timeout_s=5, what="a full queue")
+    dispatcher.cancelled.add(campaign_id)
+    await asyncio.wait_for(paging, timeout=5)
+    stopped = await stored(stores, campaign_id)
+    assert len(bus.chunks) == MAX_QUEUED
+    assert (stopped.dispatch.next_seq, stopped.dispatch.done) == (MAX_QUEUED, False)
+
+
+async def test_a_paused_dispatcher_renews_its_lease_and_stops_when_it_lost_it(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    await register(stores, range(20))
+    campaign_id = await insert(stores, chunk_size=2)
+    dispatcher.lease_s = 0.03
+    claimed = await dispatcher.claim(campaign_id)
+    paging = asyncio.create_task(bounded(dispatcher, bus).paging().run(claimed))
+    await eventually(lambda: queue_full(bus), timeout_s=5, what="a full queue")
+    first_lease = (await stored(stores, campaign_id)).dispatch.lease_until
+    assert first_lease is not None
+
+    async def renewed() -> bool:
+        lease = (await stored(stores, campaign_id)).dispatch.lease_until
+        return lease is not None and lease > first_lease
+
+    await eventually(renewed, timeout_s=5, what="the paused dispatcher to renew its lease")
+    await stores.campaigns.take_over(campaign_id, "d1", "d2", utcnow() + LEASE)
+    await asyncio.wait_for(paging, timeout=5)
+    assert len(bus.chunks) == MAX_QUEUED  # nothing more from the one that lost it

@@ -1,0 +1,157 @@
+"""Issue 12's proof, every service a separate process on one shared stack (one sender, one
+dispatcher, a bound of 8 chunks waiting in ``herald.chunks``):
+- one sender with FCM 50 ms away keeps its connections busy (>= 80% of connections / round trip,
+  a loose floor; ``bench/`` carries the real figure);
+- the ready depth of ``herald.chunks``, sampled from RabbitMQ during a campaign, never exceeds the
+  bound, and the campaign still completes exactly;
+- a dispatcher killed while paused for room is replaced, and every device gets its message once.
+Each test targets its own platform, so the campaigns of the shared stack never overlap.
+(kill -9 of a sender and the cancel deadline run through the window in test_resilience.py and
+test_cancel.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import pytest
+
+from devstack.isolation import VhostPool, guest_url, private_stack
+from devstack.stack import Stack
+from fcm_emulator.client import EmulatorClient, Received
+from herald import names
+from tests.e2e.harness import Api, accepted, reachable_devices
+from tests.support import wait_for
+
+MAX_QUEUED = 8
+CONNECTIONS = 256
+LATENCY_MS = 50
+FLOOR = 0.8
+
+
+@pytest.fixture(scope="module")
+def pipe_stack(mongodb_port: int, tmp_path_factory: pytest.TempPathFactory,
+               stack_brokers: VhostPool) -> Iterator[Stack]:
+    run_dir: Path = tmp_path_factory.mktemp("pipe")
+    with private_stack(run_dir, mongodb_port=mongodb_port, pool=stack_brokers, extra_env={
+            "HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
+            "HERALD_LEASE_S": "3", "HERALD_GRACE_PERIOD_S": "10",
+            "HERALD_SENDER_CONCURRENCY": str(CONNECTIONS),
+            "HERALD_DISPATCH_MAX_QUEUED_CHUNKS": str(MAX_QUEUED)}) as stack:
+        stack.start(senders=1, schedulers=0)
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def pipe_api(pipe_stack: Stack) -> Iterator[Api]:
+    client = Api(pipe_stack.config.api_url, pipe_stack.config.api_key)
+    yield client
+    client.http.close()
+
+
+@pytest.fixture
+def pipe_emulator(pipe_stack: Stack) -> Iterator[EmulatorClient]:
+    client = EmulatorClient(pipe_stack.config.fcm_url)
+    client.reset()
+    yield client
+    client.close()
+
+
+def platform_devices(count: int, platform: str) -> list[dict[str, Any]]:
+    population = reachable_devices(count)
+    for device in population:
+        device["platform"] = platform
+        device["token"] = f"{platform}-{device['token']}"
+    return population
+
+
+def steady_rate_per_s(received: list[Received]) -> float:
+    """Requests per second between the 10th and the 90th percentile of arrivals (the ramp up
+    and the last stragglers left out)."""
+    times = sorted(r.received_at for r in received)
+    low, high = times[len(times) // 10], times[len(times) * 9 // 10]
+    return (len(times) * 8 // 10) / (high - low)
+
+
+class DepthSampler:
+    """Samples ``herald.chunks``' ready depth from RabbitMQ itself, in a thread, until stopped."""
+
+    def __init__(self, vhost: str) -> None:
+        self._url = guest_url(vhost)
+        self.depths: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._sample()), daemon=True)
+
+    def __enter__(self) -> DepthSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    async def _sample(self) -> None:
+        connection = await aio_pika.connect(self._url)
+        async with connection:
+            channel = await connection.channel()
+            while not self._stop.is_set():
+                queue = await channel.declare_queue(names.CHUNKS_QUEUE, passive=True)
+                self.depths.append(int(queue.declaration_result.message_count or 0))
+                await asyncio.sleep(0.02)
+
+
+def vhost_of(stack: Stack) -> str:
+    return stack.config.rabbitmq_url.rsplit("/", 1)[1]
+
+
+def test_one_sender_keeps_its_connections_busy_at_a_50_ms_round_trip(
+        pipe_stack: Stack, pipe_api: Api, pipe_emulator: EmulatorClient) -> None:
+    population = platform_devices(30_000, "android")
+    pipe_api.import_devices(population)
+    pipe_emulator.configure(latency_ms=LATENCY_MS)
+    campaign_id = pipe_api.create_campaign(audience={"platforms": ["android"]})
+    campaign = pipe_api.wait_finished(campaign_id, timeout_s=90)
+    received = pipe_emulator.received()
+    bound_per_s = CONNECTIONS / (LATENCY_MS / 1000)
+    rate = steady_rate_per_s(received)
+    assert campaign["status"] == "completed" and campaign["counts"]["sent"] == 30_000
+    assert rate >= FLOOR * bound_per_s, f"{rate:.0f}/s of a {bound_per_s:.0f}/s bound"
+
+
+def test_no_more_chunks_than_the_bound_wait_in_the_queue(
+        pipe_stack: Stack, pipe_api: Api, pipe_emulator: EmulatorClient) -> None:
+    population = platform_devices(12_000, "ios")
+    pipe_api.import_devices(population)
+    pipe_emulator.configure(latency_ms=LATENCY_MS)
+    with DepthSampler(vhost_of(pipe_stack)) as sampler:
+        campaign_id = pipe_api.create_campaign(audience={"platforms": ["ios"]}, chunk_size=100)
+        campaign = pipe_api.wait_finished(campaign_id, timeout_s=90)
+    assert campaign["status"] == "completed" and campaign["counts"]["sent"] == 12_000
+    assert max(sampler.depths) <= MAX_QUEUED, sorted(sampler.depths)[-10:]
+    assert max(sampler.depths) >= MAX_QUEUED - 1, "the dispatcher never had to wait"
+    assert set(accepted(pipe_emulator.received()).values()) == {1}
+
+
+def test_a_dispatcher_killed_while_paused_is_replaced_and_each_device_reached_once(
+        pipe_stack: Stack, pipe_api: Api, pipe_emulator: EmulatorClient) -> None:
+    population = platform_devices(8_000, "web")
+    pipe_api.import_devices(population)
+    pipe_emulator.configure(latency_ms=400)  # slow FCM: the queue stays full, paging paused
+    with DepthSampler(vhost_of(pipe_stack)) as sampler:
+        campaign_id = pipe_api.create_campaign(audience={"platforms": ["web"]}, chunk_size=100)
+        wait_for(lambda: sampler.depths and sampler.depths[-1] >= MAX_QUEUED, 60, "a full queue")
+        paged = pipe_api.campaign(campaign_id)["counts"]["targeted"]
+        pipe_stack.processes["dispatcher"].kill()
+    assert paged < 8_000, "paging was not paused"
+    pipe_emulator.configure(latency_ms=LATENCY_MS)
+    pipe_stack.start_service("dispatcher", "dispatcher-2")
+    campaign = pipe_api.wait_finished(campaign_id, timeout_s=90)
+    delivered = accepted(pipe_emulator.received())
+    assert campaign["status"] == "completed"
+    assert campaign["counts"] == {"targeted": 8_000, "sent": 8_000, "failed": 0, "unsent": 0}
+    assert set(delivered) == {d["token"] for d in population}
+    assert set(delivered.values()) == {1}

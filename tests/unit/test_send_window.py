@@ -1,0 +1,193 @@
+"""The sender's sliding window: requests keep flowing across chunk boundaries, no more than
+``connections`` on the wire, no more than ``unrecorded`` started and not yet written, outcomes
+written in groups, a cancel stops new requests at once, and a failed write stops the delivery."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from herald.adapters.fcm import SendResult
+from herald.domain.fcm_errors import FcmError
+from herald.domain.payload import MessageTemplate, build_payload
+from services.sender.delivery import Outcome, Target
+from services.sender.window import SendWindow, WindowPolicy
+from tests.unit.fakes import HeldFcm, UnlimitedBucket
+
+TEMPLATE = MessageTemplate(build_payload("title", "body", {}, None, replace_key="window-test"))
+
+
+def targets(prefix: str, count: int) -> list[Target]:
+    return [Target(position, f"{prefix}-{position}") for position in range(count)]
+
+
+class Records:
+    """The groups written, per delivery; a write can be held or made to fail."""
+
+    def __init__(self) -> None:
+        self.groups: list[list[str]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail = False
+
+    async def write(self, outcomes: list[Outcome]) -> None:
+        await self.gate.wait()
+        if self.fail:
+            raise ConnectionError("MongoDB went away")
+        self.groups.append([o.target.token for o in outcomes])
+
+    @property
+    def written(self) -> list[str]:
+        return [token for group in self.groups for token in group]
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Let the window run until ``condition`` holds (a deadline, never a bare sleep)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.001)
+
+
+async def always() -> bool:
+    return True
+
+
+def window(fcm: HeldFcm, *, connections: int, unrecorded: int, group_wait_s: float = 0.01,
+           max_retries: int = 0) -> SendWindow:
+    policy = WindowPolicy(connections=connections, unrecorded=unrecorded, max_retries=max_retries,
+                          group_wait_s=group_wait_s)
+    return SendWindow(fcm, policy, UnlimitedBucket())
+
+
+def start(sender: SendWindow, todo: list[Target], records: Records,
+          cancelled: asyncio.Event | None = None,
+          may_start: Callable[[], Awaitable[bool]] = always) -> asyncio.Task[None]:
+    return asyncio.create_task(sender.send(
+        TEMPLATE, todo, may_start=may_start, cancelled=cancelled or asyncio.Event(),
+        campaign_bucket=None, record=records.write))
+
+
+async def answer_all(fcm: HeldFcm, task: asyncio.Task[None]) -> None:
+    """Answer requests as they arrive until the delivery is done."""
+    while not task.done():
+        fcm.release(len(fcm.on_wire))
+        await asyncio.sleep(0)
+    await task
+
+
+async def test_every_target_is_sent_once_and_written_in_groups_of_a_quarter_of_the_bound() -> None:
+    fcm, records = HeldFcm(), Records()
+    sender = window(fcm, connections=4, unrecorded=8, group_wait_s=60)
+    await answer_all(fcm, start(sender, targets("a", 20), records))
+    assert sorted(fcm.sent) == sorted(t.token for t in targets("a", 20))
+    assert sorted(records.written) == sorted(fcm.sent)
+    assert all(len(group) <= 2 for group in records.groups)  # 8 // 4
+    assert fcm.most_on_wire == 4
+
+
+async def test_a_partial_group_is_written_after_the_group_wait() -> None:
+    fcm, records = HeldFcm(), Records()
+    sender = window(fcm, connections=4, unrecorded=40, group_wait_s=0.02)
+    task = start(sender, targets("a", 3), records)
+    await until(lambda: len(fcm.on_wire) == 3)
+    fcm.release(3)
+    await until(lambda: len(records.written) == 3)
+    assert records.groups == [["a-0", "a-1", "a-2"]]  # one write, though the group holds 10
+    await task
+
+
+async def test_the_window_slides_past_a_slow_request_and_across_chunks() -> None:
+    """One request of chunk a hangs; the others of a, then those of b, keep flowing through the
+    other connections: nothing waits for the slowest of a batch."""
+    fcm, records_a, records_b = HeldFcm(), Records(), Records()
+    sender = window(fcm, connections=2, unrecorded=50)
+    first = start(sender, targets("a", 5), records_a)
+    second = start(sender, targets("b", 5), records_b)
+    await until(lambda: len(fcm.on_wire) == 2)
+    slow = fcm.on_wire.pop(0)  # a-0 stays on the wire
+    for _ in range(9):  # a-1..a-4, then b-0..b-4, one connection between them
+        await until(lambda: len(fcm.on_wire) == 1)
+        fcm.release(1)
+    await second
+    assert sorted(records_b.written) == [f"b-{i}" for i in range(5)]
+    assert not first.done() and "a-0" not in records_a.written
+    slow.set_result(None)
+    await first
+    assert sorted(records_a.written) == [f"a-{i}" for i in range(5)]
+
+
+async def test_no_more_than_the_bound_are_started_and_unrecorded_across_deliveries() -> None:
+    """Writes are held: the window stops admitting once ``unrecorded`` requests are answered
+    but unwritten, whatever the number of connections or deliveries."""
+    fcm, records_a, records_b = HeldFcm(), Records(), Records()
+    records_a.gate.clear()
+    records_b.gate.clear()
+    sender = window(fcm, connections=16, unrecorded=6)
+    tasks = [start(sender, targets("a", 10), records_a), start(sender, targets("b", 10), records_b)]
+    for _ in range(4):
+        fcm.release(len(fcm.on_wire))
+        await asyncio.sleep(0.01)
+    assert len(fcm.sent) == 6 and fcm.most_on_wire == 6
+    records_a.gate.set()
+    records_b.gate.set()
+    for task in tasks:
+        await answer_all(fcm, task)
+    assert sorted(records_a.written + records_b.written) == sorted(fcm.sent)
+    assert len(fcm.sent) == 20
+
+
+async def test_a_cancel_stops_every_request_that_has_not_started() -> None:
+    fcm, records = HeldFcm(), Records()
+    cancelled = asyncio.Event()
+    sender = window(fcm, connections=3, unrecorded=10)
+    task = start(sender, targets("a", 10), records, cancelled)
+    await until(lambda: len(fcm.on_wire) == 3)
+    cancelled.set()
+    fcm.release(3)
+    await task
+    assert fcm.sent == ["a-0", "a-1", "a-2"]
+    assert sorted(records.written) == fcm.sent  # those on the wire are answered and recorded
+
+
+async def test_a_refused_start_admits_nothing_more() -> None:
+    fcm, records = HeldFcm(), Records()
+    allowed = 4
+
+    async def four_only() -> bool:
+        nonlocal allowed
+        allowed -= 1
+        return allowed >= 0
+
+    sender = window(fcm, connections=8, unrecorded=10)
+    await answer_all(fcm, start(sender, targets("a", 10), records, may_start=four_only))
+    assert sorted(records.written) == ["a-0", "a-1", "a-2", "a-3"]
+
+
+async def test_a_failed_write_stops_the_delivery_and_frees_the_window() -> None:
+    fcm, records = HeldFcm(), Records()
+    records.fail = True
+    sender = window(fcm, connections=2, unrecorded=4)
+    task = start(sender, targets("a", 50), records)
+    with pytest.raises(ConnectionError):
+        await answer_all(fcm, task)
+    assert len(fcm.sent) < 50
+    healthy = Records()
+    await answer_all(fcm, start(sender, targets("b", 6), healthy))  # every permit came back
+    assert len(healthy.written) == 6
+
+
+async def test_push_back_is_retried_and_the_last_answer_recorded() -> None:
+    answers = {"a-0": [SendResult(FcmError.UNAVAILABLE, retry_after_s=None)]}
+
+    def answer(token: str) -> SendResult:
+        queued = answers.get(token)
+        return queued.pop(0) if queued else SendResult(None)
+
+    fcm, records = HeldFcm(answer), Records()
+    sender = window(fcm, connections=2, unrecorded=4, max_retries=2)
+    await answer_all(fcm, start(sender, targets("a", 2), records))
+    assert sorted(fcm.sent) == ["a-0", "a-0", "a-1"]
+    assert sorted(records.written) == ["a-0", "a-1"]
