@@ -24,6 +24,7 @@ from herald.settings import Settings
 from services.api import errors
 from services.api.auth import document_scopes
 from services.api.deps import AppServices
+from services.api.error_docs import document_errors
 from services.api.limits import BodySizeLimit
 from services.api.readiness import Readiness
 from services.api.routes import access, campaigns, devices, ops, schedules
@@ -59,6 +60,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.api_max_body_bytes)
     document_scopes(app)
+    document_errors(app)
     return app
 
 
