@@ -209,9 +209,15 @@ class Stack:
         wait_until(enough, timeout_s, f"pods {expected} to announce themselves")
 
     def stop(self, timeout_s: float = 30.0) -> dict[str, int | None]:
-        """SIGTERM every process, services first and the stores last; their exit codes."""
-        order = sorted(self.processes, key=lambda n: (n == "mongodb", n == "fcm-emulator"))
-        return {name: self.processes[name].terminate(timeout_s) for name in order}
+        """SIGTERM every process, services first (all at once: each finishes its graceful stop
+        in parallel) and the stores last; their exit codes."""
+        stores = [name for name in ("fcm-emulator", "mongodb") if name in self.processes]
+        services = [name for name in self.processes if name not in stores]
+        for name in services:
+            self.processes[name].request_stop()
+        codes = {name: self.processes[name].wait_stopped(timeout_s) for name in services}
+        codes.update({name: self.processes[name].terminate(timeout_s) for name in stores})
+        return codes
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> ManagedProcess:
         process = spawn(name, argv, env, self._logs, cwd=REPO)
