@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -222,13 +223,13 @@ class Story:
                   if p.name.startswith("dispatcher") and p.pid in pids]
         return owners[0] if owners else self.stack.processes["dispatcher"]
 
-    def _wait(self, campaign_id: str, reached: Any, what: str,
+    def _wait(self, campaign_id: str, reached: Callable[[Campaign], bool], what: str,
               timeout_s: float = 120.0) -> Campaign:
         latest: list[Campaign] = []
 
         def check() -> bool:
             latest[:] = [fetch_campaign(self.first_api, campaign_id)]
-            return bool(reached(latest[0]))
+            return reached(latest[0])
         wait_until(check, timeout_s, f"campaign {campaign_id} {what}", interval_s=POLL_S)
         return latest[0]
 
