@@ -36,12 +36,20 @@ class ManagedProcess:
 
     def terminate(self, timeout_s: float) -> int | None:
         """SIGTERM, wait up to ``timeout_s``, then SIGKILL; the exit code."""
+        self.request_stop()
+        return self.wait_stopped(timeout_s)
+
+    def request_stop(self) -> None:
+        """SIGTERM, once: the process starts its graceful stop."""
         if self.alive():
             self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+
+    def wait_stopped(self, timeout_s: float) -> int | None:
+        """Wait up to ``timeout_s`` for the process to exit, then SIGKILL; the exit code."""
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
         return self.process.wait()
 
     def kill(self) -> None:

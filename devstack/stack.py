@@ -16,6 +16,7 @@ from pymongo.errors import PyMongoError
 
 from devstack.processes import (
     ManagedProcess,
+    free_port,
     http_ok,
     port_open,
     python_module,
@@ -34,6 +35,14 @@ SERVICE_MODULES = {
 
 
 BOOTSTRAP_KEY_FILE = "bootstrap-api-key"
+
+
+def replica_name(service: str, index: int) -> str:
+    """``dispatcher`` for the first dispatcher (as the stack always named it), ``dispatcher-2``
+    after it; senders and schedulers are numbered from 1."""
+    if service in ("api", "dispatcher"):
+        return service if index == 1 else f"{service}-{index}"
+    return f"{service}-{index}"
 
 
 def bootstrap_key(run_dir: Path) -> str:
@@ -103,6 +112,9 @@ class Stack:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
         self.processes: dict[str, ManagedProcess] = {}
+        self.metrics_targets: dict[str, list[str]] = {}
+        """``host:port`` of each started service's ``/metrics``, by service."""
+        self.api_urls: list[str] = [config.api_url]
         self._logs = config.run_dir / "logs"
 
     def start_mongodb(self) -> ManagedProcess:
@@ -138,7 +150,9 @@ class Stack:
 
     def start_service(self, service: str, name: str | None = None,
                       **env: str) -> ManagedProcess:
-        """Start one service; the api is waited for until ready, the others until healthy."""
+        """Start one service; the api is waited for until ready, the others until healthy.
+        Its metrics endpoint is recorded in ``metrics_targets`` (a worker's only when its
+        ``HERALD_METRICS_PORT`` is given: 0 picks a port nobody is told)."""
         name = name or service
         overrides = {"HERALD_METRICS_PORT": "0", **env}
         if service == "api":
@@ -148,22 +162,39 @@ class Stack:
         process = self._spawn(name, python_module(SERVICE_MODULES[service]),
                               self.config.service_env(**overrides))
         if service == "api":
-            wait_until(lambda: http_ok(f"{self.config.api_url}/readyz"), 60, "the api",
+            port = int(overrides.get("HERALD_API_PORT", self.config.api_port))
+            wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), 60, "the api",
                        process=process)
+            self.metrics_targets.setdefault(service, []).append(f"127.0.0.1:{port}")
+        elif overrides["HERALD_METRICS_PORT"] != "0":
+            self.metrics_targets.setdefault(service, []).append(
+                f"127.0.0.1:{overrides['HERALD_METRICS_PORT']}")
         return process
 
-    def start(self, senders: int = 2, schedulers: int = 1) -> None:
-        """Everything, waiting until every worker has announced itself (its heartbeat)."""
+    def start(self, senders: int = 2, schedulers: int = 1, *, dispatchers: int = 1,
+              apis: int = 1) -> None:
+        """Everything, waiting until every worker has announced itself (its heartbeat). Every
+        replica gets its own metrics port (``metrics_targets``); api replicas after the first
+        listen on free ports (``api_urls``)."""
         if self.config.start_mongodb:
             self.start_mongodb()
         self.start_emulator()
+        self.start_apis(apis)
+        for service, count in (("dispatcher", dispatchers), ("sender", senders),
+                               ("scheduler", schedulers)):
+            for index in range(1, count + 1):
+                self.start_service(service, replica_name(service, index),
+                                   HERALD_METRICS_PORT=str(free_port()))
+        self.wait_for_pods({"dispatcher": dispatchers, "sender": senders,
+                            "scheduler": schedulers})
+
+    def start_apis(self, count: int) -> None:
+        """``count`` api replicas: ``api`` on the configured port, ``api-2``... on free ones."""
         self.start_service("api")
-        self.start_service("dispatcher")
-        for index in range(1, senders + 1):
-            self.start_service("sender", f"sender-{index}")
-        for index in range(1, schedulers + 1):
-            self.start_service("scheduler", f"scheduler-{index}")
-        self.wait_for_pods({"dispatcher": 1, "sender": senders, "scheduler": schedulers})
+        for index in range(2, count + 1):
+            port = free_port()
+            self.start_service("api", f"api-{index}", HERALD_API_PORT=str(port))
+            self.api_urls.append(f"http://127.0.0.1:{port}")
 
     def wait_for_pods(self, expected: dict[str, int], timeout_s: float = 60) -> None:
         """Wait until the api lists at least ``expected`` live pods per service."""
@@ -178,9 +209,15 @@ class Stack:
         wait_until(enough, timeout_s, f"pods {expected} to announce themselves")
 
     def stop(self, timeout_s: float = 30.0) -> dict[str, int | None]:
-        """SIGTERM every process, services first and the stores last; their exit codes."""
-        order = sorted(self.processes, key=lambda n: (n == "mongodb", n == "fcm-emulator"))
-        return {name: self.processes[name].terminate(timeout_s) for name in order}
+        """SIGTERM every process, services first (all at once: each finishes its graceful stop
+        in parallel) and the stores last; their exit codes."""
+        stores = [name for name in ("fcm-emulator", "mongodb") if name in self.processes]
+        services = [name for name in self.processes if name not in stores]
+        for name in services:
+            self.processes[name].request_stop()
+        codes = {name: self.processes[name].wait_stopped(timeout_s) for name in services}
+        codes.update({name: self.processes[name].terminate(timeout_s) for name in stores})
+        return codes
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> ManagedProcess:
         process = spawn(name, argv, env, self._logs, cwd=REPO)

@@ -24,6 +24,7 @@ from herald.settings import Settings
 from services.api import errors
 from services.api.auth import document_scopes
 from services.api.deps import AppServices
+from services.api.error_docs import document_errors
 from services.api.limits import BodySizeLimit
 from services.api.readiness import Readiness
 from services.api.routes import access, audiences, campaigns, console, devices, ops, schedules
@@ -61,6 +62,7 @@ def create_app(settings: Settings) -> FastAPI:
     console.mount(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.api_max_body_bytes)
     document_scopes(app)
+    document_errors(app)
     return app
 
 

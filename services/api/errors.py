@@ -88,7 +88,8 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
 }
 
 
-HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+HTTP_CODES = {400: "malformed_body", 404: "not_found", 405: "method_not_allowed",
+              413: "request_too_large"}
 
 
 def _validation_details(errors: Sequence[Any]) -> tuple[str, list[dict[str, Any]]]:
