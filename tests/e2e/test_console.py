@@ -20,6 +20,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
 from herald.clock import utcnow
+from herald.domain.payload import LONGEST_DEFAULT_KEY, build_payload, payload_size
 from tests.e2e.harness import Api, reachable_devices
 from tests.support import wait_for
 
@@ -137,8 +138,13 @@ def create_in_the_console(page: Page, name: str) -> str:
     page.locator(".data-key").first.fill("landing_url")
     expect(page.locator("#data-errors")).to_contain_text("did you mean “landingUrl”")
     page.locator(".data-key").first.fill("landingUrl")
+    page.locator(".data-value").first.fill("x" * 4_000)
+    expect(page.locator("#data-errors")).to_contain_text("FCM accepts at most 4,096")
     page.locator(".data-value").first.fill(BROKEN)
     expect(page.locator("#data-errors")).to_be_empty()
+    size = payload_size(build_payload("We are live!", "Tap to watch the stream",
+                                      {"landingUrl": BROKEN}, replace_key=LONGEST_DEFAULT_KEY))
+    expect(page.locator("#payload-size")).to_have_text(f"{size:,} of 4,096 bytes")
     page.fill("#rate", str(RATE_PER_S))
     expect(page.locator("#estimate")).to_have_text(f"This will reach {POPULATION:,} devices.")
     page.locator("#create").scroll_into_view_if_needed()
