@@ -71,6 +71,7 @@ def browser(console_stack: Stack) -> Iterator[Browser]:
     """Chromium for the module. It depends on the stack only to be closed before it: Playwright's
     event loop must be gone when the stack's teardown runs its own."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    expect.set_options(timeout=UI_TIMEOUT_MS)
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-background-networking",
