@@ -251,9 +251,11 @@ def test_correct_everyone_on_a_stopped_campaign(pages: PageMaker, admin: Api,
     halves = {half: result.locator(f"[data-half={half}] a").inner_text()
               for half in ("retarget", "amend")}
     assert admin.campaign(original)["amended_by"] == [halves["amend"]]
-    for half, outcome in (("retarget", "unsent"), ("amend", "sent")):
-        made = admin.wait_finished(halves[half], timeout_s=60)
-        assert (made["counts"]["sent"], made["data"]) == (counts[outcome], {"landingUrl": FIXED})
+    for half in ("retarget", "amend"):
+        assert admin.campaign(halves[half])["data"] == {"landingUrl": FIXED}
+        # Stopped rather than followed to the end (tests/e2e/test_correct.py does that), so that
+        # they cost the module's remaining tests and its teardown nothing.
+        admin.http.post(f"/v1/campaigns/{halves[half]}/cancel")
 
 
 def test_a_viewer_sees_no_stop_button_and_a_direct_cancel_is_refused(
