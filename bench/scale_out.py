@@ -43,7 +43,7 @@ from bench.common import (
     source_version,
     write_json,
 )
-from bench.stack import Campaign, create_campaign, fetch_campaign, import_devices
+from bench.stack import Campaign, create_campaign, import_devices
 from devstack.isolation import private_stack
 from devstack.processes import ManagedProcess, wait_until
 from devstack.stack import Stack
@@ -254,7 +254,10 @@ class Story:
         latest: list[Campaign] = []
 
         def check() -> bool:
-            latest[:] = [fetch_campaign(self.first_api, campaign_id)]
+            response = self.first_api.get(f"/v1/campaigns/{campaign_id}")
+            if response.status_code != 200:  # a busy api or a broker restart: ask again
+                return False
+            latest[:] = [response.json()]
             return reached(latest[0])
         wait_until(check, timeout_s, f"campaign {campaign_id} {what}", interval_s=POLL_S)
         return latest[0]
