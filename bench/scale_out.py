@@ -20,6 +20,7 @@ throughput ratio compares like with like. The e2e test ``tests/e2e/test_scale_ou
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -34,8 +35,15 @@ import httpx
 from bson import ObjectId
 from pymongo import MongoClient
 
-from bench.common import format_table, machine, results_path, source_version, write_json
-from bench.stack import Campaign, create_campaign, fetch_campaign, import_devices
+from bench.common import (
+    format_table,
+    machine,
+    process_cpu_s,
+    results_path,
+    source_version,
+    write_json,
+)
+from bench.stack import Campaign, create_campaign, import_devices
 from devstack.isolation import private_stack
 from devstack.processes import ManagedProcess, wait_until
 from devstack.stack import Stack
@@ -101,6 +109,9 @@ class Figures:
     cancel_sent: int = 0
     schedule_runs: int = 0
     killed: list[str] = field(default_factory=list)
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    """CPU seconds each kind of process used while the big campaign was sent (the killed ones
+    until they were killed are left out), and the load average then."""
     problems: list[str] = field(default_factory=list)
 
 
@@ -147,6 +158,7 @@ class Story:
     def run(self) -> Figures:
         self._prepare()
         schedule_id = self._create_schedule()
+        cpu_before = self._cpu()
         big = create_campaign(self.first_api, {"title": "Big", "body": "news",
                                                "audience": {"platforms": ["android"]}})
         self._wait(big, lambda c: c["counts"]["sent"] >= self.devices // 5, "under way")
@@ -157,8 +169,22 @@ class Story:
             self._kill(big)
         final = self._wait(big, lambda c: c["status"] in TERMINAL, "finished",
                            timeout_s=60 + self.devices / 200)
+        self._account_cpu(cpu_before)
         self._check(final, cancelled, schedule_id)
         return self.figures
+
+    def _cpu(self) -> dict[str, float]:
+        return {name: process_cpu_s(p.pid) for name, p in self.stack.processes.items()
+                if p.alive()}
+
+    def _account_cpu(self, before: dict[str, float]) -> None:
+        used: dict[str, float] = {}
+        for name, cpu_s in self._cpu().items():
+            if name in before:
+                kind = name if name == "fcm-emulator" else name.split("-")[0]
+                used[kind] = used.get(kind, 0.0) + cpu_s - before[name]
+        self.figures.cpu_s = {name: round(value, 1) for name, value in sorted(used.items())}
+        self.figures.cpu_s["load_average_1m"] = round(os.getloadavg()[0], 1)
 
     def _prepare(self) -> None:
         devices = population(self.devices)
@@ -228,7 +254,10 @@ class Story:
         latest: list[Campaign] = []
 
         def check() -> bool:
-            latest[:] = [fetch_campaign(self.first_api, campaign_id)]
+            response = self.first_api.get(f"/v1/campaigns/{campaign_id}")
+            if response.status_code != 200:  # a busy api or a broker restart: ask again
+                return False
+            latest[:] = [response.json()]
             return reached(latest[0])
         wait_until(check, timeout_s, f"campaign {campaign_id} {what}", interval_s=POLL_S)
         return latest[0]

@@ -242,15 +242,28 @@ async def freeze_unpaged(stores: Stores, campaign: Campaign) -> Campaign | None:
     seq = campaign.dispatch.next_seq
     cursor, seq = await _count_unchecked(stores, campaign, seq)
     source = await source_for(stores, campaign)
-    batch: list[Recipient] = []
-    async for position, recipient in source.stream(after=cursor):
+    await freeze_rest(stores, campaign, seq, [], cursor, source.stream(after=cursor))
+    return await stores.campaigns.close_paging(campaign.id)
+
+
+async def freeze_rest(stores: Stores, campaign: Campaign, seq: int, batch: list[Recipient],
+                      cursor: Cursor, rest: AsyncIterator[tuple[Cursor, Recipient]]) -> bool:
+    """Freeze ``batch`` (recipients up to ``cursor``) and then ``rest`` as chunks from ``seq``
+    on (see ``freeze_unpaged``). A cancelled dispatcher calls it with its own open cursor, so the
+    rest of the audience is not read a second time; False if the campaign's chunk count had moved
+    on (someone else froze it: the finalizer picks up from there)."""
+    batch = list(batch)
+    if len(batch) == campaign.chunk_size:  # a whole chunk paged but never written
+        if not await _freeze(stores, campaign, seq, batch, cursor):
+            return False
+        seq, batch = seq + 1, []
+    async for cursor, recipient in rest:
         batch.append(recipient)
         if len(batch) == campaign.chunk_size:
-            await _freeze(stores, campaign, seq, batch, position)
+            if not await _freeze(stores, campaign, seq, batch, cursor):
+                return False
             seq, batch = seq + 1, []
-    if batch:
-        await _freeze(stores, campaign, seq, batch, position)
-    return await stores.campaigns.close_paging(campaign.id)
+    return not batch or await _freeze(stores, campaign, seq, batch, cursor)
 
 
 async def _count_unchecked(stores: Stores, campaign: Campaign, seq: int) -> tuple[Cursor, int]:
@@ -265,10 +278,10 @@ async def _count_unchecked(stores: Stores, campaign: Campaign, seq: int) -> tupl
 
 
 async def _freeze(stores: Stores, campaign: Campaign, seq: int, recipients: list[Recipient],
-                  cursor: Cursor) -> None:
+                  cursor: Cursor) -> bool:
     chunk = await stores.chunks.create(campaign.id, seq, recipients, cursor, utcnow(),
                                        status=ChunkStatus.CANCELLED)
-    await stores.campaigns.count_frozen_chunk(campaign.id, seq, chunk.state.size)
+    return await stores.campaigns.count_frozen_chunk(campaign.id, seq, chunk.state.size)
 
 
 async def targeted(stores: Stores, campaign: Campaign) -> int:

@@ -22,9 +22,9 @@ from services.api.auth import RATE_LIMITED, api_routes, declared_scope
 RETRY_AFTER = {"Retry-After": {"description": "Seconds until the key's budget allows a call",
                                "schema": {"type": "integer"}}}
 WWW_AUTHENTICATE = {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}}
-CONFLICT_PREFIXES = ("/v1/campaigns", "/v1/schedules")
-"""Changes under these paths are guarded transitions: a campaign or schedule in the wrong state
-answers 409."""
+CONFLICT_PREFIXES = ("/v1/campaigns/", "/v1/schedules/")
+"""Changes to what lives under these paths are guarded transitions: a campaign or schedule in
+the wrong state answers 409."""
 
 DESCRIPTIONS = {
     400: "The request body is not JSON",
@@ -61,12 +61,19 @@ def error_statuses(route: APIRoute) -> list[int]:
         statuses += [400, 413]
     if route.dependant.path_params:
         statuses.append(404)
-    changes = (route.methods or set()) - {"GET", "HEAD"}
-    if changes and route.path.startswith(CONFLICT_PREFIXES):
+    if _guarded_change(route):
         statuses.append(409)
     if _has_input(route):
         statuses.append(422)
     return sorted(statuses)
+
+
+def _guarded_change(route: APIRoute) -> bool:
+    """A change to an existing campaign or schedule, or a campaign creation (an Idempotency-Key
+    still in flight)."""
+    changes = (route.methods or set()) - {"GET", "HEAD"}
+    existing = bool(route.dependant.path_params) and route.path.startswith(CONFLICT_PREFIXES)
+    return bool(changes) and (existing or route.path == "/v1/campaigns")
 
 
 def _has_input(route: APIRoute) -> bool:

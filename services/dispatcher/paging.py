@@ -17,18 +17,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 
 from herald.clock import utcnow
 from herald.domain.audience import audience_query
 from herald.domain.documents import Campaign, Cursor
 from herald.domain.messages import Recipient, SendChunk
+from herald.domain.status import Status
 from herald.domain.timing import Wave, local_time_waves
 from herald.observability import CHUNKS_PUBLISHED
 from herald.service_layer.completion import finalize
 from herald.service_layer.ports import Stores
-from herald.service_layer.recipients import LocalTimeSource, source_for
+from herald.service_layer.recipients import (
+    LocalTimeSource,
+    RecipientSource,
+    freeze_rest,
+    source_for,
+)
 from services.dispatcher.backpressure import Backpressure, unbounded
 
 log = logging.getLogger(__name__)
@@ -36,6 +42,10 @@ log = logging.getLogger(__name__)
 
 class StopPaging(Exception):
     """Paging must stop here: cancelled, lease lost, or the pod is shutting down."""
+
+
+class Cancelled(StopPaging):
+    """The campaign is being cancelled: what is left of the source is frozen, not paged."""
 
 
 class Parked(Exception):
@@ -95,15 +105,34 @@ class Paging:
         batch: list[Recipient] = []
         position: Cursor = cursor
         async with contextlib.aclosing(source.stream(after=cursor)) as recipients:
-            async for position, recipient in recipients:
-                batch.append(recipient)
-                if len(batch) == campaign.chunk_size:
+            try:
+                async for position, recipient in recipients:
+                    batch.append(recipient)
+                    if len(batch) == campaign.chunk_size:
+                        await self._publish(campaign.id, seq, batch, position)
+                        seq, batch = seq + 1, []
+                if batch:
                     await self._publish(campaign.id, seq, batch, position)
-                    seq, batch = seq + 1, []
-        if batch:
-            await self._publish(campaign.id, seq, batch, position)
+            except Cancelled:
+                await self._freeze_rest(campaign, seq, batch, position, recipients, source)
+                raise
         if isinstance(source, LocalTimeSource) and (resume_at := source.next_wave_due()):
             raise Parked(resume_at)
+
+    async def _freeze_rest(self, campaign: Campaign, seq: int, batch: list[Recipient],
+                           position: Cursor, rest: AsyncIterator[tuple[Cursor, Recipient]],
+                           source: RecipientSource) -> None:
+        """Freeze what this cancelled campaign had not paged, from the cursor already open, before
+        this dispatcher acknowledges the cancel: the finalizer then has nothing to read (on
+        nx-27017 a second read of the audience holds the server for seconds). Local-time waves not
+        due yet are left to the finalizer, which reads them from the checkpoint."""
+        cancelled = await self._stores.campaigns.get(campaign.id)
+        if cancelled is None or cancelled.status is not Status.CANCELLING:
+            return
+        if not await freeze_rest(self._stores, cancelled, seq, batch, position, rest):
+            return
+        if not (isinstance(source, LocalTimeSource) and source.next_wave_due()):
+            await self._stores.campaigns.close_paging(campaign.id)
 
     async def _bound(self, campaign: Campaign) -> Campaign:
         """Fix the newest device the campaign may reach (and, for local-time delivery, its
@@ -138,7 +167,7 @@ class Paging:
         if self._is_stopping():
             raise StopPaging("pod shutting down")
         if await self._is_cancelled(campaign_id):
-            raise StopPaging("cancelled")
+            raise Cancelled("cancelled")
         async with self._backpressure.room(_Paused(self, campaign_id).keep_going):
             now = utcnow()
             chunk = await self._stores.chunks.create(campaign_id, seq, recipients, cursor, now)
@@ -164,7 +193,7 @@ class _Paused:
         if paging._is_stopping():
             raise StopPaging("pod shutting down")
         if await paging._is_cancelled(self._campaign_id):
-            raise StopPaging("cancelled")
+            raise Cancelled("cancelled")
         if time.monotonic() - self._renewed_at >= paging._lease.total_seconds() / 3:
             self._renewed_at = time.monotonic()
             if not await paging._stores.campaigns.renew_lease(

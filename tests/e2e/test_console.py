@@ -20,6 +20,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
 from herald.clock import utcnow
+from herald.domain.payload import LONGEST_DEFAULT_KEY, build_payload, payload_size
 from tests.e2e.harness import Api, reachable_devices
 from tests.support import wait_for
 
@@ -70,6 +71,7 @@ def browser(console_stack: Stack) -> Iterator[Browser]:
     """Chromium for the module. It depends on the stack only to be closed before it: Playwright's
     event loop must be gone when the stack's teardown runs its own."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    expect.set_options(timeout=UI_TIMEOUT_MS)
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -137,8 +139,13 @@ def create_in_the_console(page: Page, name: str) -> str:
     page.locator(".data-key").first.fill("landing_url")
     expect(page.locator("#data-errors")).to_contain_text("did you mean “landingUrl”")
     page.locator(".data-key").first.fill("landingUrl")
+    page.locator(".data-value").first.fill("x" * 4_000)
+    expect(page.locator("#data-errors")).to_contain_text("FCM accepts at most 4,096")
     page.locator(".data-value").first.fill(BROKEN)
     expect(page.locator("#data-errors")).to_be_empty()
+    size = payload_size(build_payload("We are live!", "Tap to watch the stream",
+                                      {"landingUrl": BROKEN}, replace_key=LONGEST_DEFAULT_KEY))
+    expect(page.locator("#payload-size")).to_have_text(f"{size:,} of 4,096 bytes")
     page.fill("#rate", str(RATE_PER_S))
     expect(page.locator("#estimate")).to_have_text(f"This will reach {POPULATION:,} devices.")
     page.locator("#create").scroll_into_view_if_needed()
@@ -244,9 +251,11 @@ def test_correct_everyone_on_a_stopped_campaign(pages: PageMaker, admin: Api,
     halves = {half: result.locator(f"[data-half={half}] a").inner_text()
               for half in ("retarget", "amend")}
     assert admin.campaign(original)["amended_by"] == [halves["amend"]]
-    for half, outcome in (("retarget", "unsent"), ("amend", "sent")):
-        made = admin.wait_finished(halves[half], timeout_s=60)
-        assert (made["counts"]["sent"], made["data"]) == (counts[outcome], {"landingUrl": FIXED})
+    for half in ("retarget", "amend"):
+        assert admin.campaign(halves[half])["data"] == {"landingUrl": FIXED}
+        # Stopped rather than followed to the end (tests/e2e/test_correct.py does that), so that
+        # they cost the module's remaining tests and its teardown nothing.
+        admin.http.post(f"/v1/campaigns/{halves[half]}/cancel")
 
 
 def test_a_viewer_sees_no_stop_button_and_a_direct_cancel_is_refused(

@@ -32,7 +32,6 @@ def fuzz_stack(mongodb_port: int, tmp_path_factory: pytest.TempPathFactory,
     with private_stack(tmp_path_factory.mktemp("fuzz"), mongodb_port=mongodb_port,
                        pool=stack_brokers, extra_env={
                            "HERALD_API_RATE_PER_S": "10000", "HERALD_API_BURST": "10000"}) as stack:
-        stack.start_emulator()
         stack.start_service("api")
         yield stack
 

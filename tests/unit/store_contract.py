@@ -664,6 +664,12 @@ class DeviceContract:
         await self.people(stores)
         assert await stores.devices.count(audience_query(audience)) == len(selected)
 
+    async def test_nobody_counts_zero(self, stores: Stores) -> None:
+        nobody = audience_query(Audience(user_ids=["nobody"]))
+        assert await stores.devices.count(nobody) == 0
+        await self.people(stores)
+        assert await stores.devices.count(nobody) == 0
+
     async def test_a_retired_token_is_not_counted(self, stores: Stores) -> None:
         await self.people(stores)
         everyone = audience_query(Audience(push_enabled=None))

@@ -74,14 +74,15 @@ def test_a_final_status_makes_the_final_event() -> None:
 async def test_events_follow_the_counts_and_end_at_the_final_status(stores: Stores) -> None:
     record = campaign(**paged(2, 1000))
     await stores.campaigns.insert(record)
-    chunk = lambda: stores.campaigns.count_finished_chunk(  # noqa: E731
-        record.id, 499, 1, done=True)
-    steps: list[Step] = [nothing(), chunk, nothing(), chunk,
-                         lambda: stores.campaigns.transition(record.id, Transition.FINALIZE,
-                                                             utcnow()),
-                         lambda: stores.campaigns.transition(record.id, Transition.COMPLETE,
-                                                             utcnow()),
-                         nothing(), nothing()]
+
+    async def chunk() -> object:
+        return await stores.campaigns.count_finished_chunk(record.id, 499, 1, done=True)
+
+    def moved(transition: Transition) -> Step:
+        return lambda: stores.campaigns.transition(record.id, transition, utcnow())
+
+    steps: list[Step] = [nothing(), chunk, nothing(), chunk, moved(Transition.FINALIZE),
+                         moved(Transition.COMPLETE), nothing(), nothing()]
     events = await collect(stores, record.id, steps)
     seen = [(e.seq, e.campaign.status, e.campaign.counts.sent) for e in events
             if isinstance(e, CampaignChanged)]

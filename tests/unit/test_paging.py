@@ -13,6 +13,7 @@ from herald.clock import utcnow
 from herald.domain.audience import Audience
 from herald.domain.documents import (
     Campaign,
+    CancelRecord,
     ChunkStatus,
     Counts,
     Dispatch,
@@ -24,6 +25,7 @@ from herald.domain.messages import SendChunk
 from herald.domain.status import Status
 from herald.service_layer.chunk_lifecycle import ChunkLifecycle, Tally
 from herald.service_layer.ports import Stores
+from herald.service_layer.recipients import freeze_unpaged
 from services.dispatcher.backpressure import Backpressure
 from services.dispatcher.paging import Paging
 from tests.factories import device, insert, recipients_of
@@ -354,3 +356,23 @@ async def test_a_paused_dispatcher_renews_its_lease_and_stops_when_it_lost_it(
     await stores.campaigns.take_over(campaign_id, "d1", "d2", utcnow() + LEASE)
     await asyncio.wait_for(paging, timeout=5)
     assert len(bus.chunks) == MAX_QUEUED  # nothing more from the one that lost it
+
+
+async def test_a_dispatcher_paused_by_a_cancel_freezes_the_rest_from_its_own_cursor(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    """The unpaged part of a cancelled campaign is frozen by the dispatcher before it lets go,
+    so the cancel's finalizer has nothing left to read from the audience."""
+    await register(stores, range(20))
+    campaign_id = await insert(stores, chunk_size=3)
+    paging = asyncio.create_task(bounded(dispatcher, bus).run(campaign_id))
+    await eventually(lambda: queue_full(bus), timeout_s=5, what="a full queue")
+    await stores.campaigns.begin_cancel(campaign_id, CancelRecord(requested_at=utcnow()))
+    dispatcher.cancelled.add(campaign_id)
+    await asyncio.wait_for(paging, timeout=5)
+    frozen = await stored(stores, campaign_id)
+    chunks = [c async for c in stores.chunks.in_order(campaign_id)]
+    assert [c.state.status for c in chunks] == [ChunkStatus.PENDING] * 2 + [
+        ChunkStatus.CANCELLED] * 5
+    assert [r.token for c in chunks for r in c.recipients] == tokens(*range(20))
+    assert (frozen.counts.targeted, frozen.dispatch.next_seq, frozen.dispatch.done) == (20, 7, True)
+    assert await freeze_unpaged(stores, frozen) is None  # nothing left for the finalizer

@@ -121,6 +121,7 @@ async function watchCampaign(id, onCampaign, onState) {
       if (await readEvents(response, onCampaign)) return;
     } catch (error) {
       if (signal.aborted) return;
+      if (error instanceof ApiFailure && error.status === 401) { signOut("The key is no longer valid: sign in again."); return; }
       if (error instanceof ApiFailure && error.status < 500) { reportFailure(error); return; }
     }
     onState("reconnecting");
@@ -271,6 +272,11 @@ function campaignPage(main, id) {
     live: h("span", { class: "muted", id: "stream-state" }),
     timeline: h("ol", { class: "timeline", id: "timeline" }), followUps: h("div"),
   };
+  // One button for the page's life (re-rendering it on every event could eat a click), and
+  // none at all for a key that may not cancel.
+  parts.stopButton = can("campaigns:cancel") ? h("button", { type: "button", class: "stop", id: "stop",
+    hidden: true, onclick: () => confirmStop(parts, view) }, "■ Stop sending") : null;
+  if (parts.stopButton) parts.stop.append(parts.stopButton);
   main.append(h("section", { class: "panel" },
     h("div", { class: "head" }, h("div", {}, parts.title, h("p", {}, parts.status, " ", parts.live), parts.meta), parts.stop),
     parts.stopped, parts.bar, parts.counts),
@@ -297,9 +303,18 @@ function renderCampaign(parts, view) {
   parts.counts.replaceChildren(...[["targeted", "Targeted"], ["sent", "Sent"], ["failed", "Failed"],
     ["unsent", "Unsent"]].map(([k, t]) => h("div", { class: k },
     h("dt", { text: t }), h("dd", { id: `count-${k}`, text: fmt(c.counts[k]) }))));
-  parts.timeline.replaceChildren(...timeline(c));
+  const steps = timeline(c);
+  const seen = steps.map((li) => li.textContent).join("|");
+  if (seen !== parts.timelineSeen) {  // unchanged: keep the links under the pointer
+    parts.timelineSeen = seen;
+    parts.timeline.replaceChildren(...steps);
+  }
   renderStop(parts, view);
   if (view.toGo) view.toGo.textContent = stillToGo(c);
+  if (view.closeDialog && FINAL.has(c.status)) {
+    view.closeDialog();
+    notify(`“${label(c)}” is ${c.status}: there is nothing left to stop.`, true);
+  }
 }
 
 const stillToGo = (c) => `${fmt(c.counts.unsent)} of ${fmt(c.counts.targeted)} are still to go.`;
@@ -307,10 +322,7 @@ const stillToGo = (c) => `${fmt(c.counts.unsent)} of ${fmt(c.counts.targeted)} a
 function renderStop(parts, view) {
   const c = view.campaign;
   const stoppable = !FINAL.has(c.status) && c.status !== "cancelling" && !view.stopRequested;
-  parts.stop.replaceChildren(can("campaigns:cancel") && stoppable
-    ? h("button", { type: "button", class: "stop", id: "stop", onclick: () => confirmStop(parts, view) },
-      "■ Stop sending")
-    : "");
+  if (parts.stopButton) parts.stopButton.hidden = !stoppable;
   if (c.status === "cancelling") {
     parts.stopped.replaceChildren(h("p", { class: "stopped", id: "stopping",
       text: "Stopping: waiting for every sender to confirm…" }));
@@ -334,9 +346,10 @@ function confirmStop(parts, view) {
     view.toGo,
     h("p", { text: "Every sender stops before its next request to FCM. Nothing not yet sent will be sent. This cannot be undone; you can send the rest later." }),
     h("div", { class: "actions" }, keep, stop));
-  const close = () => { view.toGo = null; dialog.close(); dialog.remove(); };
+  const close = () => { view.toGo = null; view.closeDialog = null; dialog.close(); dialog.remove(); };
+  view.closeDialog = close;
   keep.addEventListener("click", close);
-  dialog.addEventListener("cancel", () => { view.toGo = null; dialog.remove(); });
+  dialog.addEventListener("cancel", () => { view.toGo = null; view.closeDialog = null; dialog.remove(); });
   stop.addEventListener("click", async () => {
     stop.disabled = true;
     try {
