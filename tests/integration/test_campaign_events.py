@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -17,8 +18,8 @@ from fastapi import FastAPI
 
 from devstack.processes import free_port
 from herald.domain.access import Role
-from herald.domain.documents import new_id
-from herald.service_layer.ports import Stores
+from herald.domain.documents import Campaign, new_id
+from herald.service_layer.ports import CampaignRepository, Stores
 from tests.factories import paged_campaign
 from tests.integration.conftest import client_of
 from tests.integration.test_access import mint
@@ -136,3 +137,42 @@ async def test_the_stream_is_refused_like_any_read(api: httpx.AsyncClient,
     assert (unauthenticated.status_code, error_code(unauthenticated)) == (401, "unauthenticated")
     assert (forbidden.status_code, error_code(forbidden)) == (403, "forbidden")
     assert (unknown.status_code, error_code(unknown)) == (404, "campaign_not_found")
+
+
+class CountedReads:
+    """The campaign repository, counting the ``get`` calls the events stream polls with."""
+
+    def __init__(self, inner: CampaignRepository) -> None:
+        self._inner = inner
+        self.gets = 0
+
+    async def get(self, campaign_id: str) -> Campaign | None:
+        self.gets += 1
+        return await self._inner.get(campaign_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+async def test_a_client_that_goes_away_ends_its_stream(served: httpx.AsyncClient,
+                                                       api_app: FastAPI) -> None:
+    services = api_app.state.services
+    campaign_id = await paged_campaign(services.stores)
+    reads = CountedReads(services.stores.campaigns)
+    api_app.state.services = replace(services, stores=replace(services.stores, campaigns=reads))
+    try:
+        async with events_of(served, campaign_id) as reader:
+            assert await next_event(reader) is not None
+            polled = reads.gets
+            await eventually(lambda: _more(reads, polled + 2), timeout_s=5,
+                             what="the stream to poll while its client listens")
+        left_at = reads.gets
+        # Proving an absence takes a window: a listening client would see 4 polls in it.
+        await asyncio.sleep(1.0)
+        assert reads.gets <= left_at + 1
+    finally:
+        api_app.state.services = services
+
+
+async def _more(reads: CountedReads, at_least: int) -> bool:
+    return reads.gets >= at_least

@@ -691,12 +691,12 @@ function whenEditor() {
 function schedulesPage(main) {
   const body = h("tbody");
   main.append(h("h1", { text: "Schedules" }), h("table", { id: "schedules" }, h("thead", {}, h("tr", {},
-    ["Schedule", "State", "Cron", "Next run (UTC)", "Next run (local to the schedule)", "Missed", ""]
+    ["Schedule", "State", "Cron", "Next run (UTC)", "In the schedule's timezone", "In yours", "Missed", ""]
       .map((t) => h("th", { text: t })))), body));
   const refresh = async () => {
     const listed = await get("/v1/schedules?limit=100");
     body.replaceChildren(...listed.items.map((s) => scheduleRow(s, refresh)));
-    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 7, class: "muted", text: "No schedules." })));
+    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "muted", text: "No schedules." })));
   };
   every(5000, refresh);
 }
@@ -716,6 +716,7 @@ function scheduleRow(s, refresh) {
     h("td", { class: "mono", text: `${s.cron} (${s.timezone})` }),
     h("td", { class: "num", text: s.next_run_at ? new Date(s.next_run_at).toISOString().replace(".000Z", "Z") : "—" }),
     h("td", { class: "num", text: s.next_run_local || "—" }),
+    h("td", { class: "num", text: localTime(s.next_run_at) }),
     h("td", { class: "num", text: fmt(s.missed_total) }), h("td", {}, action));
 }
 
