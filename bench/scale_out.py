@@ -159,10 +159,14 @@ class Story:
         self._prepare()
         schedule_id = self._create_schedule()
         cpu_before = self._cpu()
+        # the campaign to cancel goes first (its chunks are not queued behind the big one's),
+        # capped so that it is still sending when the cancel comes
+        doomed = create_campaign(self.last_api, {
+            "title": "Broken", "body": "link", "audience": {"platforms": ["ios"]},
+            "rate_per_s": CANCELLED_RATE_PER_S})
         big = create_campaign(self.first_api, {"title": "Big", "body": "news",
                                                "audience": {"platforms": ["android"]}})
-        self._wait(big, lambda c: c["counts"]["sent"] >= self.devices // 5, "under way")
-        cancelled = self._cancel_mid_flight()
+        cancelled = self._cancel_mid_flight(doomed)
         self._plan_run(schedule_id)
         self._wait(big, lambda c: c["counts"]["sent"] >= 2 * self.devices // 5, "40% sent")
         if self.shape.kill:
@@ -211,10 +215,7 @@ class Story:
             client[self.stack.config.database]["schedules"].update_one(
                 {"_id": ObjectId(schedule_id)}, {"$set": {"next_run_at": due}})
 
-    def _cancel_mid_flight(self) -> Campaign:
-        campaign_id = create_campaign(self.last_api, {
-            "title": "Broken", "body": "link", "audience": {"platforms": ["ios"]},
-            "rate_per_s": CANCELLED_RATE_PER_S})
+    def _cancel_mid_flight(self, campaign_id: str) -> Campaign:
         self._wait(campaign_id, lambda c: c["counts"]["sent"] >= BATCH_SIZE, "sending")
         self.last_api.post(f"/v1/campaigns/{campaign_id}/cancel").raise_for_status()
         self.figures.cancel_returned_at = time.time()
