@@ -16,7 +16,7 @@ from typing import Any
 import aio_pika
 import httpx
 
-from devstack.isolation import guest_url, private_stack
+from devstack.isolation import private_stack
 from devstack.processes import wait_until
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
@@ -86,12 +86,14 @@ def fetch_campaign(api: httpx.Client, campaign_id: str) -> Campaign:
 
 class QueueDepthSampler:
     """Samples the ready depth of ``herald.chunks`` from RabbitMQ itself (a passive declare,
-    current to the message) every ``interval_s``, in a thread, while in its ``with`` block."""
+    current to the message, as the stack's service user) every ``interval_s``, in a thread,
+    while in its ``with`` block; a sampler that could not sample fails the bench."""
 
     def __init__(self, stack: Stack, interval_s: float = 0.05) -> None:
-        self._url = guest_url(stack.config.rabbitmq_url.rsplit("/", 1)[1])
+        self._url = stack.config.rabbitmq_url
         self._interval_s = interval_s
         self.depths: list[int] = []
+        self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._sample()), daemon=True)
 
@@ -102,8 +104,16 @@ class QueueDepthSampler:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+        if self.error is not None or not self.depths:
+            raise RuntimeError(f"the queue depth could not be sampled: {self.error!r}")
 
     async def _sample(self) -> None:
+        try:
+            await self._sample_until_stopped()
+        except Exception as exc:
+            self.error = exc
+
+    async def _sample_until_stopped(self) -> None:
         connection = await aio_pika.connect(self._url)
         async with connection:
             channel = await connection.channel()
