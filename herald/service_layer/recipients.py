@@ -230,6 +230,12 @@ def unsent(stores: Stores, campaign: Campaign) -> AsyncIterator[RecipientLine]:
     return audit(stores, campaign, Outcome.UNSENT)
 
 
+FROZEN_CHUNK_SIZE = 5000
+"""Recipients per frozen chunk. Frozen chunks are never sent, so only the number of writes at a
+cancel matters: a campaign of chunks of 5 cancelled early froze thousands of them one write at a
+time (a document of 5,000 recipients is under 1 MB)."""
+
+
 async def freeze_unpaged(stores: Stores, campaign: Campaign) -> Campaign | None:
     """Write what a cancelled dispatcher never paged as chunks that are never published.
 
@@ -253,13 +259,10 @@ async def freeze_rest(stores: Stores, campaign: Campaign, seq: int, batch: list[
     rest of the audience is not read a second time; False if the campaign's chunk count had moved
     on (someone else froze it: the finalizer picks up from there)."""
     batch = list(batch)
-    if len(batch) == campaign.chunk_size:  # a whole chunk paged but never written
-        if not await _freeze(stores, campaign, seq, batch, cursor):
-            return False
-        seq, batch = seq + 1, []
+    size = max(campaign.chunk_size, FROZEN_CHUNK_SIZE)
     async for cursor, recipient in rest:
         batch.append(recipient)
-        if len(batch) == campaign.chunk_size:
+        if len(batch) >= size:
             if not await _freeze(stores, campaign, seq, batch, cursor):
                 return False
             seq, batch = seq + 1, []

@@ -9,6 +9,7 @@ from herald import names
 from herald.domain.messages import Recipient, SendChunk
 from herald.runtime.worker import running_pod
 from herald.settings import Settings
+from tests.support import eventually
 
 
 def chunk(seq: int) -> SendChunk:
@@ -31,4 +32,8 @@ async def test_the_ready_depth_counts_confirmed_chunks_not_those_a_sender_holds(
             held = await queue.get(no_ack=False)
             assert await bus.chunks_ready() == 2  # delivered, not yet acknowledged
             await held.reject(requeue=True)
-        assert await bus.chunks_ready() == 3
+
+        async def requeued() -> bool:
+            return await bus.chunks_ready() == 3
+
+        await eventually(requeued, timeout_s=10, what="the rejected chunk to be ready again")

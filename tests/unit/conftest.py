@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from herald.service_layer import recipients
 from herald.service_layer.ports import Stores
 from tests.unit.fakes import FakeBus, FakeClock, FakeFlags, FakeRegistry, fake_stores
 
@@ -35,3 +36,10 @@ def clock() -> FakeClock:
 def registry(clock: FakeClock) -> FakeRegistry:
     """Heartbeats stamped with ``clock``: a test moves it on to make a beat a later one."""
     return FakeRegistry(clock.epoch_s)
+
+
+@pytest.fixture
+def frozen_like_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frozen chunks as large as the campaign's own (not ``FROZEN_CHUNK_SIZE``), for tests that
+    follow a freeze chunk by chunk."""
+    monkeypatch.setattr(recipients, "FROZEN_CHUNK_SIZE", 0)

@@ -270,6 +270,7 @@ async def test_a_campaign_that_is_not_cancelling_is_not_finalized(
     assert (await stored(stores, campaign_id)).status is Status.IN_PROGRESS
 
 
+@pytest.mark.usefixtures("frozen_like_sent")
 async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unpaged_rest(
         stores: Stores, cancellation: Cancellation) -> None:
     """Paging stopped after one chunk of five: two sent, one failed. The seven devices never
@@ -299,6 +300,7 @@ async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unp
         (1, "cancelled")]
 
 
+@pytest.mark.usefixtures("frozen_like_sent")
 async def test_a_finalizer_that_died_mid_freeze_is_finished_by_the_next_one(
         stores: Stores, cancellation: Cancellation) -> None:
     """A finalizer froze chunk 0 and died before counting it; its claim expires, and the next

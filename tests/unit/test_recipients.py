@@ -201,6 +201,7 @@ async def test_a_local_time_campaign_pages_its_planned_waves(stores: Stores) -> 
     assert isinstance(await source_for(stores, local), LocalTimeSource)
 
 
+@pytest.mark.usefixtures("frozen_like_sent")
 async def test_freezing_writes_the_unpaged_rest_as_cancelled_chunks_and_closes_paging(
         stores: Stores) -> None:
     ids = await devices_bounded(stores, 8)
