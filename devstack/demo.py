@@ -157,11 +157,13 @@ def say(line: str = "") -> None:
 
 def run_story(api: httpx.Client, emulator: EmulatorClient, devices: int = DEVICES,
               stop_at: int = STOP_AT, out_dir: Path = Path(".run/demo"),
-              slow_fcm_ms: float = SLOW_FCM_MS) -> StoryResult:
+              slow_fcm_ms: float = SLOW_FCM_MS, rate_per_s: int | None = None) -> StoryResult:
     """Import, send, stop at about ``stop_at`` sent, audit, correct everyone, prove it.
 
     ``api`` carries an admin key (it mints the lead's and marketing's keys). Every proof is
     checked against the emulator's record and raises :class:`StoryFailed` if it does not hold.
+    ``rate_per_s`` caps the broken campaign (a small audience is otherwise all on the wire
+    before anyone can read a count and stop it).
     """
     emulator.reset()
     _import_once(api, devices, out_dir)
@@ -169,7 +171,7 @@ def run_story(api: httpx.Client, emulator: EmulatorClient, devices: int = DEVICE
     marketing = _client_as(api, _mint_key(api, MARKETING, "operator"))
     try:
         emulator.configure(latency_ms=slow_fcm_ms)
-        stopped = _send_and_stop(api, lead, marketing, emulator, stop_at, out_dir)
+        stopped = _send_and_stop(api, lead, marketing, emulator, stop_at, out_dir, rate_per_s)
         emulator.configure(latency_ms=0)
         retarget_id, amend_id, proof = _correct_and_prove(api, marketing, emulator, stopped)
     finally:
@@ -193,8 +195,9 @@ class _Stopped:
 
 
 def _send_and_stop(api: httpx.Client, lead: httpx.Client, marketing: httpx.Client,
-                   emulator: EmulatorClient, stop_at: int, out_dir: Path) -> _Stopped:
-    campaign_id = _send_live_now(marketing)
+                   emulator: EmulatorClient, stop_at: int, out_dir: Path,
+                   rate_per_s: int | None) -> _Stopped:
+    campaign_id = _send_live_now(marketing, rate_per_s)
     _follow_until(api, campaign_id, stop_at)
     stop, campaign = _stop(lead, campaign_id, stop_at)
     record = emulator.received()
@@ -244,12 +247,12 @@ def _client_as(api: httpx.Client, key: str) -> httpx.Client:
                         headers={"Authorization": f"Bearer {key}"})
 
 
-def _send_live_now(marketing: httpx.Client) -> str:
+def _send_live_now(marketing: httpx.Client, rate_per_s: int | None) -> str:
     response = marketing.post("/v1/campaigns", json={
         "name": "Live now", "title": "We are live!",
         "body": "The stream is starting, tap to watch.",
         "data": {"landingUrl": BROKEN_URL, "campaignKind": "live"},
-        "audience": {"push_enabled": True}})
+        "audience": {"push_enabled": True}, "rate_per_s": rate_per_s})
     response.raise_for_status()
     campaign_id = str(response.json()["id"])
     say(f"2. Marketing sends \"Live now\" ({campaign_id}) to every device with push enabled,")

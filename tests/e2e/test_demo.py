@@ -24,7 +24,8 @@ from tests.e2e.harness import Api, dead
 DEVICES = 5_000
 STOP_AT = 1_000
 SLOW_FCM_MS = 300.0
-"""A 500-recipient chunk takes two round trips: about 0.6 s, so 1,000 is mid-flight."""
+"""FCM slowed so that requests are visibly in flight when the stop lands."""
+RATE_PER_S = 400  # 4,000 devices in ~10 s: the stop at 1,000 lands mid-flight
 
 
 def _lines(path: Path) -> int:
@@ -51,7 +52,7 @@ def test_the_story_stops_audits_and_corrects_everyone(
         stack: Stack, api: Api, emulator: EmulatorClient, tmp_path: Path) -> None:
     stack.start(senders=2, schedulers=0)
     result = run_story(api.http, emulator, devices=DEVICES, stop_at=STOP_AT,
-                       out_dir=tmp_path / "demo", slow_fcm_ms=SLOW_FCM_MS)
+                       out_dir=tmp_path / "demo", slow_fcm_ms=SLOW_FCM_MS, rate_per_s=RATE_PER_S)
 
     audit = _recheck_original(api, result)
     original = api.campaign(result.campaign_id)
