@@ -30,12 +30,12 @@ from bench.common import process_cpu_s, results_path, write_json
 from bench.fcm_sdk import close_app, open_app
 from bench.stack import (
     BenchStack,
-    QueueDepthSampler,
     create_campaign,
     import_devices,
     running_stack,
     wait_for_campaign,
 )
+from devstack.queue_depth import QueueDepthSampler
 from devstack.stack import Stack
 
 CHUNK = 500

@@ -4,23 +4,19 @@ as ``make up`` starts them, with clients for the api and the emulator, all gone 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import tempfile
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aio_pika
 import httpx
 
 from devstack.isolation import private_stack
 from devstack.processes import wait_until
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
-from herald import names
 
 DEVICES_PER_IMPORT = 10_000
 """Devices per ``POST /v1/devices/bulk`` call."""
@@ -84,40 +80,3 @@ def fetch_campaign(api: httpx.Client, campaign_id: str) -> Campaign:
     return dict(api.get(f"/v1/campaigns/{campaign_id}").json())
 
 
-class QueueDepthSampler:
-    """Samples the ready depth of ``herald.chunks`` from RabbitMQ itself (a passive declare,
-    current to the message, as the stack's service user) every ``interval_s``, in a thread,
-    while in its ``with`` block; a sampler that could not sample fails the bench."""
-
-    def __init__(self, stack: Stack, interval_s: float = 0.05) -> None:
-        self._url = stack.config.rabbitmq_url
-        self._interval_s = interval_s
-        self.depths: list[int] = []
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._sample()), daemon=True)
-
-    def __enter__(self) -> QueueDepthSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        if self.error is not None or not self.depths:
-            raise RuntimeError(f"the queue depth could not be sampled: {self.error!r}")
-
-    async def _sample(self) -> None:
-        try:
-            await self._sample_until_stopped()
-        except Exception as exc:
-            self.error = exc
-
-    async def _sample_until_stopped(self) -> None:
-        connection = await aio_pika.connect(self._url)
-        async with connection:
-            channel = await connection.channel()
-            while not self._stop.is_set():
-                queue = await channel.declare_queue(names.CHUNKS_QUEUE, passive=True)
-                self.depths.append(int(queue.declaration_result.message_count or 0))
-                await asyncio.sleep(self._interval_s)

@@ -11,19 +11,16 @@ test_cancel.py.)"""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import aio_pika
 import pytest
 
-from devstack.isolation import VhostPool, guest_url, private_stack
+from devstack.isolation import VhostPool, private_stack
+from devstack.queue_depth import QueueDepthSampler
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient, Received
-from herald import names
 from tests.e2e.harness import Api, accepted, reachable_devices
 from tests.support import wait_for
 
@@ -78,37 +75,6 @@ def steady_rate_per_s(received: list[Received]) -> float:
     return (len(times) * 8 // 10) / (high - low)
 
 
-class DepthSampler:
-    """Samples ``herald.chunks``' ready depth from RabbitMQ itself, in a thread, until stopped."""
-
-    def __init__(self, vhost: str) -> None:
-        self._url = guest_url(vhost)
-        self.depths: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._sample()), daemon=True)
-
-    def __enter__(self) -> DepthSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    async def _sample(self) -> None:
-        connection = await aio_pika.connect(self._url)
-        async with connection:
-            channel = await connection.channel()
-            while not self._stop.is_set():
-                queue = await channel.declare_queue(names.CHUNKS_QUEUE, passive=True)
-                self.depths.append(int(queue.declaration_result.message_count or 0))
-                await asyncio.sleep(0.02)
-
-
-def vhost_of(stack: Stack) -> str:
-    return stack.config.rabbitmq_url.rsplit("/", 1)[1]
-
-
 @pytest.mark.xfail(strict=True, reason=(
     "issue 12 not done: in this stack one sender reached 2,350/s of the 5,120/s bound on a quiet "
     "machine (878-1,230/s at load average 2-5), whatever HERALD_SENDER_BATCH_SIZE; the window alone "
@@ -132,7 +98,7 @@ def test_no_more_chunks_than_the_bound_wait_in_the_queue(
     population = platform_devices(12_000, "ios")
     pipe_api.import_devices(population)
     pipe_emulator.configure(latency_ms=LATENCY_MS)
-    with DepthSampler(vhost_of(pipe_stack)) as sampler:
+    with QueueDepthSampler(pipe_stack, interval_s=0.02) as sampler:
         campaign_id = pipe_api.create_campaign(audience={"platforms": ["ios"]}, chunk_size=100)
         campaign = pipe_api.wait_finished(campaign_id, timeout_s=90)
     assert campaign["status"] == "completed" and campaign["counts"]["sent"] == 12_000
@@ -146,7 +112,7 @@ def test_a_dispatcher_killed_while_paused_is_replaced_and_each_device_reached_on
     population = platform_devices(8_000, "web")
     pipe_api.import_devices(population)
     pipe_emulator.configure(latency_ms=400)  # slow FCM: the queue stays full, paging paused
-    with DepthSampler(vhost_of(pipe_stack)) as sampler:
+    with QueueDepthSampler(pipe_stack, interval_s=0.02) as sampler:
         campaign_id = pipe_api.create_campaign(audience={"platforms": ["web"]}, chunk_size=100)
         wait_for(lambda: sampler.depths and sampler.depths[-1] >= MAX_QUEUED, 60, "a full queue")
         paged = pipe_api.campaign(campaign_id)["counts"]["targeted"]
