@@ -16,15 +16,12 @@ from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
 from tests.e2e.harness import Api, devices
 from tests.e2e.prometheus import (
-    PROMETHEUS,
     Prometheus,
     alert_metric_names,
     alert_rule_names,
     dashboard_queries,
 )
 from tests.support import wait_for
-
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus is not installed")
 
 STORM_LIMIT_S = 30
 """FCM answers every request with 429 QUOTA_EXCEEDED from the campaign's start until the
