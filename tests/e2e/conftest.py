@@ -1,17 +1,26 @@
 """End-to-end fixtures: every service a separate process, started the way `make up` starts them,
-each test with its own database, vhost, Redis namespace and ports; one nx-27017 per session."""
+each test with its own database, vhost, Redis namespace and ports; one nx-27017 per session.
+
+Starting a stack costs about 10 s on 2 cores (five Python processes importing their libraries,
+then stopping them). The modules whose tests all run the same fleet (api, dispatcher, two
+senders) share one per module instead (``shared_stack``): each of their tests gets it put back
+as it was (``Fleet.heal``: what a test killed is restarted, what it added is stopped) and works on
+devices of its own (``Fleet.audience``), so tests never see each other's campaigns."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from devstack.broker_users import BrokerUsers, delete_users, import_definitions, user_definitions
 from devstack.isolation import VhostPool, private_stack, unique_name
-from devstack.processes import free_port
-from devstack.stack import Stack, StackConfig
+from devstack.processes import free_port, wait_until
+from devstack.stack import Stack, StackConfig, replica_name
 from fcm_emulator.client import EmulatorClient
 from tests.e2e.harness import Api
 
@@ -86,3 +95,69 @@ def emulator(stack: Stack) -> Iterator[EmulatorClient]:
     client = EmulatorClient(stack.config.fcm_url)
     yield client
     client.close()
+
+
+class Fleet:
+    """A module's stack, shared by its tests: api, dispatcher and ``senders`` senders."""
+
+    STORES = ("mongodb", "fcm-emulator")
+    _tags = itertools.count(1)
+
+    def __init__(self, stack: Stack, senders: int) -> None:
+        self.stack = stack
+        stack.start(senders=senders, schedulers=0)
+        self._services = {"api": "api", "dispatcher": "dispatcher",
+                          **{replica_name("sender", i): "sender" for i in range(1, senders + 1)}}
+
+    def heal(self) -> None:
+        """Stop what a test added, restart what it stopped or killed, reset the emulator, and
+        wait until every restarted worker announced itself and the api is ready."""
+        stack = self.stack
+        for name in [n for n in stack.processes if n not in self._services and n not in self.STORES]:
+            stack.processes.pop(name).terminate(timeout_s=15)
+        restarted = [stack.start_service(service, name, HERALD_METRICS_PORT=str(free_port()))
+                     for name, service in self._services.items()
+                     if not stack.processes[name].alive()]
+        workers = {process.pid for process in restarted if process.name != "api"}
+        wait_until(lambda: workers <= self._live_pids() and self._ready(), 60,
+                   "the shared stack to be whole again")
+        emulator = EmulatorClient(stack.config.fcm_url)
+        try:
+            emulator.reset()
+        finally:
+            emulator.close()
+
+    def audience(self, population: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
+                                                                   dict[str, Any]]:
+        """``population`` made the test's own (a topic and a token suffix no other test uses;
+        the emulator reads a token's prefix), and the audience that selects exactly it."""
+        topic = f"t{next(self._tags)}"
+        own = [{**device, "token": f"{device['token']}-{topic}", "topics": [topic]}
+               for device in population]
+        return own, {"topics": [topic]}
+
+    def _live_pids(self) -> set[int]:
+        try:
+            pods = httpx.get(f"{self.stack.config.api_url}/v1/pods", timeout=2,
+                             headers=self.stack.config.api_headers()).json()["pods"]
+        except (httpx.HTTPError, KeyError, ValueError):
+            return set()
+        return {int(pod["pid"]) for pod in pods}
+
+    def _ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.stack.config.api_url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+@pytest.fixture(scope="module")
+def fleet(module_stack: Stack) -> Fleet:
+    return Fleet(module_stack, senders=2)
+
+
+@pytest.fixture
+def shared_stack(fleet: Fleet) -> Stack:
+    """The module's fleet, whole again, for one test (see ``Fleet``)."""
+    fleet.heal()
+    return fleet.stack

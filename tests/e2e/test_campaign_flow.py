@@ -1,4 +1,4 @@
-"""Issue 2's proof: api, dispatcher and two senders as separate processes, 10,000 devices, and
+"""Issue 2's proof: api, dispatcher and two senders as separate processes, 6,000 devices, and
 the FCM emulator's own record as the judge."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from tests.e2e.harness import Api, accepted, dead, devices, requests_per_token
 def test_every_targeted_device_gets_exactly_one_message_and_the_audit_agrees(
         stack: Stack, api: Api, emulator: EmulatorClient) -> None:
     stack.start(senders=2, schedulers=0)
-    population = devices(10_000)
+    population = devices(6_000)
     api.import_devices(population)
     targeted = {d["token"] for d in population if d["push_enabled"]}
     refused = {t for t in targeted if dead(t)}

@@ -56,7 +56,7 @@ def test_watch_follows_a_campaign_to_its_end_over_server_sent_events(
 def test_cancel_audit_and_retarget_from_the_command_line(stack: Stack, api: Api,
                                                          emulator: EmulatorClient) -> None:
     stack.start(senders=2, schedulers=0)
-    api.import_devices(reachable_devices(10_000))
+    api.import_devices(reachable_devices(6_000))
     emulator.configure(latency_ms=50)
     campaign_id = api.create_campaign()
     wait_for(lambda: api.campaign(campaign_id)["counts"]["sent"] >= 500, 60, "sending")

@@ -1,6 +1,6 @@
 """The operator console in a real browser (Debian's chromium, driven by Playwright) against the
 services as separate processes: issue 11's story told through the console. An operator sends to
-20,000 devices, watches it move, stops it, gets numbers equal to the API's, downloads the unsent
+10,000 devices, watches it move, stops it, gets numbers equal to the API's, downloads the unsent
 audit, sends the rest with a corrected link, and corrects everyone on another stopped campaign;
 a viewer sees no Stop button and is refused a direct cancel.
 
@@ -26,7 +26,7 @@ from tests.support import wait_for
 
 pytestmark = pytest.mark.browser
 
-POPULATION = 20_000
+POPULATION = 10_000
 SLOW_FCM_MS = 20
 RATE_PER_S = 2_000
 """The campaign's own cap, so a person (and this test) has time to press Stop mid-flight."""

@@ -17,7 +17,7 @@ from herald import cli
 from tests.e2e.harness import Api, accepted, reachable_devices
 from tests.support import wait_for
 
-POPULATION = 20_000
+POPULATION = 10_000
 SLOW_FCM_MS = 50
 FIXED = "https://example.com/fixed"
 

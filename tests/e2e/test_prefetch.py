@@ -23,7 +23,7 @@ PREFETCH = 4
 CONCURRENCY = 50  # requests in flight per sender: 1,000 recipients/s each at 50 ms
 FCM_LATENCY_MS = 50
 CHUNK_SIZE = 100
-POPULATION = 16_000
+POPULATION = 12_000
 
 
 @pytest.fixture

@@ -1,6 +1,9 @@
 """Issue 5's proof: crashes, graceful stops, FCM push-back and infrastructure restarts during a
 campaign, every service a separate process. "No loss": every targeted device got at least one
-message, the campaign completed, and the audit's sent list is exactly what FCM accepted."""
+message, the campaign completed, and the audit's sent list is exactly what FCM accepted.
+
+The tests share one fleet (api, dispatcher, two senders: ``Fleet`` in conftest.py), put back
+whole before each test, and each targets devices of its own."""
 
 from __future__ import annotations
 
@@ -8,29 +11,43 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from typing import Any
 
 import httpx
+import pytest
 
 from devstack.processes import port_open
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
 from herald.settings import Settings
+from tests.e2e.conftest import Fleet
 from tests.e2e.harness import Api, accepted, pod_metric, reachable_devices, requests_per_token
 from tests.support import wait_for
 
 BATCH_SIZE = Settings.model_fields["sender_batch_size"].default
 SLOW_FCM_MS = 40
-POPULATION = 20_000
+POPULATION = 10_000
 
 
-def _campaign_under_way(stack: Stack, api: Api, emulator: EmulatorClient, *,
-                        senders: int = 2, chunk_size: int = 500) -> tuple[str, set[str]]:
-    """Start the stack and a 20,000-device campaign; wait until it is well under way."""
-    stack.start(senders=senders, schedulers=0)
-    population = reachable_devices(POPULATION)
+@pytest.fixture
+def stack(shared_stack: Stack) -> Stack:
+    return shared_stack
+
+
+def _own(fleet: Fleet, api: Api, count: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``count`` devices of this test's own, imported; and the audience that selects them."""
+    population, audience = fleet.audience(reachable_devices(count))
     api.import_devices(population)
+    return population, audience
+
+
+def _campaign_under_way(fleet: Fleet, api: Api, emulator: EmulatorClient, *,
+                        chunk_size: int = 500) -> tuple[str, set[str]]:
+    """A 10,000-device campaign, well under way (2,000 sent, up to 4,000 more in the senders'
+    hands, the rest still queued)."""
+    population, audience = _own(fleet, api, POPULATION)
     emulator.configure(latency_ms=SLOW_FCM_MS)
-    campaign_id = api.create_campaign(chunk_size=chunk_size)
+    campaign_id = api.create_campaign(chunk_size=chunk_size, audience=audience)
     wait_for(lambda: api.campaign(campaign_id)["counts"]["sent"] >= 2_000, 60, "sending")
     return campaign_id, {d["token"] for d in population}
 
@@ -49,15 +66,15 @@ def _assert_nothing_lost(api: Api, emulator: EmulatorClient, campaign_id: str,
 
 
 def test_kill_9_of_a_sender_loses_nothing_and_duplicates_at_most_its_batch(
-        stack: Stack, api: Api, emulator: EmulatorClient) -> None:
-    campaign_id, targeted = _campaign_under_way(stack, api, emulator)
+        stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
+    campaign_id, targeted = _campaign_under_way(fleet, api, emulator)
     stack.processes["sender-1"].kill()
     _assert_nothing_lost(api, emulator, campaign_id, targeted, extra_allowed=BATCH_SIZE)
 
 
 def test_sigterm_stops_a_sender_gracefully_with_no_loss_and_no_duplicate(
-        stack: Stack, api: Api, emulator: EmulatorClient) -> None:
-    campaign_id, targeted = _campaign_under_way(stack, api, emulator)
+        stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
+    campaign_id, targeted = _campaign_under_way(fleet, api, emulator)
     grace_s = float(stack.config.extra_env["HERALD_GRACE_PERIOD_S"])
     started = time.monotonic()
     exit_code = stack.processes["sender-1"].terminate(timeout_s=grace_s + 5)
@@ -69,11 +86,9 @@ def test_sigterm_stops_a_sender_gracefully_with_no_loss_and_no_duplicate(
 
 
 def test_kill_9_of_the_dispatcher_mid_paging_then_a_new_one_finishes_each_device_once(
-        stack: Stack, api: Api, emulator: EmulatorClient) -> None:
-    stack.start(senders=2, schedulers=0)
-    population = reachable_devices(6_000)
-    api.import_devices(population)
-    campaign_id = api.create_campaign(chunk_size=10)
+        stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
+    population, audience = _own(fleet, api, 6_000)
+    campaign_id = api.create_campaign(chunk_size=10, audience=audience)
     wait_for(lambda: api.campaign(campaign_id)["counts"]["targeted"] >= 500, 60, "paging")
     stack.processes["dispatcher"].kill()
     paged_when_killed = api.campaign(campaign_id)["counts"]["targeted"]
@@ -88,8 +103,8 @@ def test_kill_9_of_the_dispatcher_mid_paging_then_a_new_one_finishes_each_device
 
 
 def test_fcm_push_back_slows_the_fleet_and_loses_nothing(
-        stack: Stack, api: Api, emulator: EmulatorClient) -> None:
-    campaign_id, targeted = _campaign_under_way(stack, api, emulator)
+        stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
+    campaign_id, targeted = _campaign_under_way(fleet, api, emulator)
     emulator.configure(push_back={"error": "QUOTA_EXCEEDED", "for_s": 3, "retry_after_s": 1})
     _assert_nothing_lost(api, emulator, campaign_id, targeted, extra_allowed=0)
     refused = Counter(r.error for r in emulator.received() if r.error)
@@ -107,15 +122,16 @@ def _ready(api: Api) -> dict[str, object]:
 
 
 def test_rabbitmq_connections_closed_mid_campaign(
-        stack: Stack, api: Api, emulator: EmulatorClient) -> None:
-    campaign_id, targeted = _campaign_under_way(stack, api, emulator)
+        stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
+    campaign_id, targeted = _campaign_under_way(fleet, api, emulator)
     vhost = stack.config.rabbitmq_url.rsplit("/", 1)[1]
     _rabbitmqctl("close_all_connections", "-p", vhost, "test: connections closed")
     _assert_nothing_lost(api, emulator, campaign_id, targeted, extra_allowed=2 * BATCH_SIZE)
 
 
-def test_rabbitmq_restarted_mid_campaign(stack: Stack, api: Api, emulator: EmulatorClient) -> None:
-    campaign_id, targeted = _campaign_under_way(stack, api, emulator)
+def test_rabbitmq_restarted_mid_campaign(fleet: Fleet, stack: Stack, api: Api,
+                                         emulator: EmulatorClient) -> None:
+    campaign_id, targeted = _campaign_under_way(fleet, api, emulator)
     _rabbitmqctl("stop_app")
     try:
         wait_for(lambda: _ready(api)["checks"]["rabbitmq"] != "ok", 20,  # type: ignore[index]
@@ -127,9 +143,9 @@ def test_rabbitmq_restarted_mid_campaign(stack: Stack, api: Api, emulator: Emula
     _assert_nothing_lost(api, emulator, campaign_id, targeted, extra_allowed=2 * BATCH_SIZE)
 
 
-def test_mongodb_restarted_mid_campaign(stack: Stack, api: Api, emulator: EmulatorClient,
-                                        mongodb_restarter: object) -> None:
-    campaign_id, targeted = _campaign_under_way(stack, api, emulator)
+def test_mongodb_restarted_mid_campaign(fleet: Fleet, stack: Stack, api: Api,
+                                        emulator: EmulatorClient, mongodb_restarter: object) -> None:
+    campaign_id, targeted = _campaign_under_way(fleet, api, emulator)
     restart = mongodb_restarter  # stops nx-27017, checks readiness, starts it on the same files
     restart(lambda: wait_for(  # type: ignore[operator]
         lambda: _ready(api)["checks"]["mongodb"] != "ok", 20, "readiness to report MongoDB down"))
@@ -142,8 +158,9 @@ REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::
                "--logfile", "/var/log/redis/ci.log"]
 
 
-def test_redis_restarted_mid_campaign(stack: Stack, api: Api, emulator: EmulatorClient) -> None:
-    campaign_id, targeted = _campaign_under_way(stack, api, emulator)
+def test_redis_restarted_mid_campaign(fleet: Fleet, stack: Stack, api: Api,
+                                      emulator: EmulatorClient) -> None:
+    campaign_id, targeted = _campaign_under_way(fleet, api, emulator)
     subprocess.run(["redis-cli", "shutdown", "nosave"], capture_output=True, timeout=30)
     try:
         wait_for(lambda: not port_open(6379), 10, "Redis to stop")
@@ -158,7 +175,8 @@ def test_redis_restarted_mid_campaign(stack: Stack, api: Api, emulator: Emulator
 def test_signals_reach_every_service_and_each_exits_zero(stack: Stack, api: Api) -> None:
     """The local launcher's processes are Python itself (no shell in between): SIGTERM and
     SIGINT both stop them gracefully, with exit code 0."""
-    stack.start(senders=1, schedulers=1)
+    stack.start_service("scheduler", "scheduler-1")
+    stack.wait_for_pods({"scheduler": 1})
     assert httpx.get(f"{stack.config.api_url}/healthz").status_code == 200
     names = ["api", "dispatcher", "sender-1", "scheduler-1"]
     for index, name in enumerate(names):
