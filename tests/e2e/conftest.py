@@ -2,8 +2,8 @@
 each test with its own database, vhost, Redis namespace and ports; one nx-27017 per session.
 
 Starting a stack costs about 10 s on 2 cores (five Python processes importing their libraries,
-then stopping them). The modules whose tests all run the same fleet (api, dispatcher, two
-senders) share one per module instead (``shared_stack``): each of their tests gets it put back
+then stopping them). The tests that run the default fleet (api, dispatcher, two senders)
+share one for the whole session instead (``shared_stack``): each of their tests gets it put back
 as it was (``Fleet.heal``: what a test killed is restarted, what it added is stopped) and works on
 devices of its own (``Fleet.audience``), so tests never see each other's campaigns."""
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pymongo import MongoClient
 
 from devstack.broker_users import BrokerUsers, delete_users, import_definitions, user_definitions
 from devstack.isolation import VhostPool, private_stack, unique_name
@@ -23,6 +24,10 @@ from devstack.processes import free_port, wait_until
 from devstack.stack import Stack, StackConfig, replica_name
 from fcm_emulator.client import EmulatorClient
 from tests.e2e.harness import Api
+
+E2E_ENV = {"HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
+           "HERALD_LEASE_S": "3", "HERALD_GRACE_PERIOD_S": "10"}
+"""Short heartbeats, sweeps and leases, so that failures are noticed within the tests' waits."""
 
 
 @pytest.fixture(scope="session")
@@ -65,9 +70,8 @@ def stack_brokers() -> Iterator[VhostPool]:
 @pytest.fixture
 def stack(mongodb_port: int, tmp_path: Path, stack_brokers: VhostPool) -> Iterator[Stack]:
     """A private stack on the session's MongoDB server; the test starts what it needs."""
-    with private_stack(tmp_path, mongodb_port=mongodb_port, pool=stack_brokers, extra_env={
-            "HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
-            "HERALD_LEASE_S": "3", "HERALD_GRACE_PERIOD_S": "10"}) as running:
+    with private_stack(tmp_path, mongodb_port=mongodb_port, pool=stack_brokers,
+                       extra_env=dict(E2E_ENV)) as running:
         yield running
 
 
@@ -77,9 +81,7 @@ def module_stack(mongodb_port: int, tmp_path_factory: pytest.TempPathFactory,
     """``stack`` shared by the tests of one module (the console's browser tests): they use
     separate campaigns and keys, so one stack serves them all."""
     with private_stack(tmp_path_factory.mktemp("module-stack"), mongodb_port=mongodb_port,
-                       pool=stack_brokers, extra_env={
-            "HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
-            "HERALD_LEASE_S": "3", "HERALD_GRACE_PERIOD_S": "10"}) as running:
+                       pool=stack_brokers, extra_env=dict(E2E_ENV)) as running:
         yield running
 
 
@@ -101,6 +103,8 @@ class Fleet:
     """A module's stack, shared by its tests: api, dispatcher and ``senders`` senders."""
 
     STORES = ("mongodb", "fcm-emulator")
+    LEFT_BEHIND = ("devices", "chunks", "deliveries")
+    """What earlier tests' finished campaigns leave and nobody reads again."""
     _tags = itertools.count(1)
 
     def __init__(self, stack: Stack, senders: int) -> None:
@@ -110,8 +114,9 @@ class Fleet:
                           **{replica_name("sender", i): "sender" for i in range(1, senders + 1)}}
 
     def heal(self) -> None:
-        """Stop what a test added, restart what it stopped or killed, reset the emulator, and
-        wait until every restarted worker announced itself and the api is ready."""
+        """Stop what a test added, restart what it stopped or killed, wait until every
+        restarted worker announced itself and the api is ready; reset the emulator and remove
+        the devices, chunks and deliveries of earlier tests."""
         stack = self.stack
         for name in [n for n in stack.processes if n not in self._services and n not in self.STORES]:
             stack.processes.pop(name).terminate(timeout_s=15)
@@ -126,6 +131,10 @@ class Fleet:
             emulator.reset()
         finally:
             emulator.close()
+        with MongoClient(stack.config.mongodb_url) as client:  # on nx-27017 every audience
+            db = client[stack.config.database]                # query scans all devices
+            for collection in self.LEFT_BEHIND:
+                db[collection].delete_many({})
 
     def audience(self, population: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
                                                                    dict[str, Any]]:
@@ -151,9 +160,13 @@ class Fleet:
             return False
 
 
-@pytest.fixture(scope="module")
-def fleet(module_stack: Stack) -> Fleet:
-    return Fleet(module_stack, senders=2)
+@pytest.fixture(scope="session")
+def fleet(mongodb_port: int, tmp_path_factory: pytest.TempPathFactory,
+          stack_brokers: VhostPool) -> Iterator[Fleet]:
+    """One fleet for every module that runs the default one (see ``Fleet``)."""
+    with private_stack(tmp_path_factory.mktemp("fleet"), mongodb_port=mongodb_port,
+                       pool=stack_brokers, extra_env=dict(E2E_ENV)) as running:
+        yield Fleet(running, senders=2)
 
 
 @pytest.fixture

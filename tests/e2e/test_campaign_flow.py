@@ -1,22 +1,30 @@
-"""Issue 2's proof: api, dispatcher and two senders as separate processes, 6,000 devices, and
-the FCM emulator's own record as the judge."""
+"""Issue 2's proof: api, dispatcher and two senders as separate processes (the session's
+shared fleet), 6,000 devices, and the FCM emulator's own record as the judge."""
 
 from __future__ import annotations
 
+import pytest
+
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
+from tests.e2e.conftest import Fleet
 from tests.e2e.harness import Api, accepted, dead, devices, requests_per_token
 
 
+@pytest.fixture
+def stack(shared_stack: Stack) -> Stack:
+    return shared_stack
+
+
 def test_every_targeted_device_gets_exactly_one_message_and_the_audit_agrees(
-        stack: Stack, api: Api, emulator: EmulatorClient) -> None:
-    stack.start(senders=2, schedulers=0)
-    population = devices(6_000)
+        stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
+    population, audience = fleet.audience(devices(6_000))
     api.import_devices(population)
     targeted = {d["token"] for d in population if d["push_enabled"]}
     refused = {t for t in targeted if dead(t)}
 
-    campaign_id = api.create_campaign(data={"landingUrl": "https://example.com/live"})
+    campaign_id = api.create_campaign(data={"landingUrl": "https://example.com/live"},
+                                      audience=audience)
     campaign = api.wait_finished(campaign_id)
 
     per_token = requests_per_token(emulator)
@@ -32,14 +40,13 @@ def test_every_targeted_device_gets_exactly_one_message_and_the_audit_agrees(
     assert errors == {"UNREGISTERED", "INVALID_ARGUMENT"}
 
 
-def test_tokens_fcm_refused_are_never_targeted_again(stack: Stack, api: Api,
+def test_tokens_fcm_refused_are_never_targeted_again(stack: Stack, fleet: Fleet, api: Api,
                                                      emulator: EmulatorClient) -> None:
-    stack.start(senders=1, schedulers=0)
-    population = devices(2_000)
+    population, audience = fleet.audience(devices(2_000))
     api.import_devices(population)
-    first = api.wait_finished(api.create_campaign())
+    first = api.wait_finished(api.create_campaign(audience=audience))
     emulator.reset()
-    second_id = api.create_campaign()
+    second_id = api.create_campaign(audience=audience)
     second = api.wait_finished(second_id)
     live = {d["token"] for d in population if d["push_enabled"] and not dead(d["token"])}
     assert first["counts"]["failed"] > 0

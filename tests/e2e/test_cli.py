@@ -8,9 +8,11 @@ import subprocess
 import sys
 
 import orjson
+import pytest
 
 from devstack.stack import REPO, Stack
 from fcm_emulator.client import EmulatorClient
+from tests.e2e.conftest import Fleet
 from tests.e2e.harness import Api, reachable_devices
 from tests.support import wait_for
 
@@ -25,6 +27,11 @@ def herald(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "HERALD_API_KEY": stack.config.api_key})
 
 
+@pytest.fixture
+def stack(shared_stack: Stack) -> Stack:
+    return shared_stack
+
+
 def _progress(line: str) -> tuple[str, int] | None:
     """(status, sent) of one of watch's progress lines (not a terminal: a line per change)."""
     words = line.split()
@@ -32,14 +39,15 @@ def _progress(line: str) -> tuple[str, int] | None:
 
 
 def test_watch_follows_a_campaign_to_its_end_over_server_sent_events(
-        stack: Stack, api: Api, emulator: EmulatorClient) -> None:
-    stack.start(senders=1, schedulers=0)
-    api.import_devices(reachable_devices(2_000))
+        stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
+    population, audience = fleet.audience(reachable_devices(2_000))
+    api.import_devices(population)
     emulator.configure(latency_ms=100)  # four chunks, each a few round trips: progress to see
-    estimated = herald(stack, "audiences", "estimate", "--filter", '{"push_enabled": true}')
+    estimated = herald(stack, "audiences", "estimate", "--filter",
+                       orjson.dumps({**audience, "push_enabled": True}).decode())
     assert estimated.returncode == 0, estimated.stderr
     assert estimated.stdout.split() == ["2000", "devices"]
-    campaign_id = api.create_campaign()
+    campaign_id = api.create_campaign(audience=audience)
     watched = herald(stack, "campaigns", "watch", campaign_id)
     assert watched.returncode == 0, watched.stderr
     lines = watched.stdout.strip().splitlines()
@@ -53,12 +61,12 @@ def test_watch_follows_a_campaign_to_its_end_over_server_sent_events(
     assert gone.returncode == 1 and "campaign_not_found" in gone.stderr
 
 
-def test_cancel_audit_and_retarget_from_the_command_line(stack: Stack, api: Api,
+def test_cancel_audit_and_retarget_from_the_command_line(stack: Stack, fleet: Fleet, api: Api,
                                                          emulator: EmulatorClient) -> None:
-    stack.start(senders=2, schedulers=0)
-    api.import_devices(reachable_devices(6_000))
+    population, audience = fleet.audience(reachable_devices(6_000))
+    api.import_devices(population)
     emulator.configure(latency_ms=50)
-    campaign_id = api.create_campaign()
+    campaign_id = api.create_campaign(audience=audience)
     wait_for(lambda: api.campaign(campaign_id)["counts"]["sent"] >= 500, 60, "sending")
     cancelled = herald(stack, "campaigns", "cancel", campaign_id, "--reason", "broken link",
                        "--by", "lead")

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from typer.testing import CliRunner
 
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient, Received
 from herald import cli
+from tests.e2e.conftest import Fleet
 from tests.e2e.harness import Api, accepted, reachable_devices
 from tests.support import wait_for
 
@@ -27,10 +29,17 @@ def _sending(api: Api, campaign_id: str, at_least: int) -> bool:
     return bool(campaign["status"] == "in_progress" and campaign["counts"]["sent"] >= at_least)
 
 
-def _cancelled_mid_flight(stack: Stack, api: Api, emulator: EmulatorClient) -> str:
-    api.import_devices(reachable_devices(POPULATION))
+@pytest.fixture
+def stack(shared_stack: Stack) -> Stack:
+    return shared_stack
+
+
+def _cancelled_mid_flight(fleet: Fleet, api: Api, emulator: EmulatorClient) -> str:
+    population, audience = fleet.audience(reachable_devices(POPULATION))
+    api.import_devices(population)
     emulator.configure(latency_ms=SLOW_FCM_MS)
-    campaign_id = api.create_campaign(data={"landingUrl": "https://example.com/broken"})
+    campaign_id = api.create_campaign(data={"landingUrl": "https://example.com/broken"},
+                                      audience=audience)
     wait_for(lambda: _sending(api, campaign_id, 2_000), 60, "the campaign to be sending")
     assert api.http.post(f"/v1/campaigns/{campaign_id}/cancel").status_code == 202
     api.wait_until(campaign_id, {"cancelled"}, timeout_s=15)
@@ -54,9 +63,8 @@ def _replacement(received: Received) -> tuple[str | None, ...]:
 
 
 def test_correct_after_a_cancel_leaves_everyone_one_corrected_notification(
-        stack: Stack, api: Api, emulator: EmulatorClient) -> None:
-    stack.start(senders=2, schedulers=0)
-    original_id = _cancelled_mid_flight(stack, api, emulator)
+        stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
+    original_id = _cancelled_mid_flight(fleet, api, emulator)
     original_requests = emulator.received()
     had_original = set(accepted(original_requests))
     emulator.reset()
