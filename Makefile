@@ -49,8 +49,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@bash deploy/local/ensure-services.sh
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet uv  # uv resolves and installs the same versions ~6x faster than pip
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

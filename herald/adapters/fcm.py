@@ -20,11 +20,13 @@ from typing import Any
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from herald.domain.fcm_errors import RETRYABLE, FcmError
 from herald.settings import Settings
 
 FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
+JSON_BODY = {"Content-Type": "application/json"}
 MAX_RETRY_AFTER_S = 3600.0
 _DELAY_SECONDS = re.compile(r"-?\d{1,9}(\.\d+)?")
 
@@ -140,14 +142,16 @@ class FcmClient:
     def __init__(self, session: aiohttp.ClientSession, settings: Settings,
                  tokens: AccessTokens | None) -> None:
         self._session = session
-        self._url = f"{settings.fcm_endpoint}/v1/projects/{settings.fcm_project_id}/messages:send"
+        # Parsed once: aiohttp parses a str URL again on every request.
+        self._url = URL(f"{settings.fcm_endpoint}/v1/projects/{settings.fcm_project_id}"
+                        "/messages:send")
         self._tokens = tokens
         self._timeout = aiohttp.ClientTimeout(total=settings.fcm_timeout_s)
 
     async def send(self, body: bytes) -> SendResult:
-        headers = {"Content-Type": "application/json"}
+        headers = JSON_BODY
         if self._tokens is not None:
-            headers["Authorization"] = await self._tokens.header()
+            headers = {**JSON_BODY, "Authorization": await self._tokens.header()}
         try:
             async with self._session.post(self._url, data=body, headers=headers,
                                           timeout=self._timeout) as response:
@@ -163,10 +167,12 @@ class FcmClient:
 
 
 def open_session(settings: Settings) -> aiohttp.ClientSession:
-    """HTTP session sized for the sender's concurrency (one connection per request in flight)."""
+    """HTTP session sized for the sender's concurrency (one connection per request in flight).
+    FCM sets no cookies: a dummy jar spares every request the cookie filtering."""
     connector = aiohttp.TCPConnector(limit=settings.sender_concurrency, ttl_dns_cache=300,
                                      enable_cleanup_closed=True)
-    return aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode())
+    return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
+                                 json_serialize=lambda o: orjson.dumps(o).decode())
 
 
 def access_tokens(settings: Settings) -> AccessTokens | None:
