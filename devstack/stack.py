@@ -116,8 +116,6 @@ class Stack:
         """``host:port`` of each started service's ``/metrics``, by service."""
         self.api_urls: list[str] = [config.api_url]
         self._logs = config.run_dir / "logs"
-        self._apis: dict[str, int] = {}
-        """The port of each api replica started, by process name."""
 
     def start_mongodb(self) -> ManagedProcess:
         """nx-27017 on its own SQLite directory, PID file and log (it refuses to share them),
@@ -150,12 +148,11 @@ class Stack:
                    "the FCM emulator", process=process)
         return process
 
-    def start_service(self, service: str, name: str | None = None, *, wait: bool = True,
+    def start_service(self, service: str, name: str | None = None,
                       **env: str) -> ManagedProcess:
-        """Start one service; the api is waited for until ready (unless ``wait`` is False:
-        ``wait_for_apis`` then), the others are not. Its metrics endpoint is recorded in
-        ``metrics_targets`` (a worker's only when its ``HERALD_METRICS_PORT`` is given: 0 picks
-        a port nobody is told)."""
+        """Start one service; the api is waited for until ready, the others until healthy.
+        Its metrics endpoint is recorded in ``metrics_targets`` (a worker's only when its
+        ``HERALD_METRICS_PORT`` is given: 0 picks a port nobody is told)."""
         name = name or service
         overrides = {"HERALD_METRICS_PORT": "0", **env}
         if service == "api":
@@ -166,9 +163,8 @@ class Stack:
                               self.config.service_env(**overrides))
         if service == "api":
             port = int(overrides.get("HERALD_API_PORT", self.config.api_port))
-            self._apis[process.name] = port
-            if wait:
-                self.wait_for_apis([process.name])
+            wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), 60, "the api",
+                       process=process)
             self.metrics_targets.setdefault(service, []).append(f"127.0.0.1:{port}")
         elif overrides["HERALD_METRICS_PORT"] != "0":
             self.metrics_targets.setdefault(service, []).append(
@@ -183,31 +179,22 @@ class Stack:
         if self.config.start_mongodb:
             self.start_mongodb()
         self.start_emulator()
-        self.start_apis(apis, wait=False)  # all of them start at once: about 2 s less
+        self.start_apis(apis)
         for service, count in (("dispatcher", dispatchers), ("sender", senders),
                                ("scheduler", schedulers)):
             for index in range(1, count + 1):
                 self.start_service(service, replica_name(service, index),
                                    HERALD_METRICS_PORT=str(free_port()))
-        self.wait_for_apis()
         self.wait_for_pods({"dispatcher": dispatchers, "sender": senders,
                             "scheduler": schedulers})
 
-    def start_apis(self, count: int, *, wait: bool = True) -> None:
+    def start_apis(self, count: int) -> None:
         """``count`` api replicas: ``api`` on the configured port, ``api-2``... on free ones."""
-        self.start_service("api", wait=wait)
+        self.start_service("api")
         for index in range(2, count + 1):
             port = free_port()
-            self.start_service("api", f"api-{index}", wait=wait, HERALD_API_PORT=str(port))
+            self.start_service("api", f"api-{index}", HERALD_API_PORT=str(port))
             self.api_urls.append(f"http://127.0.0.1:{port}")
-
-    def wait_for_apis(self, names: list[str] | None = None, timeout_s: float = 60) -> None:
-        """Wait until the api replicas ``names`` (by default every one started) answer
-        ``/readyz``."""
-        for name in names or list(self._apis):
-            port, process = self._apis[name], self.processes[name]
-            wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"),  # noqa: B023
-                       timeout_s, f"the api ({name})", process=process)
 
     def wait_for_pods(self, expected: dict[str, int], timeout_s: float = 60) -> None:
         """Wait until the api lists at least ``expected`` live pods per service."""
