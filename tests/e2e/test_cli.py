@@ -63,7 +63,8 @@ def test_watch_follows_a_campaign_to_its_end_over_server_sent_events(
 
 def test_cancel_audit_and_retarget_from_the_command_line(stack: Stack, fleet: Fleet, api: Api,
                                                          emulator: EmulatorClient) -> None:
-    population, audience = fleet.audience(reachable_devices(6_000))
+    # 10,000: at 6,000 the campaign sometimes finished in the ~2 s the command takes to start
+    population, audience = fleet.audience(reachable_devices(10_000))
     api.import_devices(population)
     emulator.configure(latency_ms=50)
     campaign_id = api.create_campaign(audience=audience)
