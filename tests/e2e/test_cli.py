@@ -42,12 +42,14 @@ def test_watch_follows_a_campaign_to_its_end_over_server_sent_events(
         stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
     population, audience = fleet.audience(reachable_devices(2_000))
     api.import_devices(population)
-    emulator.configure(latency_ms=100)  # four chunks, each a few round trips: progress to see
+    emulator.configure(latency_ms=100)
     estimated = herald(stack, "audiences", "estimate", "--filter",
                        orjson.dumps({**audience, "push_enabled": True}).decode())
     assert estimated.returncode == 0, estimated.stderr
     assert estimated.stdout.split() == ["2000", "devices"]
-    campaign_id = api.create_campaign(audience=audience)
+    # At most 500/s: 4 s of sending however fast the machine is, so that the watcher (a new
+    # Python process, 1-3 s to start) sees progress before the end.
+    campaign_id = api.create_campaign(audience=audience, rate_per_s=500)
     watched = herald(stack, "campaigns", "watch", campaign_id)
     assert watched.returncode == 0, watched.stderr
     lines = watched.stdout.strip().splitlines()
