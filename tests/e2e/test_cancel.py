@@ -28,8 +28,8 @@ CANCEL_DEADLINE_S = 0.250
 """Issue 3's deadline: no FCM request starts later than this after the cancel call returned."""
 SLACK_S = 0.150
 """A loose floor on top of it for a loaded 2-core CI machine: measured 262-365 ms in a few runs while
-the machine ran pure Python about 3x slower than usual; ``bench.cancel_latency`` measures the real
-figure (p99 143 ms quiet). Seed 000's flag-only path, which this must catch, stops at median
+the same tests took twice as long as earlier the same evening; ``bench.cancel_latency`` measures
+the real figure (p99 143 ms quiet). Seed 000's flag-only path, which this must catch, stops at median
 408 ms, p99 668 ms."""
 SLOW_FCM_MS = 50
 BATCH_SIZE = Settings.model_fields["sender_batch_size"].default
