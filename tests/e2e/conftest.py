@@ -5,7 +5,7 @@ Starting a stack costs about 10 s on 2 cores (five Python processes importing th
 then stopping them). The tests that run the default fleet (api, dispatcher, two senders)
 share one for the whole session instead (``shared_stack``): each of their tests gets it put back
 as it was (``Fleet.heal``: what a test killed is restarted, what it added is stopped) and works on
-devices of its own (``Fleet.audience``), so tests never see each other's campaigns."""
+devices of its own (``Fleet.import_own``), so tests never see each other's campaigns."""
 
 from __future__ import annotations
 
@@ -136,13 +136,15 @@ class Fleet:
             for collection in self.LEFT_BEHIND:
                 db[collection].delete_many({})
 
-    def audience(self, population: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
-                                                                   dict[str, Any]]:
+    def import_own(self, api: Api, population: list[dict[str, Any]]
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """``population`` made the test's own (a topic and a token suffix no other test uses;
-        the emulator reads a token's prefix), and the audience that selects exactly it."""
+        the emulator reads a token's prefix) and imported; it and the audience that selects
+        exactly it."""
         topic = f"t{next(self._tags)}"
         own = [{**device, "token": f"{device['token']}-{topic}", "topics": [topic]}
                for device in population]
+        api.import_devices(own)
         return own, {"topics": [topic]}
 
     def _live_pids(self) -> set[int]:

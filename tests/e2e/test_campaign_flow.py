@@ -18,8 +18,7 @@ def stack(shared_stack: Stack) -> Stack:
 
 def test_every_targeted_device_gets_exactly_one_message_and_the_audit_agrees(
         stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
-    population, audience = fleet.audience(devices(6_000))
-    api.import_devices(population)
+    population, audience = fleet.import_own(api, devices(6_000))
     targeted = {d["token"] for d in population if d["push_enabled"]}
     refused = {t for t in targeted if dead(t)}
 
@@ -42,8 +41,7 @@ def test_every_targeted_device_gets_exactly_one_message_and_the_audit_agrees(
 
 def test_tokens_fcm_refused_are_never_targeted_again(stack: Stack, fleet: Fleet, api: Api,
                                                      emulator: EmulatorClient) -> None:
-    population, audience = fleet.audience(devices(2_000))
-    api.import_devices(population)
+    population, audience = fleet.import_own(api, devices(2_000))
     first = api.wait_finished(api.create_campaign(audience=audience))
     emulator.reset()
     second_id = api.create_campaign(audience=audience)

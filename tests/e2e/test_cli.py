@@ -40,8 +40,7 @@ def _progress(line: str) -> tuple[str, int] | None:
 
 def test_watch_follows_a_campaign_to_its_end_over_server_sent_events(
         stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
-    population, audience = fleet.audience(reachable_devices(2_000))
-    api.import_devices(population)
+    _, audience = fleet.import_own(api, reachable_devices(2_000))
     emulator.configure(latency_ms=100)
     estimated = herald(stack, "audiences", "estimate", "--filter",
                        orjson.dumps({**audience, "push_enabled": True}).decode())
@@ -66,8 +65,7 @@ def test_watch_follows_a_campaign_to_its_end_over_server_sent_events(
 def test_cancel_audit_and_retarget_from_the_command_line(stack: Stack, fleet: Fleet, api: Api,
                                                          emulator: EmulatorClient) -> None:
     # 10,000: at 6,000 the campaign sometimes finished in the ~2 s the command takes to start
-    population, audience = fleet.audience(reachable_devices(10_000))
-    api.import_devices(population)
+    _, audience = fleet.import_own(api, reachable_devices(10_000))
     emulator.configure(latency_ms=50)
     campaign_id = api.create_campaign(audience=audience)
     wait_for(lambda: api.campaign(campaign_id)["counts"]["sent"] >= 500, 60, "sending")

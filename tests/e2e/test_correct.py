@@ -35,8 +35,7 @@ def stack(shared_stack: Stack) -> Stack:
 
 
 def _cancelled_mid_flight(fleet: Fleet, api: Api, emulator: EmulatorClient) -> str:
-    population, audience = fleet.audience(reachable_devices(POPULATION))
-    api.import_devices(population)
+    _, audience = fleet.import_own(api, reachable_devices(POPULATION))
     emulator.configure(latency_ms=SLOW_FCM_MS)
     campaign_id = api.create_campaign(data={"landingUrl": "https://example.com/broken"},
                                       audience=audience)

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from typing import Any
 
 import httpx
 import pytest
@@ -34,18 +33,11 @@ def stack(shared_stack: Stack) -> Stack:
     return shared_stack
 
 
-def _own(fleet: Fleet, api: Api, count: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """``count`` devices of this test's own, imported; and the audience that selects them."""
-    population, audience = fleet.audience(reachable_devices(count))
-    api.import_devices(population)
-    return population, audience
-
-
 def _campaign_under_way(fleet: Fleet, api: Api, emulator: EmulatorClient, *,
                         chunk_size: int = 500) -> tuple[str, set[str]]:
     """A 10,000-device campaign, well under way (2,000 sent, up to 4,000 more in the senders'
     hands, the rest still queued)."""
-    population, audience = _own(fleet, api, POPULATION)
+    population, audience = fleet.import_own(api, reachable_devices(POPULATION))
     emulator.configure(latency_ms=SLOW_FCM_MS)
     campaign_id = api.create_campaign(chunk_size=chunk_size, audience=audience)
     wait_for(lambda: api.campaign(campaign_id)["counts"]["sent"] >= 2_000, 60, "sending")
@@ -87,7 +79,7 @@ def test_sigterm_stops_a_sender_gracefully_with_no_loss_and_no_duplicate(
 
 def test_kill_9_of_the_dispatcher_mid_paging_then_a_new_one_finishes_each_device_once(
         stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
-    population, audience = _own(fleet, api, 6_000)
+    population, audience = fleet.import_own(api, reachable_devices(6_000))
     campaign_id = api.create_campaign(chunk_size=10, audience=audience)
     wait_for(lambda: api.campaign(campaign_id)["counts"]["targeted"] >= 500, 60, "paging")
     stack.processes["dispatcher"].kill()
