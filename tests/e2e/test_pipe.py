@@ -75,10 +75,6 @@ def steady_rate_per_s(received: list[Received]) -> float:
     return (len(times) * 8 // 10) / (high - low)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 12 not done: in this stack one sender reached 2,350/s of the 5,120/s bound on a quiet "
-    "machine (878-1,230/s at load average 2-5), whatever HERALD_SENDER_BATCH_SIZE; the window alone "
-    "is not the limit (see README known gaps). strict: remove this mark once the floor holds"))
 def test_one_sender_keeps_its_connections_busy_at_a_50_ms_round_trip(
         pipe_stack: Stack, pipe_api: Api, pipe_emulator: EmulatorClient) -> None:
     population = platform_devices(THROUGHPUT_DEVICES, "android")
