@@ -18,6 +18,7 @@ from bench.common import cpu_busy_s, process_cpu_s
 from bench.transport.profiling import profiled
 from bench.transport.records import BenchError, Measurement, Plan
 from bench.transport.rows import ROWS, Row
+from herald.runtime.heap import settle_heap
 
 CHILD_SLACK_S = 120.0
 """Time a row's process may take beyond warm-up plus the timed window (start-up, a slow last batch)."""
@@ -65,6 +66,7 @@ def child_main(plan: Plan, conn: Connection) -> None:
 async def measure(row: Row, plan: Plan) -> Measurement:
     """Warm up (connections, the SDK's lazy service, caches), then time a fixed window."""
     transport = row.open(plan)
+    settle_heap()  # the collector's settings of a Herald pod, for every row alike
     try:
         warm = await transport.run(time.perf_counter() + plan.warmup_s)
         before = Sample.take(plan)

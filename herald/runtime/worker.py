@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -22,6 +21,7 @@ from herald.adapters import rabbit
 from herald.observability import setup_logging
 from herald.runtime.cancel_listener import CancelListener
 from herald.runtime.health import serve_health_and_metrics
+from herald.runtime.heap import settle_heap
 from herald.runtime.heartbeat import Heartbeat
 from herald.runtime.identity import PodIdentity
 from herald.runtime.resources import Resources
@@ -138,11 +138,7 @@ async def _run(service: str, settings: Settings, default_metrics_port: int,
     worker = compose(parts)
     port = settings.metrics_port if settings.metrics_port is not None else default_metrics_port
     runner, parts.heartbeat.metrics_port = await serve_health_and_metrics(parts.identity.id, port)
-    # Everything imported and built so far lives as long as the process: moved out of the
-    # collector's reach, so that a full collection scans only what came after (on this machine
-    # type a full collection of a fresh worker's ~100,000 objects stalls the loop ~70 ms, which
-    # is time a sender goes on starting requests for a campaign that was just cancelled).
-    gc.freeze()
+    settle_heap()
     await start(parts)
     await worker.start()
     log.info("%s ready: pod %s, metrics on :%s", service, parts.identity.id,
