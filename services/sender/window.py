@@ -10,7 +10,8 @@ Two bounds hold at every moment, for the whole pod:
 - at most ``unrecorded`` requests are *started and not yet recorded* (``HERALD_SENDER_BATCH_SIZE``):
   a request takes a permit before it starts and gives it back only once its outcome is written to
   MongoDB (or it ended without one: cancelled before it started). A request on the wire, one
-  answered and waiting for its group, and one whose group is being written all hold a permit.
+  answered and waiting for its group, one whose group is being written and one pushed back by
+  FCM and waiting for its retry all hold a permit.
   Those are exactly the recipients a ``kill -9`` can leave sent but unrecorded, so the next
   delivery of their chunks sends at most one batch twice, across all the chunks this pod held.
 With 256 connections and batches of 500, 256 requests can be on the wire while up to 244
@@ -27,8 +28,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from herald.adapters.fcm import FcmClient, SendResult
 from herald.adapters.rate_limit import TokenBucket
@@ -123,17 +126,41 @@ class _Delivery:
     groups: OutcomeGroups
     tokens: int = 0
     failure: BaseException | None = None
+    in_window: int = 0
+    """Admitted targets not finished yet: queued, on the wire, or waiting to be retried."""
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def enter(self) -> None:
+        self.in_window += 1
+        self.settled.clear()
+
+    def leave(self) -> None:
+        self.in_window -= 1
+        if self.in_window == 0:
+            self.settled.set()
 
 
 class SendWindow:
-    """The pod's requests to FCM: a sliding window shared by every chunk being sent."""
+    """The pod's requests to FCM: a sliding window shared by every chunk being sent.
+
+    Admitted targets wait in one queue; up to ``connections`` runners take them in turn, each
+    starting its next request as soon as its previous one is answered (a runner that finds the
+    queue empty ends, and admission starts another). A freed connection so goes straight to the
+    next request, without a task per request parked on a semaphore until a connection frees:
+    measured with FCM faked to answer at once, 6.5 µs of the window's own CPU per request
+    against 7.9-8.0 µs for a task per request; with the emulator 50 ms away
+    (``bench.transport``, alternating runs) 0.075-0.078 CPU-ms per message against 0.083-0.098,
+    the bare client 0.064-0.072.
+    """
 
     def __init__(self, fcm: FcmClient, policy: WindowPolicy, project_bucket: TokenBucket) -> None:
         self._fcm = fcm
         self._policy = policy
-        self._slots = asyncio.Semaphore(policy.connections)
         self._unrecorded = asyncio.Semaphore(policy.unrecorded)
         self._project_bucket = project_bucket
+        self._queue: deque[tuple[_Delivery, Target, int]] = deque()
+        self._runners = 0
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def send(self, template: MessageTemplate, targets: Iterable[Target], *,
                    may_start: MayStart, cancelled: asyncio.Event,
@@ -147,25 +174,24 @@ class SendWindow:
         groups = OutcomeGroups(record, self._unrecorded, self._policy.group_size,
                                self._policy.group_wait_s)
         delivery = _Delivery(template, cancelled, campaign_bucket, groups)
-        requests: set[asyncio.Task[None]] = set()
         try:
-            await self._admit(delivery, targets, may_start, requests)
+            await self._admit(delivery, targets, may_start)
         finally:
-            await asyncio.gather(*requests, return_exceptions=True)
+            if delivery.in_window:
+                await delivery.settled.wait()
             await groups.drain()
         if delivery.failure is not None:
             raise delivery.failure
 
-    async def _admit(self, delivery: _Delivery, targets: Iterable[Target], may_start: MayStart,
-                     requests: set[asyncio.Task[None]]) -> None:
+    async def _admit(self, delivery: _Delivery, targets: Iterable[Target],
+                     may_start: MayStart) -> None:
         for target in targets:
             await self._unrecorded.acquire()
             if not await self._may_continue(delivery, may_start):
                 self._unrecorded.release()
                 return
-            task = asyncio.create_task(self._request(delivery, target))
-            requests.add(task)
-            task.add_done_callback(requests.discard)
+            delivery.enter()
+            self._enqueue(delivery, target, 0)
 
     async def _may_continue(self, delivery: _Delivery, may_start: MayStart) -> bool:
         if delivery.failure or delivery.groups.failure or delivery.cancelled.is_set():
@@ -184,44 +210,66 @@ class SendWindow:
             count = await delivery.campaign_bucket.take(count, delivery.cancelled)
         return await self._project_bucket.take(count, delivery.cancelled) if count else 0
 
-    async def _request(self, delivery: _Delivery, target: Target) -> None:
-        """One recipient: send, retry on push-back, hand the outcome to its group."""
-        recorded = False
+    def _enqueue(self, delivery: _Delivery, target: Target, attempt: int) -> None:
+        self._queue.append((delivery, target, attempt))
+        if self._runners < self._policy.connections:
+            self._runners += 1
+            self._spawn(self._run())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self) -> None:
+        """One connection's worth of requests, back to back, while any are queued."""
         try:
-            outcome = await self._attempts(delivery, target)
-            if outcome is not None:
-                delivery.groups.add(outcome)  # the group releases the permit once written
-                recorded = True
+            while self._queue:
+                delivery, target, attempt = self._queue.popleft()
+                await self._request(delivery, target, attempt)
+        finally:
+            self._runners -= 1
+
+    async def _request(self, delivery: _Delivery, target: Target, attempt: int) -> None:
+        """One request for one target: its outcome to its group (which gives the permit back
+        once written), or a retry scheduled (which keeps it)."""
+        permit_passed = retrying = False
+        try:
+            if delivery.cancelled.is_set():
+                return  # cancelled before the request started: unsent
+            started = time.perf_counter()
+            result = await self._fcm.send(delivery.template.body_for(target.token))
+            FCM_REQUEST_SECONDS.observe(time.perf_counter() - started)
+            if result.retryable and attempt < self._policy.max_retries:
+                FCM_RETRIES.labels(result.error).inc()
+                self._spawn(self._retry_later(delivery, target, attempt, result))
+                permit_passed = retrying = True
+                return
+            delivery.groups.add(Outcome(target, result.error))
+            permit_passed = True
         except Exception as exc:
             delivery.failure = delivery.failure or exc
         finally:
-            if not recorded:
+            if not permit_passed:
                 self._unrecorded.release()
+            if not retrying:
+                delivery.leave()
 
-    async def _attempts(self, delivery: _Delivery, target: Target) -> Outcome | None:
-        body = delivery.template.body_for(target.token)
-        max_retries = self._policy.max_retries
-        for attempt in range(max_retries + 1):
-            result = await self._send_once(body, delivery.cancelled)
-            if result is None:
-                return None  # cancelled before the request started: unsent
-            if not result.retryable or attempt == max_retries:
-                return Outcome(target, result.error)
-            FCM_RETRIES.labels(result.error).inc()
+    async def _retry_later(self, delivery: _Delivery, target: Target, attempt: int,
+                           result: SendResult) -> None:
+        """Wait before retrying (a cancel cuts it short), take a token, queue the retry; a
+        cancelled target leaves unsent."""
+        try:
             await self._back_off(attempt, result, delivery)
-        return None  # unreachable: the last attempt returns
-
-    async def _send_once(self, body: bytes, cancelled: asyncio.Event) -> SendResult | None:
-        async with self._slots:
-            if cancelled.is_set():
-                return None
-            started = time.perf_counter()
-            result = await self._fcm.send(body)
-            FCM_REQUEST_SECONDS.observe(time.perf_counter() - started)
-            return result
+        except Exception as exc:
+            delivery.failure = delivery.failure or exc
+        if delivery.cancelled.is_set() or delivery.failure is not None:
+            self._unrecorded.release()
+            delivery.leave()
+            return
+        self._enqueue(delivery, target, attempt + 1)
 
     async def _back_off(self, attempt: int, result: SendResult, delivery: _Delivery) -> None:
-        """Wait before retrying (a cancel cuts it short), then take a token for the retry."""
         if result.retry_after_s:
             await self._project_bucket.penalize(result.retry_after_s)
         with contextlib.suppress(TimeoutError):

@@ -191,3 +191,30 @@ async def test_push_back_is_retried_and_the_last_answer_recorded() -> None:
     await answer_all(fcm, start(sender, targets("a", 2), records))
     assert sorted(fcm.sent) == ["a-0", "a-0", "a-1"]
     assert sorted(records.written) == ["a-0", "a-1"]
+
+
+async def test_a_cancel_during_a_retrys_back_off_leaves_the_target_unsent_and_frees_its_permit(
+        ) -> None:
+    answers = {"a-0": [SendResult(FcmError.UNAVAILABLE, retry_after_s=30.0)]}
+
+    def answer(token: str) -> SendResult:
+        queued = answers.get(token)
+        return queued.pop(0) if queued else SendResult(None)
+
+    fcm, records = HeldFcm(answer), Records()
+    cancelled = asyncio.Event()
+    sender = window(fcm, connections=2, unrecorded=2, max_retries=3)
+    task = start(sender, targets("a", 2), records, cancelled)
+    await until(lambda: len(fcm.on_wire) == 2)
+    fcm.release(2)  # a-0 is pushed back for 30 s, a-1 is sent
+    await until(lambda: records.written == ["a-1"])
+    cancelled.set()
+    await asyncio.wait_for(task, 1.0)  # the back-off is cut short
+    assert fcm.sent == ["a-0", "a-1"] and records.written == ["a-1"]
+    healthy = Records()
+    healthy.gate.clear()
+    second = start(sender, targets("b", 4), healthy)
+    await until(lambda: len(fcm.on_wire) == 2, timeout_s=1.0)  # both permits came back
+    healthy.gate.set()
+    await answer_all(fcm, second)
+    assert sorted(healthy.written) == ["b-0", "b-1", "b-2", "b-3"]
