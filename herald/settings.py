@@ -102,6 +102,7 @@ class Settings(BaseSettings):
     dispatch_max_queued_chunks: PositiveInt = 64
 
     # Coordination.
+    start_timeout_s: PositiveFloat = 60.0
     grace_period_s: PositiveFloat = 20.0
     lease_s: PositiveFloat = 15.0
     heartbeat_interval_s: PositiveFloat = 2.0

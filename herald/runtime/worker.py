@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import uvloop
 
@@ -89,11 +91,38 @@ def build_parts(service: str, settings: Settings, *, acknowledges_cancels: bool)
                     heartbeat)
 
 
+class StartTimedOut(Exception):
+    """The pod did not connect and announce itself within ``HERALD_START_TIMEOUT_S``."""
+
+
 async def start(parts: PodParts) -> None:
-    """Connect, consume, then announce the pod."""
-    await parts.resources.startup()
-    await parts.heartbeat.beat()
+    """Connect, consume, then announce the pod.
+
+    Bounded by ``HERALD_START_TIMEOUT_S``: a broker that accepts the connection and never
+    answers (or a declaration that never returns) would otherwise leave a process alive, never
+    ready and never restarted. Past the bound it raises ``StartTimedOut``, and the process exits
+    for its supervisor to start it again.
+    """
+    timeout_s = parts.settings.start_timeout_s
+    try:
+        async with asyncio.timeout(timeout_s):
+            await parts.resources.startup()
+            await parts.heartbeat.beat()
+    except TimeoutError:
+        raise StartTimedOut(f"not started within HERALD_START_TIMEOUT_S ({timeout_s:g} s): "
+                            "RabbitMQ, MongoDB or Redis did not answer") from None
     parts.background.spawn(parts.heartbeat.run(), "heartbeat")
+
+
+def exit_unstarted(service: str, failure: StartTimedOut) -> NoReturn:
+    """Leave a process that could not start, with one log line and exit status 1.
+
+    Not through the event loop's shutdown: aio-pika's reconnect loop answers a cancel by
+    scheduling its next attempt, and the loop would wait for it forever.
+    """
+    log.error("%s exiting: %s", service, failure)
+    logging.shutdown()
+    os._exit(1)
 
 
 async def stop(parts: PodParts) -> None:
@@ -139,7 +168,10 @@ async def _run(service: str, settings: Settings, default_metrics_port: int,
     port = settings.metrics_port if settings.metrics_port is not None else default_metrics_port
     runner, parts.heartbeat.metrics_port = await serve_health_and_metrics(parts.identity.id, port)
     settle_heap()
-    await start(parts)
+    try:
+        await start(parts)
+    except StartTimedOut as exc:
+        exit_unstarted(service, exc)
     await worker.start()
     log.info("%s ready: pod %s, metrics on :%s", service, parts.identity.id,
              parts.heartbeat.metrics_port)

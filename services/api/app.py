@@ -17,7 +17,7 @@ from herald.clock import utcnow
 from herald.observability import CANCEL_FLAGS, PODS_LIVE
 from herald.runtime.identity import VERSION
 from herald.runtime.resources import Resources
-from herald.runtime.worker import PodParts, running_pod
+from herald.runtime.worker import PodParts, StartTimedOut, exit_unstarted, running_pod
 from herald.service_layer.access import Authenticator, OperatorLog, ensure_bootstrap_key
 from herald.service_layer.campaigns import CampaignCreator
 from herald.settings import Settings
@@ -44,14 +44,17 @@ SERVICES = ("api", "dispatcher", "sender", "scheduler")
 def create_app(settings: Settings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with running_pod("api", settings, acknowledges_cancels=False) as (parts, _):
-            if settings.bootstrap_api_key is not None:
-                await ensure_bootstrap_key(parts.resources.stores.api_keys,
-                                           settings.bootstrap_api_key.get_secret_value())
-            app.state.services = _services(parts)
-            parts.background.spawn(_refresh_gauges(parts), "gauges")
-            log.info("api ready: pod %s on :%d", parts.identity.id, settings.api_port)
-            yield
+        try:
+            async with running_pod("api", settings, acknowledges_cancels=False) as (parts, _):
+                if settings.bootstrap_api_key is not None:
+                    await ensure_bootstrap_key(parts.resources.stores.api_keys,
+                                               settings.bootstrap_api_key.get_secret_value())
+                app.state.services = _services(parts)
+                parts.background.spawn(_refresh_gauges(parts), "gauges")
+                log.info("api ready: pod %s on :%d", parts.identity.id, settings.api_port)
+                yield
+        except StartTimedOut as failure:  # raised by the pod's start only, before the yield
+            exit_unstarted("api", failure)
 
     app = FastAPI(title="Herald", version=VERSION, lifespan=lifespan,
                   summary="Mass push-notification campaigns through FCM, stoppable mid-flight.",
