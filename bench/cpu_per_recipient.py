@@ -135,5 +135,6 @@ def main() -> None:
 def _ratio(herald: dict[str, float], baseline: dict[str, float]) -> float:
     return herald["cpu_ms_per_recipient"] / baseline["cpu_ms_per_recipient"]
 
+
 if __name__ == "__main__":
     main()
