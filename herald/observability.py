@@ -20,6 +20,10 @@ FCM_REQUEST_SECONDS = Histogram("herald_fcm_request_seconds", "Duration of one F
                                 buckets=LATENCY_BUCKETS_S)
 FCM_RETRIES = Counter("herald_fcm_retries_total", "FCM requests retried after push-back",
                       ["error"])
+FCM_ERRORS = Counter(
+    "herald_fcm_errors_total",
+    "FCM answers other than success, by the code Herald records (herald/domain/fcm_errors.py); "
+    "TIMEOUT: no answer in time, the message may have been delivered", ["code"])
 CHUNKS = Counter("herald_chunks_total", "Chunks finished by senders, by final status", ["status"])
 CHUNKS_DEFERRED = Counter("herald_chunks_deferred_total",
                           "Chunk deliveries handed back: another live sender holds that chunk")
@@ -34,6 +38,10 @@ RATE_LIMIT_WAIT_SECONDS = Counter("herald_rate_limit_wait_seconds_total",
 # --- campaigns -------------------------------------------------------------------------------------
 CAMPAIGNS_FINISHED = Counter("herald_campaigns_finished_total", "Campaigns reaching a final status",
                              ["status"])
+CAMPAIGNS_STOPPED = Counter(
+    "herald_campaigns_stopped_total",
+    "Campaigns a sender stopped because FCM refused them as misconfigured (payload, permission, "
+    "credentials, project), by the code Herald recorded; counted by the pod that stopped it", ["code"])
 
 # --- cancellation: how fast it takes effect, how much went out first, flags, strays ----------
 CANCEL_LATENCY_SECONDS = Histogram(

@@ -29,7 +29,7 @@ _STILL_COUNTING = sorted(status.value for status in Status if status not in TERM
 
 def _counts(counts: Counts) -> Document:
     return {"counts.targeted": counts.targeted, "counts.sent": counts.sent,
-            "counts.failed": counts.failed}
+            "counts.failed": counts.failed, "counts.maybe_delivered": counts.maybe_delivered}
 
 
 class CampaignStore:
@@ -103,10 +103,14 @@ class CampaignStore:
         return await self.transition(campaign_id, Transition.BEGIN_CANCEL, record.requested_at,
                                      also_set={"cancel": asdict(record)})
 
-    async def confirm_cancel(self, campaign_id: str, counts: Counts,
-                             now: datetime) -> Campaign | None:
-        return await self.transition(campaign_id, Transition.CONFIRM_CANCEL, now, also_set={
-            **_counts(counts), "cancel.acknowledged_at": now, "finished_at": now})
+    async def confirm_cancel(self, campaign_id: str, counts: Counts, now: datetime,
+                             error: str | None = None) -> Campaign | None:
+        """``cancelling → cancelled`` with final counts; ``→ failed`` with ``error`` for a
+        campaign Herald stopped itself (``CancelRecord.fails_with``)."""
+        transition = Transition.CONFIRM_CANCEL if error is None else Transition.CONFIRM_STOP
+        return await self.transition(campaign_id, transition, now, also_set={
+            **_counts(counts), "cancel.acknowledged_at": now, "finished_at": now,
+            **({"error": error} if error is not None else {})})
 
     # --- creation and edits ----------------------------------------------------------------------
     async def insert_run(self, campaign: Campaign) -> Campaign:

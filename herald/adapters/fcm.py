@@ -2,53 +2,77 @@
 
 Why not ``firebase_admin.messaging.send_each_async``: it runs on httpx and, measured on this
 machine type, tops out near 400 messages/s on a core, against about 10,000/s for the same requests
-on aiohttp (``bench/transport/`` repeats the comparison). firebase-admin is still used for what
-it is good at: loading the service account and minting OAuth2 access tokens. The request body and
-the error model are FCM's documented REST contract (projects.messages.send), encoded here.
+on aiohttp (``bench/transport/`` repeats the comparison). The OAuth tokens come from google-auth
+(``herald/adapters/oauth.py``). The request is FCM's documented REST call
+(``projects.messages.send``) with the headers the official SDK sends; answers are read as
+Google's ``google.rpc.Status`` and classified as ``herald/domain/fcm_errors.py`` says.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from pathlib import Path
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import aiohttp
 import orjson
 from yarl import URL
 
-from herald.domain.fcm_errors import RETRYABLE, FcmError
+from herald.adapters.oauth import AccessTokens, TokenUnavailable, service_account_grant
+from herald.domain.fcm_errors import Consequence, FcmError, consequence
 from herald.settings import Settings
 
-FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
-JSON_BODY = {"Content-Type": "application/json"}
 MAX_RETRY_AFTER_S = 3600.0
+CONNECT_TIMEOUT_S = 5.0
 _DELAY_SECONDS = re.compile(r"-?\d{1,9}(\.\d+)?")
+FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
+TOKEN_FIELDS = frozenset({"message.token", "message.fid"})
 
+
+def _herald_version() -> str:
+    try:
+        return version("herald")
+    except PackageNotFoundError:
+        return "0"
+
+
+HERALD_VERSION = _herald_version()
+HEADERS = {
+    "Content-Type": "application/json",
+    # What firebase-admin sends: FCM answers errors in its v2 format (FcmError details) only
+    # with this header.
+    "X-GOOG-API-FORMAT-VERSION": "2",
+    "X-Firebase-Client": f"herald/{HERALD_VERSION}",
+    "User-Agent": f"herald/{HERALD_VERSION} aiohttp/{aiohttp.__version__}",
+}
 
 _BY_GRPC_STATUS = {
-    "INVALID_ARGUMENT": FcmError.INVALID_ARGUMENT,
-    "NOT_FOUND": FcmError.UNREGISTERED,
-    "PERMISSION_DENIED": FcmError.SENDER_ID_MISMATCH,
+    "INVALID_ARGUMENT": FcmError.INVALID_PAYLOAD,
+    "NOT_FOUND": FcmError.NOT_FOUND,
+    "PERMISSION_DENIED": FcmError.PERMISSION_DENIED,
+    "UNAUTHENTICATED": FcmError.UNAUTHENTICATED,
     "RESOURCE_EXHAUSTED": FcmError.QUOTA_EXCEEDED,
     "UNAVAILABLE": FcmError.UNAVAILABLE,
     "INTERNAL": FcmError.INTERNAL,
-    "UNAUTHENTICATED": FcmError.UNAUTHENTICATED,
 }
 _BY_HTTP_STATUS = {
-    400: FcmError.INVALID_ARGUMENT,
+    400: FcmError.INVALID_PAYLOAD,
     401: FcmError.UNAUTHENTICATED,
-    403: FcmError.SENDER_ID_MISMATCH,
-    404: FcmError.UNREGISTERED,
+    403: FcmError.PERMISSION_DENIED,
+    404: FcmError.NOT_FOUND,
     429: FcmError.QUOTA_EXCEEDED,
     500: FcmError.INTERNAL,
     503: FcmError.UNAVAILABLE,
 }
+_FCM_CODES = frozenset({FcmError.UNREGISTERED, FcmError.SENDER_ID_MISMATCH,
+                        FcmError.QUOTA_EXCEEDED, FcmError.UNAVAILABLE, FcmError.INTERNAL,
+                        FcmError.THIRD_PARTY_AUTH_ERROR, FcmError.UNSPECIFIED_ERROR})
+"""FcmError ``errorCode`` values recorded as they are (INVALID_ARGUMENT needs a closer look)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,37 +81,71 @@ class SendResult:
 
     error: FcmError | None = None
     retry_after_s: float | None = None
+    message: str | None = None
+    """Google's ``error.message`` (or why no request was made), for the log and the reason."""
+    attempted: bool = True
+    """False when no request left (no access token): the recipient stays unsent."""
+    credential: str | None = None
+    """The ``Authorization`` header it was sent with, for a 401 to reject."""
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
     @property
+    def consequence(self) -> Consequence | None:
+        return None if self.error is None else consequence(self.error)
+
+    @property
     def retryable(self) -> bool:
-        return self.error in RETRYABLE
+        return self.consequence is Consequence.RETRY
 
 
 SENT = SendResult()
 
 
 def parse_error(status: int, body: bytes) -> FcmError:
-    """Map an FCM error answer to its error code, as FCM documents it.
+    """An FCM error answer as Herald records it (see ``herald/domain/fcm_errors.py``).
 
-    Any body (a proxy's HTML page, JSON of another shape) falls back to the HTTP status, and
-    every 5xx without a recognised code is treated as ``UNAVAILABLE``, which is retried.
+    FCM's own ``FcmError`` detail decides where there is one, except that ``INVALID_ARGUMENT``
+    means a bad token only when it is about the token (a field violation on ``message.token``,
+    or Google's "registration token" message); any other is the request's fault. Without an
+    FcmError, Google's status decides, then the HTTP status (a proxy's HTML page, say); a 5xx
+    without a recognised code is ``UNAVAILABLE``, which is retried.
     """
     error = _error_object(body)
-    details = error.get("details")
-    for detail in details if isinstance(details, list) else ():
-        code = detail.get("errorCode") if isinstance(detail, dict) else None
-        if isinstance(code, str) and code in FcmError.__members__:
-            return FcmError(code)
+    details = [d for d in error.get("details") or () if isinstance(d, dict)] \
+        if isinstance(error.get("details"), list) else []
+    fcm_code = next((d.get("errorCode") for d in details
+                     if str(d.get("@type", "")).endswith("FcmError")), None)
+    if fcm_code == FcmError.INVALID_ARGUMENT:
+        return FcmError.INVALID_ARGUMENT if _about_token(error, details) \
+            else FcmError.INVALID_PAYLOAD
+    if fcm_code in _FCM_CODES:
+        return FcmError(fcm_code)
     by_status = _BY_GRPC_STATUS.get(str(error.get("status")))
     if by_status is not None:
         return by_status
     if status in _BY_HTTP_STATUS:
         return _BY_HTTP_STATUS[status]
     return FcmError.UNAVAILABLE if status >= 500 else FcmError.UNSPECIFIED_ERROR
+
+
+def _about_token(error: dict[str, Any], details: list[dict[str, Any]]) -> bool:
+    for detail in details:
+        if str(detail.get("@type", "")) != BAD_REQUEST_TYPE:
+            continue
+        violations = detail.get("fieldViolations")
+        if isinstance(violations, list) and any(
+                isinstance(v, dict) and v.get("field") in TOKEN_FIELDS for v in violations):
+            return True
+    return "registration token" in str(error.get("message", "")).lower()
+
+
+def error_message(body: bytes) -> str | None:
+    """Google's ``error.message``, shortened for a log line."""
+    message = _error_object(body).get("message")
+    return message[:500] if isinstance(message, str) else None
 
 
 def _error_object(body: bytes) -> dict[str, Any]:
@@ -115,27 +173,6 @@ def parse_retry_after(value: str | None) -> float | None:
     return min(max(0.0, moment.timestamp() - time.time()), MAX_RETRY_AFTER_S)
 
 
-class AccessTokens:
-    """OAuth2 access tokens for FCM from a service-account file, refreshed before they expire."""
-
-    def __init__(self, credentials_path: Path) -> None:
-        from firebase_admin import credentials  # imported here: only production needs it
-
-        self._credential = credentials.Certificate(str(credentials_path))
-        self._token: str | None = None
-        self._expires_at = 0.0
-        self._lock = asyncio.Lock()
-
-    async def header(self) -> str:
-        if self._token is None or time.time() > self._expires_at - 300:
-            async with self._lock:
-                if self._token is None or time.time() > self._expires_at - 300:
-                    info = await asyncio.to_thread(self._credential.get_access_token)
-                    self._token = info.access_token
-                    self._expires_at = info.expiry.timestamp() if info.expiry else time.time() + 3000
-        return f"Bearer {self._token}"
-
-
 class FcmClient:
     """Sends pre-encoded FCM v1 request bodies over a keep-alive connection pool."""
 
@@ -146,12 +183,24 @@ class FcmClient:
         self._url = URL(f"{settings.fcm_endpoint}/v1/projects/{settings.fcm_project_id}"
                         "/messages:send")
         self._tokens = tokens
-        self._timeout = aiohttp.ClientTimeout(total=settings.fcm_timeout_s)
+        # The connection is bounded apart: a request that never left was not delivered.
+        self._timeout = aiohttp.ClientTimeout(total=settings.fcm_timeout_s,
+                                              connect=min(CONNECT_TIMEOUT_S, settings.fcm_timeout_s))
 
     async def send(self, body: bytes) -> SendResult:
-        headers = JSON_BODY
+        headers, credential = HEADERS, None
         if self._tokens is not None:
-            headers = {**JSON_BODY, "Authorization": await self._tokens.header()}
+            try:
+                credential = await self._tokens.header()
+            except TokenUnavailable as exc:
+                return SendResult(FcmError.OAUTH_REFUSED if exc.refused
+                                  else FcmError.CONNECTION_ERROR,
+                                  message=f"OAuth token endpoint: {exc.message}", attempted=False)
+            headers = {**HEADERS, "Authorization": credential}
+        return await self._post(body, headers, credential)
+
+    async def _post(self, body: bytes, headers: dict[str, str],
+                    credential: str | None) -> SendResult:
         try:
             async with self._session.post(self._url, data=body, headers=headers,
                                           timeout=self._timeout) as response:
@@ -159,11 +208,19 @@ class FcmClient:
                 if response.status == 200:
                     return SENT
                 return SendResult(parse_error(response.status, payload),
-                                  parse_retry_after(response.headers.get("Retry-After")))
-        except TimeoutError:
-            return SendResult(FcmError.TIMEOUT)
-        except aiohttp.ClientError:
-            return SendResult(FcmError.CONNECTION_ERROR)
+                                  parse_retry_after(response.headers.get("Retry-After")),
+                                  error_message(payload), credential=credential)
+        except aiohttp.ConnectionTimeoutError:
+            return SendResult(FcmError.CONNECTION_ERROR, message="connection timed out")
+        except TimeoutError:  # sent, and no answer in time: FCM may have delivered it
+            return SendResult(FcmError.TIMEOUT, message="no answer within HERALD_FCM_TIMEOUT_S")
+        except aiohttp.ClientError as exc:
+            return SendResult(FcmError.CONNECTION_ERROR, message=type(exc).__name__)
+
+    def rejected(self, result: SendResult) -> None:
+        """FCM refused the token ``result`` was sent with: the next request gets a new one."""
+        if self._tokens is not None and result.credential is not None:
+            self._tokens.rejected(result.credential)
 
 
 def open_session(settings: Settings) -> aiohttp.ClientSession:
@@ -176,8 +233,8 @@ def open_session(settings: Settings) -> aiohttp.ClientSession:
 
 
 def access_tokens(settings: Settings) -> AccessTokens | None:
-    """Credentials for Google's endpoint; none for an emulator that does not check them."""
+    """Credentials for Google's endpoint (or a stand-in that checks them); none without a
+    service-account file."""
     if settings.fcm_credentials is None:
         return None
-    return AccessTokens(settings.fcm_credentials)
-
+    return AccessTokens(service_account_grant(settings.fcm_credentials))

@@ -14,8 +14,10 @@ from herald.domain.access import ActorKind, LogOutcome, Role
 from herald.domain.audience import Audience, Platform
 from herald.domain.payload import (
     LONGEST_DEFAULT_KEY,
+    SIZED_NOW_S,
     DataMap,
     ReplaceKey,
+    SendOptions,
     build_payload,
     check_payload_size,
 )
@@ -140,6 +142,9 @@ class Content(Strict):
     body: str = Field(min_length=1, max_length=4000)
     image_url: AnyHttpUrl | None = None
     data: DataMap = Field(default_factory=dict)
+    options: SendOptions | None = Field(
+        default=None, description="Delivery and display per platform: TTL, priority, Android "
+                                  "channel, sound, iOS badge, what a tap opens, analytics label")
 
     @model_validator(mode="after")
     def _fits_fcm(self) -> Content:
@@ -153,7 +158,8 @@ class Content(Strict):
     def payload(self, replace_key: str) -> dict[str, object]:
         """The FCM message fields this content sends with ``replace_key`` (all but the token)."""
         image = str(self.image_url) if self.image_url else None
-        return build_payload(self.title, self.body, self.data, image, replace_key=replace_key)
+        return build_payload(self.title, self.body, self.data, image, replace_key=replace_key,
+                             options=self.options, now_s=SIZED_NOW_S)
 
 
 class KeyedContent(Content):
@@ -212,6 +218,7 @@ class CampaignPatch(Strict):
     body: str | None = Field(default=None, min_length=1, max_length=4000)
     image_url: AnyHttpUrl | None = None
     data: DataMap | None = None
+    options: SendOptions | None = None
     audience: Audience | None = None
     send_at: datetime | None = None
     timezone: TimezoneName | None = None
@@ -297,6 +304,9 @@ class Counts(BaseModel):
     sent: int
     failed: int
     unsent: int
+    maybe_delivered: int = Field(
+        default=0, description="Of the failed, those FCM did not answer in time (TIMEOUT): the "
+                               "message may have been delivered. Final counts only")
 
 
 class CancelInfo(BaseModel):
@@ -316,6 +326,7 @@ class CampaignView(BaseModel):
     body: str
     image_url: str | None
     data: dict[str, str]
+    options: SendOptions | None = None
     audience: dict[str, Any] | None
     retarget: dict[str, Any] | None
     chunk_size: int
@@ -367,6 +378,7 @@ class RetargetRequest(Strict):
     body: str | None = Field(default=None, min_length=1, max_length=4000)
     image_url: AnyHttpUrl | None = None
     data: DataMap | None = None
+    options: SendOptions | None = None
     name: str | None = Field(default=None, max_length=200)
     chunk_size: int | None = Field(default=None, ge=1, le=5000)
 

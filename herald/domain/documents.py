@@ -22,7 +22,7 @@ from typing import Any
 from herald.domain.access import Actor
 from herald.domain.audience import Audience
 from herald.domain.messages import Recipient
-from herald.domain.payload import replace_key_for
+from herald.domain.payload import SendOptions, replace_key_for
 from herald.domain.status import Status
 from herald.domain.timing import Wave
 
@@ -84,6 +84,9 @@ class Counts:
     targeted: int = 0
     sent: int = 0
     failed: int = 0
+    maybe_delivered: int = 0
+    """Of the failed, those whose request had no answer in time (``TIMEOUT``): FCM may have
+    delivered them. Counted in the final counts only."""
 
     @property
     def unsent(self) -> int:
@@ -128,6 +131,10 @@ class CancelRecord:
     acknowledged_at: datetime | None = None
     finalizer: str | None = None
     finalizer_until: datetime | None = None
+    fails_with: str | None = None
+    """Set when Herald stopped the campaign itself because FCM refused it as misconfigured
+    (``herald/domain/fcm_errors.py``): the campaign ends ``failed`` with this as its error,
+    and a retry after the fix sends to exactly the recipients it did not reach."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +159,7 @@ class Content:
     body: str
     data: dict[str, str] = field(default_factory=dict)
     image_url: str | None = None
+    options: SendOptions | None = None
 
 
 @dataclass(frozen=True, slots=True)

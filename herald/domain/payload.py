@@ -26,10 +26,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 import orjson
-from pydantic import AfterValidator, Field, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, StrictStr, field_validator
 
 MAX_PAYLOAD_BYTES = 4096
 """FCM's limit on a message's payload, in bytes of JSON.
@@ -127,10 +127,78 @@ def web_push_topic(replace_key: str) -> str:
     return base64.urlsafe_b64encode(digest).decode()[:32]
 
 
+MAX_TTL_S = 2_419_200
+"""FCM keeps a message for an offline device at most 4 weeks (its default too)."""
+ANALYTICS_LABEL_PATTERN = r"^[a-zA-Z0-9-_.~%]{1,50}$"
+"""Google's pattern for ``fcm_options.analytics_label`` (FCM's "Message delivery data")."""
+NAME_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
+"""Channel ids, sounds, click actions and categories: resource names on the phone."""
+
+
+class ClickActions(BaseModel):
+    """What a tap on the notification opens, per platform."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    android: str | None = Field(
+        default=None, pattern=NAME_PATTERN,
+        description="Android intent action the tap starts (android.notification.click_action)")
+    ios: str | None = Field(
+        default=None, pattern=NAME_PATTERN,
+        description="APNs notification category, whose actions the app defines (aps.category)")
+    web: str | None = Field(
+        default=None, max_length=2000,
+        description="HTTPS page a browser opens (webpush.fcm_options.link)")
+
+    @field_validator("web")
+    @classmethod
+    def _https(cls, web: str | None) -> str | None:
+        if web is not None and HttpUrl(web).scheme != "https":
+            raise ValueError("must be an https:// link (FCM refuses any other)")
+        return web
+
+
+class SendOptions(BaseModel):
+    """How the platforms deliver and show a campaign's messages; each omitted option keeps
+    FCM's (and the platform's) default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttl_s: int | None = Field(
+        default=None, ge=0, le=MAX_TTL_S,
+        description="Seconds FCM, APNs and web push keep the message for a device that is "
+                    "offline; 0: deliver now or never. Omitted: 4 weeks")
+    priority: Literal["high", "normal"] | None = Field(
+        default=None, description="high wakes a sleeping device at once; normal may wait for "
+                                  "the device to wake (battery). Omitted: high for notifications")
+    android_channel_id: str | None = Field(
+        default=None, pattern=NAME_PATTERN,
+        description="Android notification channel the app created (sound, importance)")
+    sound: str | None = Field(
+        default=None, pattern=NAME_PATTERN,
+        description="'default', or a sound file bundled in the app (Android and iOS)")
+    badge: int | None = Field(default=None, ge=0, le=99_999,
+                              description="iOS app icon badge number; 0 clears it")
+    click: ClickActions | None = None
+    analytics_label: str | None = Field(
+        default=None, pattern=ANALYTICS_LABEL_PATTERN,
+        description="Label of the campaign in Firebase's message delivery reports")
+
+
+SIZED_NOW_S = 9_999_999_999.0
+"""The instant the size rule dates an APNs expiry at: the longest one (ten digits)."""
+
+_PRIORITY = {"high": ("HIGH", "10", "high"), "normal": ("NORMAL", "5", "normal")}
+"""Android ``priority``, APNs ``apns-priority``, web push ``Urgency`` for each priority."""
+
+
 def build_payload(title: str, body: str, data: dict[str, str], image_url: str | None = None, *,
-                  replace_key: str) -> dict[str, object]:
+                  replace_key: str, options: SendOptions | None = None,
+                  now_s: float = 0.0) -> dict[str, object]:
     """The FCM ``message`` fields shared by every recipient of a campaign (all but the token),
-    with ``replace_key`` in every platform's replacement fields (see the module's table)."""
+    with ``replace_key`` in every platform's replacement fields (see the module's table) and
+    the ``options`` in each platform's own block. ``now_s`` (epoch seconds) dates the APNs
+    expiry a TTL gives."""
     notification: dict[str, str] = {"title": title, "body": body}
     if image_url:
         notification["image"] = image_url
@@ -138,7 +206,53 @@ def build_payload(title: str, body: str, data: dict[str, str], image_url: str | 
     if data:
         payload["data"] = dict(data)
     payload.update(replacement_fields(replace_key))
+    if options is not None:
+        _apply_options(payload, options, now_s)
     return payload
+
+
+def _apply_options(payload: dict[str, object], options: SendOptions, now_s: float) -> None:
+    android, apns, webpush = (_block(payload, name) for name in ("android", "apns", "webpush"))
+    aps: dict[str, object] = {}
+    if options.ttl_s is not None:
+        android["ttl"] = f"{options.ttl_s}s"
+        _block(apns, "headers")["apns-expiration"] = \
+            "0" if options.ttl_s == 0 else str(int(now_s) + options.ttl_s)
+        _block(webpush, "headers")["TTL"] = str(options.ttl_s)
+    if options.priority is not None:
+        android_priority, apns_priority, urgency = _PRIORITY[options.priority]
+        android["priority"] = android_priority
+        _block(apns, "headers")["apns-priority"] = apns_priority
+        _block(webpush, "headers")["Urgency"] = urgency
+    if options.android_channel_id is not None:
+        _block(android, "notification")["channel_id"] = options.android_channel_id
+    if options.sound is not None:
+        _block(android, "notification")["sound"] = aps["sound"] = options.sound
+    if options.badge is not None:
+        aps["badge"] = options.badge
+    _apply_click(android, aps, webpush, options.click)
+    if aps:
+        apns["payload"] = {"aps": aps}
+    if options.analytics_label is not None:
+        payload["fcm_options"] = {"analytics_label": options.analytics_label}
+
+
+def _apply_click(android: dict[str, object], aps: dict[str, object], webpush: dict[str, object],
+                 click: ClickActions | None) -> None:
+    if click is None:
+        return
+    if click.android is not None:
+        _block(android, "notification")["click_action"] = click.android
+    if click.ios is not None:
+        aps["category"] = click.ios
+    if click.web is not None:
+        webpush["fcm_options"] = {"link": click.web}
+
+
+def _block(parent: dict[str, object], name: str) -> dict[str, object]:
+    block = parent.setdefault(name, {})
+    assert isinstance(block, dict)
+    return block
 
 
 def replacement_fields(replace_key: str) -> dict[str, object]:

@@ -33,6 +33,7 @@ class Transition(StrEnum):
     CANCEL_AT_ONCE = "cancel_at_once"  # nothing was sent yet
     BEGIN_CANCEL = "begin_cancel"  # work is in flight: stop it first
     CONFIRM_CANCEL = "confirm_cancel"  # every pod has stopped
+    CONFIRM_STOP = "confirm_stop"  # every pod has stopped a campaign FCM refused as misconfigured
     MISS = "miss"  # overdue beyond the misfire grace
 
 
@@ -45,6 +46,7 @@ TRANSITIONS: dict[Transition, tuple[frozenset[Status], Status]] = {
     Transition.CANCEL_AT_ONCE: (frozenset({Status.SCHEDULED, Status.PENDING}), Status.CANCELLED),
     Transition.BEGIN_CANCEL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING}), Status.CANCELLING),
     Transition.CONFIRM_CANCEL: (frozenset({Status.CANCELLING}), Status.CANCELLED),
+    Transition.CONFIRM_STOP: (frozenset({Status.CANCELLING}), Status.FAILED),
     Transition.MISS: (frozenset({Status.SCHEDULED}), Status.MISSED),
 }
 

@@ -147,7 +147,8 @@ def new_campaign(*, content: Content, name: str | None, audience: Audience | Non
 def content_of(template: api.Content) -> Content:
     """What a validated request asks the devices to show."""
     return Content(title=template.title, body=template.body, data=dict(template.data),
-                   image_url=str(template.image_url) if template.image_url else None)
+                   image_url=str(template.image_url) if template.image_url else None,
+                   options=template.options)
 
 
 def sized(content: dict[str, Any], replace_key: str) -> Content:
@@ -165,7 +166,8 @@ def _follow_up_content(request: RetargetRequest, base: Content, replace_key: str
     with the key it is sent with."""
     return sized({"title": request.title or base.title, "body": request.body or base.body,
                   "data": base.data if request.data is None else request.data,
-                  "image_url": str(request.image_url) if request.image_url else base.image_url},
+                  "image_url": str(request.image_url) if request.image_url else base.image_url,
+                  "options": base.options if request.options is None else request.options},
                  replace_key)
 
 
@@ -391,7 +393,9 @@ def _edited(current: Campaign, patch: CampaignPatch, by: Actor) -> Campaign:
                      "body": patch.body or current.content.body,
                      "data": current.content.data if patch.data is None else patch.data,
                      "image_url": patch.image_url if "image_url" in given and patch.image_url
-                     else current.content.image_url}, current.sent_with_key)
+                     else current.content.image_url,
+                     "options": current.content.options if patch.options is None
+                     else patch.options}, current.sent_with_key)
     edited = replace(
         current, content=content, name=current.name if patch.name is None else patch.name,
         audience=current.audience if patch.audience is None else patch.audience, edited_by=by)

@@ -18,6 +18,7 @@ class CancelWatch:
     def __init__(self, flags: CancelFlags) -> None:
         self._flags = flags
         self._events: dict[str, asyncio.Event] = {}
+        self._heard: set[str] = set()
         self._learned: Callable[[str], None] = lambda _campaign_id: None
 
     def on_learned(self, callback: Callable[[str], None]) -> None:
@@ -30,10 +31,15 @@ class CancelWatch:
 
     def mark(self, campaign_id: str) -> bool:
         """Remember a cancel; True the first time this pod hears of it."""
-        event = self.event(campaign_id)
-        fresh = not event.is_set()
-        event.set()
+        self.event(campaign_id).set()
+        fresh = campaign_id not in self._heard
+        self._heard.add(campaign_id)
         return fresh
+
+    def stop_here(self, campaign_id: str) -> None:
+        """Stop sending ``campaign_id`` in this pod now, before any cancel is decided (FCM
+        refused it); the cancel, once decided, is still heard (``mark``) and acknowledged."""
+        self.event(campaign_id).set()
 
     def knows(self, campaign_id: str) -> bool:
         """Known cancelled here (memory only; no I/O)."""

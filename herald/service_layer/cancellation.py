@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from herald.clock import utcnow
-from herald.domain.access import Actor
+from herald.domain.access import Actor, ActorKind
 from herald.domain.documents import Campaign, CancelRecord
 from herald.domain.messages import CancelCampaign
 from herald.domain.status import CancelDecision, Status, decide_cancel
@@ -40,6 +40,10 @@ FLAG_REFRESH_S = 1.0
 
 MAX_RACE_RETRIES = 5
 FINALIZER_LEASE = timedelta(seconds=30)
+
+FCM_REFUSED = Actor(id="herald:fcm", name="Herald (FCM refused the campaign)",
+                    kind=ActorKind.SYSTEM)
+"""Who stops a campaign that FCM refuses as misconfigured."""
 
 
 class CampaignNotFound(LookupError):
@@ -87,6 +91,16 @@ class Cancellation:
             if outcome is not None:
                 return outcome
         raise RuntimeError(f"campaign {campaign_id} kept changing status while being cancelled")
+
+    async def stop_for_error(self, campaign_id: str, reason: str) -> Campaign | None:
+        """Stop a campaign FCM refused as misconfigured (a payload, permission, credentials or
+        project error: every recipient would get the same answer). It is a cancel decided by
+        Herald (``FCM_REFUSED``), broadcast to every pod the same way, that ends ``failed``
+        with ``reason`` instead of ``cancelled``. The campaign as it is now, or None if it was
+        not sending any more (finished, or being cancelled already)."""
+        record = CancelRecord(requested_at=utcnow(), reason=reason, requested_by=FCM_REFUSED,
+                              fails_with=reason)
+        return await self._begin_cancel(campaign_id, record, broadcast=True)
 
     async def _decide(self, campaign: Campaign, record: CancelRecord,
                       *, broadcast: bool) -> CancelOutcome | None:
@@ -168,11 +182,13 @@ class Cancellation:
             return None  # another pod is writing the final counts
         frozen = await freeze_unpaged(self._stores, campaign)
         counts = (await final_counts(self._stores, frozen or campaign)).counts
-        cancelled = await self._stores.campaigns.confirm_cancel(campaign_id, counts, utcnow())
+        assert campaign.cancel is not None
+        cancelled = await self._stores.campaigns.confirm_cancel(
+            campaign_id, counts, utcnow(), error=campaign.cancel.fails_with)
         if cancelled is not None and cancelled.cancel is not None:
             _observe_cancelled(cancelled)
-            log.info("campaign %s cancelled: %d of %d sent, %d failed", campaign_id,
-                     counts.sent, counts.targeted, counts.failed)
+            log.info("campaign %s %s: %d of %d sent, %d failed", campaign_id,
+                     cancelled.status.value, counts.sent, counts.targeted, counts.failed)
         return cancelled
 
     async def try_finalize_quietly(self, campaign_id: str) -> None:
@@ -201,7 +217,7 @@ class Cancellation:
 
 def _observe_cancelled(cancelled: Campaign) -> None:
     assert cancelled.cancel is not None and cancelled.cancel.acknowledged_at is not None
-    CAMPAIGNS_FINISHED.labels(Status.CANCELLED.value).inc()
+    CAMPAIGNS_FINISHED.labels(cancelled.status.value).inc()
     latency = cancelled.cancel.acknowledged_at - cancelled.cancel.requested_at
     CANCEL_LATENCY_SECONDS.observe(latency.total_seconds())
     if cancelled.counts.targeted:

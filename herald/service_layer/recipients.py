@@ -26,7 +26,7 @@ from herald.domain.documents import (
     Outcome,
     Recorded,
 )
-from herald.domain.fcm_errors import token_is_dead
+from herald.domain.fcm_errors import FcmError, token_is_unusable
 from herald.domain.messages import Recipient
 from herald.domain.timing import Wave
 from herald.service_layer.ports import Stores
@@ -50,7 +50,8 @@ class RecipientLine:
 class FinalCounts:
     counts: Counts
     failed_not_by_token: int = 0
-    """Failures a retry could fix (quota, outages, dead-lettered chunks), not dead tokens."""
+    """Failures a retry could fix (quota, outages, dead-lettered chunks, a configuration error
+    once fixed), not dead tokens nor tokens of another project."""
 
 
 class RecipientSource(Protocol):
@@ -103,7 +104,7 @@ class FollowUpSource:
             return
         if self._of is FollowUpOf.NOT_SENT:
             async for line in audit(self._stores, self._parent, Outcome.FAILED):
-                if not token_is_dead(line.error):
+                if not token_is_unusable(line.error):
                     yield line
         async for line in unsent(self._stores, self._parent):
             yield line
@@ -308,11 +309,13 @@ async def targeted(stores: Stores, campaign: Campaign) -> int:
 
 async def final_counts(stores: Stores, campaign: Campaign) -> FinalCounts:
     """Exact counts from the records (what the audit lists), read once a campaign is finished."""
-    sent = failed = retryable = 0
+    sent = failed = retryable = maybe_delivered = 0
     async for _, group in _recorded_by_chunk(stores, campaign.id):
         errors = [error for error in group.values() if error is not None]
         sent += len(group) - len(errors)
         failed += len(errors)
-        retryable += sum(not token_is_dead(error) for error in errors)
-    counts = Counts(targeted=await targeted(stores, campaign), sent=sent, failed=failed)
+        retryable += sum(not token_is_unusable(error) for error in errors)
+        maybe_delivered += errors.count(FcmError.TIMEOUT.value)
+    counts = Counts(targeted=await targeted(stores, campaign), sent=sent, failed=failed,
+                    maybe_delivered=maybe_delivered)
     return FinalCounts(counts, failed_not_by_token=retryable)

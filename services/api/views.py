@@ -25,7 +25,7 @@ from herald.service_layer.scheduling import local_time
 def counts_of(campaign: Campaign) -> Counts:
     counts = campaign.counts
     return Counts(targeted=counts.targeted, sent=counts.sent, failed=counts.failed,
-                  unsent=counts.unsent)
+                  unsent=counts.unsent, maybe_delivered=counts.maybe_delivered)
 
 
 def campaign_view(campaign: Campaign) -> CampaignView:
@@ -34,6 +34,7 @@ def campaign_view(campaign: Campaign) -> CampaignView:
     return CampaignView(
         id=campaign.id, name=campaign.name, status=campaign.status, title=content.title,
         body=content.body, image_url=content.image_url, data=content.data,
+        options=content.options,
         audience=campaign.audience.model_dump(mode="json", by_alias=True)
         if campaign.audience else None,
         retarget={"campaign_id": follow_up.campaign_id, "outcome": follow_up.outcome.value}

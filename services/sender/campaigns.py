@@ -48,7 +48,8 @@ class CampaignCache:
             return None
         content = campaign.content
         payload = build_payload(content.title, content.body, content.data, content.image_url,
-                                replace_key=campaign.sent_with_key)
+                                replace_key=campaign.sent_with_key, options=content.options,
+                                now_s=time.time())
         info = CampaignInfo(MessageTemplate(payload), campaign.rate_per_s)
         self._entries[campaign_id] = info
         if len(self._entries) > CACHE_SIZE:

@@ -16,11 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from herald.adapters.fcm import SendResult
 from herald.adapters.rate_limit import RateLimits
+from herald.domain.fcm_errors import FcmError
 from herald.domain.messages import SendChunk
 from herald.observability import CHUNKS
 from herald.runtime.tracking import WorkTracker
 from herald.service_layer.chunk_lifecycle import ChunkLifecycle, Tally, dead_tokens_of
+from herald.service_layer.refusals import CampaignRefusals
 from services.sender.campaigns import CampaignCache, CampaignInfo
 from services.sender.claims import ChunkClaims, NotTaken
 from services.sender.delivery import Outcome, Target
@@ -46,8 +49,10 @@ class SendingPolicy:
 class ChunkSender:
     def __init__(self, lifecycle: ChunkLifecycle, cache: CampaignCache, window: SendWindow,
                  limits: RateLimits, claims: ChunkClaims, tracker: WorkTracker,
-                 cancelled_event: Callable[[str], asyncio.Event], policy: SendingPolicy) -> None:
+                 cancelled_event: Callable[[str], asyncio.Event], policy: SendingPolicy,
+                 refusals: CampaignRefusals | None = None) -> None:
         self._lifecycle = lifecycle
+        self._refusals = refusals
         self._cache = cache
         self._window = window
         self._limits = limits
@@ -102,10 +107,14 @@ class ChunkSender:
         async def record(outcomes: list[Outcome]) -> None:
             await self._record(chunk, outcomes, tally)
 
+        def stop(result: SendResult) -> None:
+            if self._refusals is not None and result.error is not None:
+                self._refusals.stop(chunk.campaign_id, result.error, result.message)
+
         await self._window.send(
             info.template, todo, may_start=gate.may_start, cancelled=cancelled,
             campaign_bucket=self._limits.for_campaign(chunk.campaign_id, info.rate_per_s),
-            record=record)
+            record=record, stop=stop)
         if gate.verdict is None and cancelled.is_set():
             # Heard while sending: the chunk closes cancelled even if every request got its
             # answer, or it would count as done for a campaign that is being cancelled.
@@ -125,9 +134,13 @@ class ChunkSender:
         return None
 
     async def _record(self, chunk: SendChunk, outcomes: list[Outcome], tally: Tally) -> None:
-        """Write a group's outcomes; then the campaign's live counters and dead tokens."""
-        dead = dead_tokens_of((o.target.token, o.error.value if o.error else None)
-                              for o in outcomes)
+        """Write a group's outcomes; then the campaign's live counters and dead tokens (and the
+        tokens of another project, once there are answers enough to tell)."""
+        answers = [(o.target.token, o.error.value if o.error else None) for o in outcomes]
+        dead = dead_tokens_of(answers)
+        if self._refusals is not None:
+            dead += [(token, FcmError.SENDER_ID_MISMATCH.value) for token in
+                     self._refusals.mismatched_to_retire(chunk.campaign_id, answers)]
         await self._lifecycle.record(chunk.campaign_id, chunk.seq, outcomes_by_position(outcomes),
                                      tally, dead)
 

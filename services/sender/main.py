@@ -17,6 +17,7 @@ from herald.observability import CHUNKS_DEFERRED
 from herald.runtime.worker import PodParts, Worker
 from herald.service_layer.chunk_lifecycle import ChunkLifecycle
 from herald.service_layer.ports import Bus
+from herald.service_layer.refusals import CampaignRefusals
 from services.sender.campaigns import CampaignCache
 from services.sender.chunks import ChunkSender, SendingPolicy, Verdict
 from services.sender.claims import ChunkClaims
@@ -122,7 +123,8 @@ def compose(parts: PodParts) -> Sender:
     settings, resources, pod_id = parts.settings, parts.resources, parts.identity.id
     stores, broker = resources.stores, resources.broker
     session = fcm.open_session(settings)
-    client = fcm.FcmClient(session, settings, fcm.access_tokens(settings))
+    tokens = fcm.access_tokens(settings)
+    client = fcm.FcmClient(session, settings, tokens)
     limits = RateLimits(resources.redis, resources.keys, settings.fcm_rate_per_min)
     window = SendWindow(client, WindowPolicy(connections=settings.sender_concurrency,
                                              unrecorded=settings.sender_batch_size,
@@ -133,10 +135,14 @@ def compose(parts: PodParts) -> Sender:
                          settings.chunk_budget_s + settings.grace_period_s)
     policy = SendingPolicy(max_attempts=settings.chunk_max_attempts,
                            budget_s=settings.chunk_budget_s)
+    refusals = CampaignRefusals(parts.watch, parts.cancellation.stop_for_error,
+                                parts.background.spawn)
     chunks = ChunkSender(lifecycle, CampaignCache(stores.campaigns, parts.watch), window, limits,
-                         claims, parts.tracker, parts.watch.event, policy)
+                         claims, parts.tracker, parts.watch.event, policy, refusals)
     closing = contextlib.AsyncExitStack()
     closing.push_async_callback(session.close)
+    if tokens is not None:
+        closing.callback(tokens.close)
     sender = Sender(chunks, claims, resources.bus, closing)
     dead = DeadChunks(lifecycle, claims, parts.watch.is_cancelled, resources.bus.dead_letter)
     rabbit.consume(broker, rabbit.CHUNKS_QUEUE, sender.on_chunk, prefetch=settings.sender_prefetch)

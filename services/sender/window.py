@@ -30,13 +30,14 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from herald.adapters.fcm import FcmClient, SendResult
 from herald.adapters.rate_limit import TokenBucket
+from herald.domain.fcm_errors import Consequence, FcmError
 from herald.domain.payload import MessageTemplate
-from herald.observability import FCM_REQUEST_SECONDS, FCM_RETRIES
+from herald.observability import FCM_ERRORS, FCM_REQUEST_SECONDS, FCM_RETRIES
 from services.sender.delivery import Outcome, Target, backoff_s
 
 TOKEN_BLOCK = 64
@@ -116,6 +117,10 @@ class OutcomeGroups:
                 self._permits.release()
 
 
+Stop = Callable[[SendResult], None]
+"""Told of an answer that stops the whole campaign (a configuration error)."""
+
+
 @dataclass
 class _Delivery:
     """What one chunk delivery sends through the window."""
@@ -124,6 +129,7 @@ class _Delivery:
     cancelled: asyncio.Event
     campaign_bucket: TokenBucket | None
     groups: OutcomeGroups
+    stop: Stop
     tokens: int = 0
     failure: BaseException | None = None
     in_window: int = 0
@@ -138,6 +144,17 @@ class _Delivery:
         self.in_window -= 1
         if self.in_window == 0:
             self.settled.set()
+
+
+@dataclass(slots=True)
+class _Try:
+    """A target's next request: how many retries it had, and whether it already had a new
+    OAuth token after a 401."""
+
+    delivery: _Delivery
+    target: Target
+    attempt: int = 0
+    reauthed: bool = False
 
 
 class SendWindow:
@@ -158,22 +175,25 @@ class SendWindow:
         self._policy = policy
         self._unrecorded = asyncio.Semaphore(policy.unrecorded)
         self._project_bucket = project_bucket
-        self._queue: deque[tuple[_Delivery, Target, int]] = deque()
+        self._queue: deque[_Try] = deque()
         self._runners = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def send(self, template: MessageTemplate, targets: Iterable[Target], *,
                    may_start: MayStart, cancelled: asyncio.Event,
-                   campaign_bucket: TokenBucket | None, record: RecordGroup) -> None:
+                   campaign_bucket: TokenBucket | None, record: RecordGroup,
+                   stop: Stop = lambda _result: None) -> None:
         """Send to ``targets`` while ``may_start()`` allows, recording outcomes in groups.
 
         Returns once every request started here is answered and its outcome written; a target
-        without an outcome (not admitted, or cancelled before it started) stays unsent.
+        without an outcome (not admitted, or cancelled before it started) stays unsent. An answer
+        that says the campaign itself is wrong (a configuration error) is recorded, passed to
+        ``stop`` and sets ``cancelled``: nothing more of the campaign starts here.
         Raises the first failure to record (nothing more is started after it).
         """
         groups = OutcomeGroups(record, self._unrecorded, self._policy.group_size,
                                self._policy.group_wait_s)
-        delivery = _Delivery(template, cancelled, campaign_bucket, groups)
+        delivery = _Delivery(template, cancelled, campaign_bucket, groups, stop)
         try:
             await self._admit(delivery, targets, may_start)
         finally:
@@ -191,7 +211,7 @@ class SendWindow:
                 self._unrecorded.release()
                 return
             delivery.enter()
-            self._enqueue(delivery, target, 0)
+            self._enqueue(_Try(delivery, target))
 
     async def _may_continue(self, delivery: _Delivery, may_start: MayStart) -> bool:
         if delivery.failure or delivery.groups.failure or delivery.cancelled.is_set():
@@ -210,8 +230,11 @@ class SendWindow:
             count = await delivery.campaign_bucket.take(count, delivery.cancelled)
         return await self._project_bucket.take(count, delivery.cancelled) if count else 0
 
-    def _enqueue(self, delivery: _Delivery, target: Target, attempt: int) -> None:
-        self._queue.append((delivery, target, attempt))
+    def _enqueue(self, attempt: _Try, *, first: bool = False) -> None:
+        if first:
+            self._queue.appendleft(attempt)
+        else:
+            self._queue.append(attempt)
         if self._runners < self._policy.connections:
             self._runners += 1
             self._spawn(self._run())
@@ -225,49 +248,73 @@ class SendWindow:
         """One connection's worth of requests, back to back, while any are queued."""
         try:
             while self._queue:
-                delivery, target, attempt = self._queue.popleft()
-                await self._request(delivery, target, attempt)
+                await self._request(self._queue.popleft())
         finally:
             self._runners -= 1
 
-    async def _request(self, delivery: _Delivery, target: Target, attempt: int) -> None:
-        """One request for one target: its outcome to its group (which gives the permit back
-        once written), or a retry scheduled (which keeps it)."""
-        permit_passed = retrying = False
+    async def _request(self, attempt: _Try) -> None:
+        """One request for one target, and what its answer leads to: an outcome for its group
+        (which gives the permit back once written), another try (which keeps it), or nothing
+        (unsent: the permit goes back at once)."""
+        delivery = attempt.delivery
+        settled = True
         try:
             if delivery.cancelled.is_set():
-                return  # cancelled before the request started: unsent
-            started = time.perf_counter()
-            result = await self._fcm.send(delivery.template.body_for(target.token))
-            FCM_REQUEST_SECONDS.observe(time.perf_counter() - started)
-            if result.retryable and attempt < self._policy.max_retries:
-                FCM_RETRIES.labels(result.error).inc()
-                self._spawn(self._retry_later(delivery, target, attempt, result))
-                permit_passed = retrying = True
+                self._unrecorded.release()  # cancelled before the request started: unsent
                 return
-            delivery.groups.add(Outcome(target, result.error))
-            permit_passed = True
+            started = time.perf_counter()
+            result = await self._fcm.send(delivery.template.body_for(attempt.target.token))
+            FCM_REQUEST_SECONDS.observe(time.perf_counter() - started)
+            settled = self._answered(attempt, result)
         except Exception as exc:
             delivery.failure = delivery.failure or exc
+            self._unrecorded.release()
         finally:
-            if not permit_passed:
-                self._unrecorded.release()
-            if not retrying:
+            if settled:
                 delivery.leave()
 
-    async def _retry_later(self, delivery: _Delivery, target: Target, attempt: int,
-                           result: SendResult) -> None:
+    def _answered(self, attempt: _Try, result: SendResult) -> bool:
+        """File an answer; False while the target goes on (a retry holds its permit)."""
+        delivery = attempt.delivery
+        if result.error is not None:
+            FCM_ERRORS.labels(result.error).inc()
+        kind = result.consequence
+        if kind is Consequence.REAUTH and not attempt.reauthed:
+            self._fcm.rejected(result)
+            attempt.reauthed = True
+            self._enqueue(attempt, first=True)  # at once, with the next token
+            return False
+        if kind is Consequence.RETRY and attempt.attempt < self._policy.max_retries:
+            FCM_RETRIES.labels(result.error).inc()
+            self._spawn(self._retry_later(attempt, result))
+            return False
+        if kind is Consequence.REAUTH or (kind is Consequence.RETRY and not result.attempted):
+            result = replace(result, error=FcmError.UNAUTHENTICATED if kind is Consequence.REAUTH
+                             else FcmError.OAUTH_REFUSED)
+            kind = Consequence.STOP  # a fresh token did not help, or none could be had
+        if result.attempted:
+            delivery.groups.add(Outcome(attempt.target, result.error))
+        else:
+            self._unrecorded.release()  # no request left: unsent
+        if kind is Consequence.STOP:
+            delivery.stop(result)  # first: it tells the pod's cancel watch, which sets the event
+            delivery.cancelled.set()
+        return True
+
+    async def _retry_later(self, attempt: _Try, result: SendResult) -> None:
         """Wait before retrying (a cancel cuts it short), take a token, queue the retry; a
         cancelled target leaves unsent."""
+        delivery = attempt.delivery
         try:
-            await self._back_off(attempt, result, delivery)
+            await self._back_off(attempt.attempt, result, delivery)
         except Exception as exc:
             delivery.failure = delivery.failure or exc
         if delivery.cancelled.is_set() or delivery.failure is not None:
             self._unrecorded.release()
             delivery.leave()
             return
-        self._enqueue(delivery, target, attempt + 1)
+        attempt.attempt += 1
+        self._enqueue(attempt)
 
     async def _back_off(self, attempt: int, result: SendResult, delivery: _Delivery) -> None:
         if result.retry_after_s:

@@ -309,11 +309,13 @@ class FakeCampaigns:
         return self._apply(campaign_id, Transition.BEGIN_CANCEL, record.requested_at,
                            lambda c: replace(c, cancel=record))
 
-    async def confirm_cancel(self, campaign_id: str, counts: Counts,
-                             now: datetime) -> Campaign | None:
+    async def confirm_cancel(self, campaign_id: str, counts: Counts, now: datetime,
+                             error: str | None = None) -> Campaign | None:
         await _round_trip()
-        return self._apply(campaign_id, Transition.CONFIRM_CANCEL, now, lambda c: replace(
-            _with_fields(c, {"cancel.acknowledged_at": now}), counts=counts, finished_at=now))
+        transition = Transition.CONFIRM_CANCEL if error is None else Transition.CONFIRM_STOP
+        return self._apply(campaign_id, transition, now, lambda c: replace(
+            _with_fields(c, {"cancel.acknowledged_at": now}), counts=counts, finished_at=now,
+            error=error if error is not None else c.error))
 
     async def insert_run(self, campaign: Campaign) -> Campaign:
         await _round_trip()
@@ -1015,6 +1017,7 @@ class FakeFcm(FcmClient):
     def __init__(self, answer: Callable[[str], SendResult] = answer_by_token,
                  on_request: Callable[[str], None] | None = None) -> None:
         self.sent: list[str] = []
+        self.rejections: list[str | None] = []
         self._answer = answer
         self._on_request = on_request
 
@@ -1025,6 +1028,9 @@ class FakeFcm(FcmClient):
         if self._on_request is not None:
             self._on_request(token)
         return self._answer(token)
+
+    def rejected(self, result: SendResult) -> None:
+        self.rejections.append(result.credential)
 
 
 class UnlimitedBucket(TokenBucket):
@@ -1068,6 +1074,7 @@ class HeldFcm(FcmClient):
 
     def __init__(self, answer: Callable[[str], SendResult] = answer_by_token) -> None:
         self.sent: list[str] = []
+        self.rejections: list[str | None] = []
         self.on_wire: list[asyncio.Future[None]] = []
         self.most_on_wire = 0
         self._answer = answer
@@ -1080,6 +1087,9 @@ class HeldFcm(FcmClient):
         self.most_on_wire = max(self.most_on_wire, len(self.on_wire))
         await answered
         return self._answer(token)
+
+    def rejected(self, result: SendResult) -> None:
+        self.rejections.append(result.credential)
 
     def release(self, count: int) -> None:
         for answered in self.on_wire[:count]:

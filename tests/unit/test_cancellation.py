@@ -20,6 +20,7 @@ from herald.domain.documents import (
 )
 from herald.domain.status import CancelDecision, Status
 from herald.service_layer.cancellation import (
+    FCM_REFUSED,
     FINALIZER_LEASE,
     FLAG_REFRESH_S,
     CampaignNotFound,
@@ -330,3 +331,38 @@ async def test_final_counts_of_a_cancel_come_from_the_records_not_the_live_count
     await cancellation.request(campaign_id, None, None, broadcast=True)
     cancelled = await cancellation.try_finalize(campaign_id)
     assert cancelled is not None and cancelled.counts == Counts(targeted=2, sent=1, failed=0)
+
+
+# --- a campaign FCM refused as misconfigured ---------------------------------------------------------
+async def test_a_campaign_fcm_refuses_is_stopped_like_a_cancel_and_ends_failed_with_the_reason(
+        stores: Stores, cancellation: Cancellation, registry: FakeRegistry, flags: FakeFlags,
+        bus: FakeBus) -> None:
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+    await registry.beat(pod_beat("s1", campaigns=[campaign_id]))
+    reason = "FCM refused the campaign: PERMISSION_DENIED: Permission denied"
+    stopping = await cancellation.stop_for_error(campaign_id, reason)
+    assert stopping is not None and stopping.status is Status.CANCELLING
+    assert stopping.cancel is not None and stopping.cancel.requested_by == FCM_REFUSED
+    assert flags.raised == {campaign_id} and len(bus.cancels) == 1
+    await cancellation.acknowledge(campaign_id, "s1")
+    done = await stored(stores, campaign_id)
+    assert done.status is Status.FAILED and done.error == reason
+    assert done.finished_at is not None
+
+
+@pytest.mark.parametrize("status", [Status.CANCELLING, Status.COMPLETED, Status.PENDING])
+async def test_a_campaign_not_sending_is_left_as_it_is_by_a_stop(
+        stores: Stores, cancellation: Cancellation, status: Status) -> None:
+    campaign_id = await insert(stores, status=status)
+    assert await cancellation.stop_for_error(campaign_id, "r") is None
+    assert (await stored(stores, campaign_id)).status is status
+
+
+async def test_a_users_cancel_during_a_stop_keeps_the_stop_and_its_failure(
+        stores: Stores, cancellation: Cancellation) -> None:
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+    await cancellation.stop_for_error(campaign_id, "r")
+    outcome = await cancellation.request(campaign_id, "also", actor("ops"), broadcast=True)
+    assert outcome.decision is CancelDecision.ALREADY
+    await cancellation.try_finalize(campaign_id)
+    assert (await stored(stores, campaign_id)).status is Status.FAILED

@@ -116,7 +116,7 @@ async def test_an_apns_collapse_id_over_64_bytes_is_an_invalid_argument(
     assert error["message"] == "The length of [apns-collapse-id] header must not exceed [64] bytes."
     assert error["details"] == [{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError",
                                  "errorCode": "INVALID_ARGUMENT"}]
-    assert parse_error(response.status, raw) is FcmError.INVALID_ARGUMENT
+    assert parse_error(response.status, raw) is FcmError.INVALID_PAYLOAD
 
 
 @pytest.mark.parametrize("topic", ["", "x" * 33, "promo:2026", "a.b", "with space", "é"])

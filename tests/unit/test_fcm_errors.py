@@ -1,7 +1,11 @@
-"""FCM's error model (herald/adapters/fcm.py) and the emulator's error bodies that feed it.
+"""FCM's answers as Google describes them, and what Herald concludes from each
+(herald/adapters/fcm.py, herald/domain/fcm_errors.py).
 
-Bodies follow FCM HTTP v1's documented shape: ``{"error": {"code", "message", "status",
-"details": [{"@type": ".../google.firebase.fcm.v1.FcmError", "errorCode": ...}]}}``.
+Bodies follow Google's ``google.rpc.Status``: ``{"error": {"code", "message", "status",
+"details": [...]}}``, where FCM adds a ``google.firebase.fcm.v1.FcmError`` detail with its
+``errorCode`` and payload problems carry a ``google.rpc.BadRequest`` detail with
+``fieldViolations``. The shapes below are Google's (the ErrorCode reference; the bad-token answer
+as real FCM gives it, firebase-admin-java issue 1064), not the emulator's.
 """
 
 from __future__ import annotations
@@ -15,118 +19,159 @@ from typing import Any
 
 import pytest
 
-from fcm_emulator import server
 from herald.adapters.fcm import SENT, SendResult, parse_error, parse_retry_after
-from herald.domain.fcm_errors import RETRYABLE, TOKEN_IS_DEAD, FcmError
+from herald.domain.fcm_errors import (
+    CONFIGURATION_ERRORS,
+    RETRYABLE,
+    TOKEN_IS_DEAD,
+    Consequence,
+    FcmError,
+    consequence,
+    may_retire_mismatched,
+    token_is_dead,
+    token_is_unusable,
+    wrong_project,
+)
 
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
+ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 
 
-def fcm_body(http: int, grpc: str, error_code: str | None = None, *,
-             extra_details: list[dict[str, Any]] | None = None) -> bytes:
+def google_body(http: int, grpc: str, error_code: str | None = None, *, message: str = "m",
+                extra_details: list[dict[str, Any]] | None = None) -> bytes:
     details = list(extra_details or [])
     if error_code is not None:
         details.append({"@type": FCM_ERROR_TYPE, "errorCode": error_code})
-    error: dict[str, Any] = {"code": http, "message": "m", "status": grpc}
+    error: dict[str, Any] = {"code": http, "message": message, "status": grpc}
     if details:
         error["details"] = details
     return json.dumps({"error": error}).encode()
 
 
-# --- parse_error -----------------------------------------------------------------------------------
+def violation(field: str, description: str = "Invalid value") -> dict[str, Any]:
+    return {"@type": BAD_REQUEST_TYPE,
+            "fieldViolations": [{"field": field, "description": description}]}
+
+
+# --- what each of Google's answers is recorded as ---------------------------------------------------
 @pytest.mark.parametrize(
-    ("http", "grpc", "error_code"),
+    ("http", "grpc", "error_code", "expected"),
     [
-        (404, "NOT_FOUND", "UNREGISTERED"),
-        (400, "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
-        (429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED"),
-        (503, "UNAVAILABLE", "UNAVAILABLE"),
-        (500, "INTERNAL", "INTERNAL"),
-        (403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH"),
-        (401, "UNAUTHENTICATED", "THIRD_PARTY_AUTH_ERROR"),
+        (404, "NOT_FOUND", "UNREGISTERED", FcmError.UNREGISTERED),
+        (429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", FcmError.QUOTA_EXCEEDED),
+        (503, "UNAVAILABLE", "UNAVAILABLE", FcmError.UNAVAILABLE),
+        (500, "INTERNAL", "INTERNAL", FcmError.INTERNAL),
+        (403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH", FcmError.SENDER_ID_MISMATCH),
+        (401, "UNAUTHENTICATED", "THIRD_PARTY_AUTH_ERROR", FcmError.THIRD_PARTY_AUTH_ERROR),
+        (400, "INVALID_ARGUMENT", "UNSPECIFIED_ERROR", FcmError.UNSPECIFIED_ERROR),
     ],
 )
-def test_fcm_v1_error_codes_are_read_from_details(http: int, grpc: str, error_code: str) -> None:
-    assert parse_error(http, fcm_body(http, grpc, error_code)) is FcmError(error_code)
+def test_fcm_error_codes_are_read_from_the_fcm_error_detail(
+        http: int, grpc: str, error_code: str, expected: FcmError) -> None:
+    assert parse_error(http, google_body(http, grpc, error_code)) is expected
 
 
-def test_error_code_in_details_wins_over_status_and_http() -> None:
-    # THIRD_PARTY_AUTH_ERROR comes with 401/UNAUTHENTICATED, which alone would mean our own auth.
-    body = fcm_body(401, "UNAUTHENTICATED", "THIRD_PARTY_AUTH_ERROR")
-    assert parse_error(401, body) is FcmError.THIRD_PARTY_AUTH_ERROR
+def test_a_bad_token_as_real_fcm_answers_it_is_a_dead_token() -> None:
+    body = google_body(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT",
+                       message="The registration token is not a valid FCM registration token")
+    assert parse_error(400, body) is FcmError.INVALID_ARGUMENT
 
 
-def test_fcm_error_detail_is_found_after_other_details() -> None:
-    bad_request = {"@type": "type.googleapis.com/google.rpc.BadRequest",
-                   "fieldViolations": [{"field": "message.token", "description": "bad"}]}
-    body = fcm_body(400, "INVALID_ARGUMENT", "UNREGISTERED", extra_details=[bad_request])
-    assert parse_error(400, body) is FcmError.UNREGISTERED
+def test_an_invalid_argument_whose_violation_is_on_the_token_is_a_dead_token() -> None:
+    body = google_body(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", message="Request contains an "
+                       "invalid argument.", extra_details=[violation("message.token")])
+    assert parse_error(400, body) is FcmError.INVALID_ARGUMENT
 
 
-def test_unknown_error_code_falls_back_to_grpc_status() -> None:
-    body = fcm_body(404, "NOT_FOUND", "SOMETHING_NEW_IN_2030")
+@pytest.mark.parametrize("body", [
+    # a payload problem as Google answers it: a BadRequest detail and no FcmError
+    google_body(400, "INVALID_ARGUMENT", message="Message is too big",
+                extra_details=[violation("message", "Message is too big")]),
+    google_body(400, "INVALID_ARGUMENT", message="Invalid value at 'message.data[0].value'",
+                extra_details=[violation("message.data[0].value")]),
+    # an FcmError INVALID_ARGUMENT that is not about the token: the request's fault
+    google_body(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", message="Invalid android ttl",
+                extra_details=[violation("message.android.ttl")]),
+    google_body(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT",
+                message="Request contains an invalid argument."),
+    google_body(400, "INVALID_ARGUMENT"),
+    b"",
+])
+def test_an_invalid_argument_not_about_the_token_is_the_payloads_fault(body: bytes) -> None:
+    assert parse_error(400, body) is FcmError.INVALID_PAYLOAD
+
+
+def test_permission_denied_without_an_fcm_error_is_a_configuration_error() -> None:
+    body = google_body(403, "PERMISSION_DENIED", message="Permission 'cloudmessaging.messages."
+                       "create' denied on resource '//cloudresourcemanager.googleapis.com/projects/"
+                       "x' (or it may not exist).", extra_details=[
+                           {"@type": ERROR_INFO_TYPE, "reason": "IAM_PERMISSION_DENIED"}])
+    assert parse_error(403, body) is FcmError.PERMISSION_DENIED
+    assert consequence(FcmError.PERMISSION_DENIED) is Consequence.STOP
+
+
+def test_not_found_without_an_fcm_error_is_the_project_not_the_token() -> None:
+    body = google_body(404, "NOT_FOUND", message="Requested entity was not found.")
+    assert parse_error(404, body) is FcmError.NOT_FOUND
+    assert not token_is_dead(FcmError.NOT_FOUND)
+
+
+def test_an_oauth_rejection_is_unauthenticated_and_asks_for_a_new_token() -> None:
+    body = google_body(401, "UNAUTHENTICATED", message="Request had invalid authentication "
+                       "credentials. Expected OAuth 2 access token.")
+    assert parse_error(401, body) is FcmError.UNAUTHENTICATED
+    assert consequence(FcmError.UNAUTHENTICATED) is Consequence.REAUTH
+
+
+def test_the_fcm_error_detail_is_found_after_other_details() -> None:
+    body = google_body(404, "NOT_FOUND", "UNREGISTERED", extra_details=[
+        {"@type": "type.googleapis.com/google.rpc.BadRequest", "fieldViolations": []}])
     assert parse_error(404, body) is FcmError.UNREGISTERED
 
 
-def test_non_string_error_code_and_non_object_details_are_ignored() -> None:
-    details = ["UNREGISTERED", 7, None, {"errorCode": ["UNREGISTERED"]}, {"errorCode": 404}]
-    body = json.dumps({"error": {"status": "UNAVAILABLE", "details": details}}).encode()
-    assert parse_error(503, body) is FcmError.UNAVAILABLE
+def test_an_unknown_error_code_falls_back_to_googles_status() -> None:
+    assert parse_error(503, google_body(503, "UNAVAILABLE", "SOMETHING_NEW")) is FcmError.UNAVAILABLE
+    assert parse_error(403, google_body(403, "PERMISSION_DENIED", "SOMETHING_NEW")) \
+        is FcmError.PERMISSION_DENIED
 
 
-@pytest.mark.parametrize(
-    ("grpc", "expected"),
-    [
-        ("INVALID_ARGUMENT", FcmError.INVALID_ARGUMENT),
-        ("NOT_FOUND", FcmError.UNREGISTERED),
-        ("PERMISSION_DENIED", FcmError.SENDER_ID_MISMATCH),
-        ("RESOURCE_EXHAUSTED", FcmError.QUOTA_EXCEEDED),
-        ("UNAVAILABLE", FcmError.UNAVAILABLE),
-        ("INTERNAL", FcmError.INTERNAL),
-        ("UNAUTHENTICATED", FcmError.UNAUTHENTICATED),
-    ],
-)
-def test_without_details_the_grpc_status_decides(grpc: str, expected: FcmError) -> None:
-    # An HTTP status that disagrees shows that the body's status is what is read.
-    assert parse_error(418, fcm_body(418, grpc)) is expected
+@pytest.mark.parametrize(("grpc", "expected"), [
+    ("INVALID_ARGUMENT", FcmError.INVALID_PAYLOAD),
+    ("NOT_FOUND", FcmError.NOT_FOUND),
+    ("PERMISSION_DENIED", FcmError.PERMISSION_DENIED),
+    ("UNAUTHENTICATED", FcmError.UNAUTHENTICATED),
+    ("RESOURCE_EXHAUSTED", FcmError.QUOTA_EXCEEDED),
+    ("UNAVAILABLE", FcmError.UNAVAILABLE),
+    ("INTERNAL", FcmError.INTERNAL),
+])
+def test_without_an_fcm_error_googles_status_decides(grpc: str, expected: FcmError) -> None:
+    assert parse_error(418, google_body(418, grpc)) is expected
 
 
-@pytest.mark.parametrize(
-    ("http", "expected"),
-    [
-        (400, FcmError.INVALID_ARGUMENT),
-        (401, FcmError.UNAUTHENTICATED),
-        (403, FcmError.SENDER_ID_MISMATCH),
-        (404, FcmError.UNREGISTERED),
-        (429, FcmError.QUOTA_EXCEEDED),
-        (500, FcmError.INTERNAL),
-        (503, FcmError.UNAVAILABLE),
-    ],
-)
-def test_without_a_usable_body_the_http_status_decides(http: int, expected: FcmError) -> None:
-    assert parse_error(http, b"") is expected
-    assert parse_error(http, b'{"error": {"status": "NOT_A_STATUS"}}') is expected
+@pytest.mark.parametrize(("http", "expected"), [
+    (400, FcmError.INVALID_PAYLOAD), (401, FcmError.UNAUTHENTICATED),
+    (403, FcmError.PERMISSION_DENIED), (404, FcmError.NOT_FOUND),
+    (429, FcmError.QUOTA_EXCEEDED), (500, FcmError.INTERNAL), (503, FcmError.UNAVAILABLE),
+    (502, FcmError.UNAVAILABLE), (504, FcmError.UNAVAILABLE), (418, FcmError.UNSPECIFIED_ERROR),
+])
+@pytest.mark.parametrize("body", [b"", b"<html><body>Bad Gateway</body></html>", b"\xff\xfe\x00",
+                                  b"null", b"[1, 2]", b'"error"', b"42", b"{}", b'{"error": {}}',
+                                  b'{"error": {"details": null}}', b'{"error": "boom"}',
+                                  b'{"error": {"details": 7}}', b'{"error": ["UNREGISTERED"]}',
+                                  b'{"error": {"details": [5, "x", null]}}', b'{"err'])
+def test_without_a_usable_body_the_http_status_decides(http: int, expected: FcmError,
+                                                       body: bytes) -> None:
+    assert parse_error(http, body) is expected
 
 
-@pytest.mark.parametrize(
-    "body",
-    [b"", b"<html><body>Bad Gateway</body></html>", b"\xff\xfe\x00garbage", b"null", b"[]",
-     b"[1, 2]", b'"error"', b"42", b"{}", b'{"error": {}}', b'{"error": {"details": []}}',
-     b'{"error": {"details": null}}', b'{"err', b'{"error": "boom"}', b'{"error": null}',
-     b'{"error": 5}', b'{"error": ["UNREGISTERED"]}', b'{"error": {"details": 7}}',
-     b'{"error": {"details": true}}'],
-)
-def test_garbage_bodies_never_raise_and_fall_back_to_http_status(body: bytes) -> None:
-    assert parse_error(404, body) is FcmError.UNREGISTERED
-    assert parse_error(418, body) is FcmError.UNSPECIFIED_ERROR
-
-
-@pytest.mark.parametrize("http", [502, 504])
-def test_gateway_errors_with_unparseable_bodies_are_retryable(http: int) -> None:
-    """FCM's guidance (and RETRYABLE's docstring): retry 5xx. A proxy's 502/504 page is a 5xx."""
-    error = parse_error(http, b"<html><body>Gateway error</body></html>")
-    assert SendResult(error).retryable
-
+def test_no_answer_without_an_fcm_error_ever_retires_a_token() -> None:
+    """Only FCM's own FcmError about a token says the token is bad: a proxy's 404 or 400, or a
+    Google status alone, never does."""
+    for http in (400, 401, 403, 404):
+        for body in (b"", google_body(http, "NOT_FOUND"), google_body(http, "INVALID_ARGUMENT"),
+                     google_body(http, "PERMISSION_DENIED")):
+            assert not token_is_unusable(parse_error(http, body))
 
 # --- parse_retry_after -----------------------------------------------------------------------------
 @pytest.mark.parametrize(
@@ -172,11 +217,11 @@ def test_retry_after_http_date_is_read_as_gmt() -> None:
     assert abs(result - (moment.timestamp() - time.time())) < 2.0
 
 
-# --- SendResult and the error sets -----------------------------------------------------------------
+# --- what Herald does about each ---------------------------------------------------------------------
 def test_sent_is_ok_and_not_retryable() -> None:
     assert SENT.ok
     assert not SENT.retryable
-    assert SENT.error is None
+    assert SENT.consequence is None
 
 
 @pytest.mark.parametrize("error", list(FcmError))
@@ -184,70 +229,49 @@ def test_send_result_flags(error: FcmError) -> None:
     result = SendResult(error, retry_after_s=1.0)
     assert not result.ok
     assert result.retryable is (error in RETRYABLE)
+    assert result.consequence is consequence(error)
 
 
-def test_retryable_set() -> None:
+def test_what_is_retried() -> None:
+    """Push-back and outages (nothing was delivered); never a timeout, which may have been."""
     assert frozenset({FcmError.QUOTA_EXCEEDED, FcmError.UNAVAILABLE, FcmError.INTERNAL,
-                      FcmError.TIMEOUT, FcmError.CONNECTION_ERROR}) == RETRYABLE
+                      FcmError.CONNECTION_ERROR}) == RETRYABLE
+    assert consequence(FcmError.TIMEOUT) is Consequence.UNCERTAIN
 
 
-def test_token_is_dead_set() -> None:
+def test_what_stops_the_campaign() -> None:
+    assert frozenset({FcmError.INVALID_PAYLOAD, FcmError.PERMISSION_DENIED,
+                      FcmError.THIRD_PARTY_AUTH_ERROR, FcmError.NOT_FOUND,
+                      FcmError.OAUTH_REFUSED}) == CONFIGURATION_ERRORS
+    assert all(consequence(error) is Consequence.STOP for error in CONFIGURATION_ERRORS)
+
+
+def test_dead_tokens_and_unusable_tokens() -> None:
     assert frozenset({FcmError.UNREGISTERED, FcmError.INVALID_ARGUMENT}) == TOKEN_IS_DEAD
-
-
-def test_a_dead_token_is_never_retried() -> None:
+    assert token_is_unusable(FcmError.SENDER_ID_MISMATCH)
+    assert not token_is_dead(FcmError.SENDER_ID_MISMATCH)
     assert not RETRYABLE & TOKEN_IS_DEAD
+    assert not CONFIGURATION_ERRORS & TOKEN_IS_DEAD
+    assert all(consequence(error) is Consequence.RECIPIENT for error in TOKEN_IS_DEAD)
 
 
-@pytest.mark.parametrize("error", [FcmError.SENDER_ID_MISMATCH, FcmError.THIRD_PARTY_AUTH_ERROR,
-                                   FcmError.UNAUTHENTICATED, FcmError.QUOTA_EXCEEDED])
-def test_project_level_errors_do_not_kill_the_token(error: FcmError) -> None:
-    assert error not in TOKEN_IS_DEAD
+@pytest.mark.parametrize("error", sorted(CONFIGURATION_ERRORS | {FcmError.UNAUTHENTICATED,
+                                                                  FcmError.TIMEOUT,
+                                                                  FcmError.QUOTA_EXCEEDED}))
+def test_configuration_errors_and_outages_never_make_a_token_unusable(error: FcmError) -> None:
+    assert not token_is_unusable(error)
 
 
-# --- the emulator's bodies parse back ---------------------------------------------------------------
-def emulated(code: str, retry_after_s: float | None = None) -> tuple[int, bytes, str | None]:
-    """Status, body and Retry-After header of the emulator's answer for error ``code``."""
-    response = server.error_response(code, retry_after_s=retry_after_s)
-    assert isinstance(response.body, bytes)
-    return response.status, response.body, response.headers.get("Retry-After")
-
-
-@pytest.mark.parametrize("code", sorted(server.ERRORS))
-def test_emulator_error_response_parses_back_to_its_code(code: str) -> None:
-    status, body, _ = emulated(code)
-    assert parse_error(status, body) is FcmError(code)
-
-
-@pytest.mark.parametrize("code", sorted(server.ERRORS))
-def test_emulator_status_and_http_code_agree_with_its_error_code(code: str) -> None:
-    """Even read without details, the emulator's answer means the same error."""
-    status, body, _ = emulated(code)
-    error = json.loads(body)["error"]
-    del error["details"]
-    assert parse_error(status, json.dumps({"error": error}).encode()) is FcmError(code)
-    assert parse_error(status, b"") is FcmError(code)
-
-
-@pytest.mark.parametrize(("prefix", "code"), sorted(server.TOKEN_PREFIXES.items()))
-def test_emulator_token_prefixes_mean_what_herald_reads(prefix: str, code: str) -> None:
-    expected = {"unregistered-": FcmError.UNREGISTERED, "invalid-": FcmError.INVALID_ARGUMENT,
-                "quota-": FcmError.QUOTA_EXCEEDED, "unavailable-": FcmError.UNAVAILABLE}[prefix]
-    status, body, _ = emulated(code)
-    assert parse_error(status, body) is expected
-
-
-def test_emulator_prefixes_cover_dead_and_retryable_errors() -> None:
-    parsed = {parse_error(*emulated(code)[:2]) for code in server.TOKEN_PREFIXES.values()}
-    assert parsed >= TOKEN_IS_DEAD
-    assert {FcmError.QUOTA_EXCEEDED, FcmError.UNAVAILABLE} <= parsed & RETRYABLE
-
-
-@pytest.mark.parametrize("seconds", [1.0, 0.25, 30.0, 2.5])
-def test_emulator_retry_after_header_parses_back(seconds: float) -> None:
-    _, _, header = emulated("QUOTA_EXCEEDED", retry_after_s=seconds)
-    assert parse_retry_after(header) == seconds
-
-
-def test_emulator_sends_no_retry_after_unless_asked() -> None:
-    assert emulated("UNAVAILABLE")[2] is None
+@pytest.mark.parametrize(("mismatched", "answered", "wrong", "retire"), [
+    (0, 0, False, False),
+    (5, 10, False, False),     # too few answers to tell
+    (19, 19, False, False),
+    (20, 20, True, False),     # every token of another project: the credentials are
+    (10, 20, True, False),
+    (9, 20, False, True),
+    (1, 500, False, True),
+])
+def test_many_mismatched_tokens_mean_a_wrong_project(mismatched: int, answered: int, wrong: bool,
+                                                     retire: bool) -> None:
+    assert wrong_project(mismatched, answered) is wrong
+    assert may_retire_mismatched(mismatched, answered) is retire

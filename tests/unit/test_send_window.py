@@ -28,6 +28,7 @@ class Records:
 
     def __init__(self) -> None:
         self.groups: list[list[str]] = []
+        self.errors: dict[str, FcmError | None] = {}
         self.gate = asyncio.Event()
         self.gate.set()
         self.fail = False
@@ -37,6 +38,7 @@ class Records:
         if self.fail:
             raise ConnectionError("MongoDB went away")
         self.groups.append([o.target.token for o in outcomes])
+        self.errors.update((o.target.token, o.error) for o in outcomes)
 
     @property
     def written(self) -> list[str]:
@@ -64,10 +66,12 @@ def window(fcm: HeldFcm, *, connections: int, unrecorded: int, group_wait_s: flo
 
 def start(sender: SendWindow, todo: list[Target], records: Records,
           cancelled: asyncio.Event | None = None,
-          may_start: Callable[[], Awaitable[bool]] = always) -> asyncio.Task[None]:
+          may_start: Callable[[], Awaitable[bool]] = always,
+          stops: list[SendResult] | None = None) -> asyncio.Task[None]:
     return asyncio.create_task(sender.send(
         TEMPLATE, todo, may_start=may_start, cancelled=cancelled or asyncio.Event(),
-        campaign_bucket=None, record=records.write))
+        campaign_bucket=None, record=records.write,
+        stop=(stops.append if stops is not None else lambda _result: None)))
 
 
 async def answer_all(fcm: HeldFcm, task: asyncio.Task[None]) -> None:
@@ -218,3 +222,82 @@ async def test_a_cancel_during_a_retrys_back_off_leaves_the_target_unsent_and_fr
     healthy.gate.set()
     await answer_all(fcm, second)
     assert sorted(healthy.written) == ["b-0", "b-1", "b-2", "b-3"]
+
+
+# --- answers that are not a recipient's outcome -----------------------------------------------------
+def scripted(answers: dict[str, list[SendResult]], default: SendResult = SendResult(None)
+             ) -> Callable[[str], SendResult]:
+    """FCM answering each token's requests in turn from ``answers``, then ``default``."""
+    def answer(token: str) -> SendResult:
+        queued = answers.get(token)
+        return queued.pop(0) if queued else default
+    return answer
+
+
+async def test_a_configuration_error_stops_the_campaign_after_the_requests_on_the_wire() -> None:
+    refused = SendResult(FcmError.PERMISSION_DENIED, message="Permission denied")
+    fcm, records, stops = HeldFcm(lambda _token: refused), Records(), []
+    cancelled = asyncio.Event()
+    sender = window(fcm, connections=4, unrecorded=100)
+    task = start(sender, targets("a", 50), records, cancelled, stops=stops)
+    await until(lambda: len(fcm.on_wire) == 4)
+    fcm.release(1)
+    await until(lambda: cancelled.is_set())
+    fcm.release(3)
+    await task
+    assert len(fcm.sent) == 4  # nothing started after the first refusal
+    assert set(records.errors.values()) == {FcmError.PERMISSION_DENIED}
+    assert sorted(records.errors) == sorted(fcm.sent)
+    assert stops and all(stop.error is FcmError.PERMISSION_DENIED for stop in stops)
+
+
+async def test_a_401_gets_a_new_token_and_the_request_is_sent_again_once() -> None:
+    unauthenticated = SendResult(FcmError.UNAUTHENTICATED, credential="Bearer old")
+    fcm, records, stops = HeldFcm(scripted({"a-0": [unauthenticated]})), Records(), []
+    sender = window(fcm, connections=2, unrecorded=4, max_retries=0)
+    await answer_all(fcm, start(sender, targets("a", 2), records, stops=stops))
+    assert sorted(fcm.sent) == ["a-0", "a-0", "a-1"]
+    assert fcm.rejections == ["Bearer old"]
+    assert records.errors == {"a-0": None, "a-1": None}
+    assert stops == []
+
+
+async def test_a_401_that_survives_a_new_token_stops_the_campaign() -> None:
+    unauthenticated = SendResult(FcmError.UNAUTHENTICATED, credential="Bearer any")
+    fcm, records, stops = HeldFcm(lambda _token: unauthenticated), Records(), []
+    sender = window(fcm, connections=1, unrecorded=4)
+    await answer_all(fcm, start(sender, targets("a", 10), records, stops=stops))
+    assert fcm.sent == ["a-0", "a-0"]
+    assert records.errors == {"a-0": FcmError.UNAUTHENTICATED}
+    assert [stop.error for stop in stops] == [FcmError.UNAUTHENTICATED]
+
+
+async def test_a_timeout_is_recorded_as_such_and_never_sent_again() -> None:
+    fcm, records = HeldFcm(scripted({"a-0": [SendResult(FcmError.TIMEOUT)]})), Records()
+    sender = window(fcm, connections=2, unrecorded=4, max_retries=3)
+    await answer_all(fcm, start(sender, targets("a", 2), records))
+    assert sorted(fcm.sent) == ["a-0", "a-1"]
+    assert records.errors == {"a-0": FcmError.TIMEOUT, "a-1": None}
+
+
+async def test_without_an_access_token_nothing_is_recorded_and_the_campaign_stops() -> None:
+    no_token = SendResult(FcmError.OAUTH_REFUSED, message="invalid_grant", attempted=False)
+    fcm, records, stops = HeldFcm(lambda _token: no_token), Records(), []
+    sender = window(fcm, connections=2, unrecorded=2)
+    await answer_all(fcm, start(sender, targets("a", 10), records, stops=stops))
+    assert records.written == []  # the recipients stay unsent
+    assert stops and stops[0].error is FcmError.OAUTH_REFUSED
+    again = start(sender, targets("b", 2), Records())
+    await until(lambda: len(fcm.on_wire) == 2, timeout_s=1.0)  # both permits came back
+    await answer_all(fcm, again)
+
+
+async def test_a_token_endpoint_that_never_answers_is_retried_then_stops_the_campaign() -> None:
+    no_answer = SendResult(FcmError.CONNECTION_ERROR, message="timed out", attempted=False)
+    fcm, records, stops = HeldFcm(lambda _token: no_answer), Records(), []
+    sender = window(fcm, connections=1, unrecorded=2, max_retries=1)
+    await answer_all(fcm, start(sender, targets("a", 5), records, stops=stops))
+    assert len(fcm.sent) == 3 and set(fcm.sent) == {"a-0", "a-1"}  # the second retry found the
+    # campaign stopped by the first
+    assert records.written == []
+    assert [stop.error for stop in stops] == [FcmError.OAUTH_REFUSED]

@@ -36,6 +36,7 @@ EXPECTED: dict[Transition, tuple[set[Status], Status]] = {
     T.CANCEL_AT_ONCE: ({S.SCHEDULED, S.PENDING}, S.CANCELLED),
     T.BEGIN_CANCEL: ({S.IN_PROGRESS, S.FINALIZING}, S.CANCELLING),
     T.CONFIRM_CANCEL: ({S.CANCELLING}, S.CANCELLED),
+    T.CONFIRM_STOP: ({S.CANCELLING}, S.FAILED),
     T.MISS: ({S.SCHEDULED}, S.MISSED),
 }
 
@@ -113,8 +114,9 @@ def test_finishing_sender_never_overwrites_cancelling_with_completed() -> None:
         apply(T.COMPLETE, S.CANCELLING)
 
 
-@pytest.mark.parametrize("transition", [t for t in Transition if t is not T.CONFIRM_CANCEL])
-def test_cancelling_only_moves_on_to_cancelled(transition: Transition) -> None:
+@pytest.mark.parametrize("transition", [t for t in Transition
+                                        if t not in (T.CONFIRM_CANCEL, T.CONFIRM_STOP)])
+def test_cancelling_only_moves_on_to_cancelled_or_failed(transition: Transition) -> None:
     with pytest.raises(InvalidTransition):
         apply(transition, S.CANCELLING)
 

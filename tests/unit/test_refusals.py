@@ -1,0 +1,82 @@
+"""A sender's answer to FCM refusing a whole campaign (herald/service_layer/refusals.py): the
+campaign stops here at once and everywhere once, with one ERROR line; tokens of another project
+are excluded only when they are few."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+
+import pytest
+
+from herald.domain.fcm_errors import WRONG_PROJECT_MIN_ANSWERS, FcmError
+from herald.service_layer.cancel_watch import CancelWatch
+from herald.service_layer.refusals import CampaignRefusals, reason_for
+from tests.unit.fakes import FakeFlags
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.watch = CancelWatch(FakeFlags())
+        self.learned: list[str] = []
+        self.watch.on_learned(self.learned.append)
+        self.stops: list[tuple[str, str]] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.refusals = CampaignRefusals(self.watch, self._stop_for_error, self._spawn)
+
+    async def _stop_for_error(self, campaign_id: str, reason: str) -> None:
+        self.stops.append((campaign_id, reason))
+
+    def _spawn(self, work: Awaitable[None], _name: str) -> None:
+        async def run() -> None:
+            await work
+        self.tasks.append(asyncio.ensure_future(run()))
+
+    async def settle(self) -> None:
+        await asyncio.gather(*self.tasks)
+
+
+async def test_the_first_refusal_stops_the_campaign_here_and_everywhere_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    rig = Rig()
+    with caplog.at_level(logging.ERROR):
+        for _ in range(5):
+            rig.refusals.stop("c1", FcmError.INVALID_PAYLOAD, "Message is too big")
+    assert rig.watch.knows("c1")  # stopped here at once
+    await rig.settle()
+    reason = reason_for(FcmError.INVALID_PAYLOAD, "Message is too big")
+    assert rig.stops == [("c1", reason)]
+    assert rig.learned == ["c1"]  # then it takes part in the stop like any pod: it acknowledges
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "Message is too big" in errors[0].getMessage()
+
+
+def answers(mismatched: int, accepted: int) -> list[tuple[str, str | None]]:
+    return ([(f"m{i}", FcmError.SENDER_ID_MISMATCH.value) for i in range(mismatched)]
+            + [(f"ok{i}", None) for i in range(accepted)])
+
+
+async def test_a_few_mismatched_tokens_are_retired_once_the_answers_say_they_are_few() -> None:
+    rig = Rig()
+    assert rig.refusals.mismatched_to_retire("c1", answers(2, 5)) == []  # too soon to tell
+    released = rig.refusals.mismatched_to_retire("c1", answers(0, WRONG_PROJECT_MIN_ANSWERS))
+    assert released == ["m0", "m1"]
+    assert rig.refusals.mismatched_to_retire("c1", [("m9", "SENDER_ID_MISMATCH")]) == ["m9"]
+    assert not rig.watch.knows("c1")
+
+
+async def test_mostly_mismatched_tokens_mean_a_wrong_project_retire_nothing_and_stop() -> None:
+    rig = Rig()
+    assert rig.refusals.mismatched_to_retire("c1", answers(WRONG_PROJECT_MIN_ANSWERS, 3)) == []
+    assert rig.watch.knows("c1")
+    await rig.settle()
+    [(campaign_id, reason)] = rig.stops
+    assert campaign_id == "c1" and "SENDER_ID_MISMATCH" in reason and "project" in reason
+    assert rig.refusals.mismatched_to_retire("c1", answers(1, 100)) == []
+
+
+async def test_each_campaign_is_counted_apart() -> None:
+    rig = Rig()
+    rig.refusals.mismatched_to_retire("c1", answers(WRONG_PROJECT_MIN_ANSWERS, 0))
+    assert rig.refusals.mismatched_to_retire("c2", answers(1, 30)) == ["m0"]
