@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from fcm_emulator import server
+from fcm_emulator import faults, server
 from herald.adapters.fcm import SENT, SendResult, parse_error, parse_retry_after
 from herald.domain.fcm_errors import RETRYABLE, TOKEN_IS_DEAD, FcmError
 
@@ -208,20 +208,22 @@ def test_project_level_errors_do_not_kill_the_token(error: FcmError) -> None:
 # --- the emulator's bodies parse back ---------------------------------------------------------------
 def emulated(code: str, retry_after_s: float | None = None) -> tuple[int, bytes, str | None]:
     """Status, body and Retry-After header of the emulator's answer for error ``code``."""
-    response = server.error_response(code, retry_after_s=retry_after_s)
+    response = faults.fault_response(code, "demo", retry_after_s=retry_after_s)
     assert isinstance(response.body, bytes)
     return response.status, response.body, response.headers.get("Retry-After")
 
 
-@pytest.mark.parametrize("code", sorted(server.ERRORS))
+@pytest.mark.parametrize("code", faults.TOKEN_FAULTS)
 def test_emulator_error_response_parses_back_to_its_code(code: str) -> None:
     status, body, _ = emulated(code)
     assert parse_error(status, body) is FcmError(code)
 
 
-@pytest.mark.parametrize("code", sorted(server.ERRORS))
+@pytest.mark.parametrize("code", ["UNREGISTERED", "INVALID_ARGUMENT", "SENDER_ID_MISMATCH",
+                                  "QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL"])
 def test_emulator_status_and_http_code_agree_with_its_error_code(code: str) -> None:
-    """Even read without details, the emulator's answer means the same error."""
+    """Even read without details, the emulator's answer means the same error (not so for
+    THIRD_PARTY_AUTH_ERROR: 401 UNAUTHENTICATED alone means Herald's own credentials)."""
     status, body, _ = emulated(code)
     error = json.loads(body)["error"]
     del error["details"]
@@ -232,7 +234,10 @@ def test_emulator_status_and_http_code_agree_with_its_error_code(code: str) -> N
 @pytest.mark.parametrize(("prefix", "code"), sorted(server.TOKEN_PREFIXES.items()))
 def test_emulator_token_prefixes_mean_what_herald_reads(prefix: str, code: str) -> None:
     expected = {"unregistered-": FcmError.UNREGISTERED, "invalid-": FcmError.INVALID_ARGUMENT,
-                "quota-": FcmError.QUOTA_EXCEEDED, "unavailable-": FcmError.UNAVAILABLE}[prefix]
+                "mismatch-": FcmError.SENDER_ID_MISMATCH,
+                "apnsauth-": FcmError.THIRD_PARTY_AUTH_ERROR,
+                "quota-": FcmError.QUOTA_EXCEEDED, "unavailable-": FcmError.UNAVAILABLE,
+                "internal-": FcmError.INTERNAL}[prefix]
     status, body, _ = emulated(code)
     assert parse_error(status, body) is expected
 
@@ -240,7 +245,7 @@ def test_emulator_token_prefixes_mean_what_herald_reads(prefix: str, code: str) 
 def test_emulator_prefixes_cover_dead_and_retryable_errors() -> None:
     parsed = {parse_error(*emulated(code)[:2]) for code in server.TOKEN_PREFIXES.values()}
     assert parsed >= TOKEN_IS_DEAD
-    assert {FcmError.QUOTA_EXCEEDED, FcmError.UNAVAILABLE} <= parsed & RETRYABLE
+    assert {FcmError.QUOTA_EXCEEDED, FcmError.UNAVAILABLE, FcmError.INTERNAL} <= parsed & RETRYABLE
 
 
 @pytest.mark.parametrize("seconds", [1.0, 0.25, 30.0, 2.5])
