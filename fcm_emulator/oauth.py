@@ -8,10 +8,11 @@ private key and post it to the ``token_uri`` of the service-account file::
 
 The emulator is handed the same file, derives the public key from it, and checks the grant:
 an RS256 signature (RSASSA-PKCS1-v1_5 with SHA-256, verified by ``cryptography``) by the key
-named by ``kid`` (the file's ``private_key_id``), ``iss`` the file's ``client_email``, ``aud`` its
-``token_uri``, a ``scope`` that lets the token send FCM messages, and a short-lived, current
-``iat``/``exp``. A grant it refuses is answered in Google's OAuth error shape (``{"error",
-"error_description"}``, HTTP 400), which google-auth raises as ``RefreshError``.
+named by ``kid`` (the file's ``private_key_id``), ``iss`` the file's ``client_email``, ``aud``
+Google's token endpoint (what google-auth signs for) or the file's ``token_uri``, a ``scope``
+that lets the token send FCM messages, and a short-lived, current ``iat``/``exp``. A grant it
+refuses is answered in Google's OAuth error shape (``{"error", "error_description"}``, HTTP 400),
+which google-auth raises as ``RefreshError``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 FCM_SCOPES = frozenset({"https://www.googleapis.com/auth/firebase.messaging",
                         "https://www.googleapis.com/auth/cloud-platform"})
+GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
+"""The audience google-auth signs every service-account grant for, whatever the file's
+``token_uri`` (google/oauth2/service_account.py, ``_GOOGLE_OAUTH2_TOKEN_ENDPOINT``): Google's token
+endpoint. The emulator accepts it, and the file's ``token_uri``."""
 MAX_LIFETIME_S = 3600
 CLOCK_SKEW_S = 10.0
 
@@ -187,9 +192,9 @@ def _check_claims(account: ServiceAccount, claims: dict[str, Any], now: float) -
     if claims.get("iss") != email:
         raise GrantRefused(f"Invalid JWT: the issuer {claims.get('iss')!r} is not the key's "
                            f"service account {email}.", client_email=email)
-    if claims.get("aud") != account.token_uri:
+    if claims.get("aud") not in (GOOGLE_TOKEN_URI, account.token_uri):
         raise GrantRefused(f"Invalid JWT: Failed audience check. The expected audience is "
-                           f"{account.token_uri}.", client_email=email)
+                           f"{GOOGLE_TOKEN_URI}.", client_email=email)
     scopes = str(claims.get("scope", "")).split()
     if not FCM_SCOPES.intersection(scopes):
         raise GrantRefused(BAD_SCOPE, "invalid_scope", client_email=email)
