@@ -32,6 +32,7 @@ A problem is a :class:`Violation`: the field path as Google writes it in a ``goo
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -108,6 +109,7 @@ def load_document() -> dict[str, Any]:
     return parsed
 
 
+@functools.cache  # FCM's rules look fields up by both names on every request
 def proto_name(camel: str) -> str:
     """``collapseKey`` -> ``collapse_key``, ``androidV2`` -> ``android_v2``: the proto field name
     the document's lowerCamelCase JSON name was derived from."""
@@ -251,22 +253,21 @@ class _Object:
     def __init__(self, name: str) -> None:
         self.name = name
         self.proto_type = _proto_type_name(name)
-        # name as sent -> (proto name, checker); filled by Validator._compile_object
-        self.fields: dict[str, tuple[str, Check]] = {}
+        # name as sent -> (proto name, checker, the field's other name if it has one); filled
+        # by Validator._object
+        self.fields: dict[str, tuple[str, Check, str | None]] = {}
 
     def __call__(self, value: Any) -> None:
         if type(value) is not dict:
             raise _invalid_value(self.proto_type, value)
         fields = self.fields
-        seen: set[str] = set()
         for key, item in value.items():
             entry = fields.get(key)
             if entry is None:
                 raise _unknown_name(key)
-            proto, check = entry
-            if proto in seen:
+            proto, check, other_spelling = entry
+            if other_spelling is not None and other_spelling in value:
                 raise _set_twice(proto)
-            seen.add(proto)
             if item is None:  # proto3 JSON: null is the field's default, i.e. not set
                 continue
             try:
@@ -329,8 +330,10 @@ class Validator:
             compiled = self._objects[name] = _Object(name)  # registered first: $refs may recurse
             for camel, schema in self._schemas[name].get("properties", {}).items():
                 check = self._check_for(schema, owner=name, field=camel)
-                compiled.fields[camel] = compiled.fields[proto_name(camel)] = (proto_name(camel),
-                                                                               check)
+                proto = proto_name(camel)
+                two_names = proto != camel
+                compiled.fields[camel] = (proto, check, proto if two_names else None)
+                compiled.fields[proto] = (proto, check, camel if two_names else None)
         return compiled
 
     def _check_for(self, schema: Mapping[str, Any], *, owner: str, field: str) -> Check:
@@ -380,15 +383,19 @@ def _scalar_type(schema: Mapping[str, Any]) -> str:
 def fcm_rules(message: dict[str, Any]) -> None:
     """Raise :class:`Invalid` (rule ``"fcm"``) for what FCM refuses in a well-formed message."""
     _one_target(message)
-    if _field(message, "android") is not None and _field(message, "androidV2") is not None:
+    android, android_v2 = _field(message, "android"), _field(message, "androidV2")
+    if android is not None and android_v2 is not None:
         raise _fcm("message", "Message cannot contain both android and android_v2 "
                               "(AndroidConfig and AndroidConfigV2 are mutually exclusive).")
-    _data_keys(_field(message, "data"))
-    for platform in ("android", "androidV2"):
-        config = _field(message, platform)
+    _data_keys(message.get("data"))
+    _analytics_label(_field(message, "fcmOptions"), "message.fcm_options")
+    for path, config in (("message.android", android), ("message.android_v2", android_v2),
+                         ("message.apns", message.get("apns")),
+                         ("message.webpush", message.get("webpush"))):
         if config is not None:
-            _ttl(_field(config, "ttl"), f"message.{proto_name(platform)}.ttl")
-    _analytics_labels(message)
+            _analytics_label(_field(config, "fcmOptions"), f"{path}.fcm_options")
+            if config is android or config is android_v2:
+                _ttl(config.get("ttl"), f"{path}.ttl")
 
 
 def _field(parent: Mapping[str, Any], camel: str) -> Any:
@@ -432,16 +439,9 @@ def _ttl(ttl: str | None, path: str) -> None:
                          f"live is 4 weeks ({MAX_TTL_S}s).")
 
 
-def _analytics_labels(message: Mapping[str, Any]) -> None:
-    options = [("message.fcm_options", _field(message, "fcmOptions"))]
-    for platform in ("android", "androidV2", "apns", "webpush"):
-        config = _field(message, platform)
-        if config is not None:
-            options.append((f"message.{proto_name(platform)}.fcm_options",
-                            _field(config, "fcmOptions")))
-    for path, option in options:
-        label = _field(option, "analyticsLabel") if option is not None else None
-        if label is not None and not ANALYTICS_LABEL.fullmatch(label):
-            raise _fcm(f"{path}.analytics_label",
-                       f"Invalid value at '{path}.analytics_label': an analytics label must match "
-                       "^[a-zA-Z0-9-_.~%]{1,50}$.")
+def _analytics_label(options: Mapping[str, Any] | None, path: str) -> None:
+    label = _field(options, "analyticsLabel") if options is not None else None
+    if label is not None and not ANALYTICS_LABEL.fullmatch(label):
+        raise _fcm(f"{path}.analytics_label",
+                   f"Invalid value at '{path}.analytics_label': an analytics label must match "
+                   "^[a-zA-Z0-9-_.~%]{1,50}$.")

@@ -276,3 +276,19 @@ async def test_bodies_are_kept_only_when_asked() -> None:
         await send(plain, "one")
         response = await plain.get("/_emulator/requests")
         assert "body" not in orjson.loads(await response.read())
+
+
+async def test_the_record_read_again_has_the_earlier_rows_and_the_new_ones() -> None:
+    """Rows are encoded once, on the first read after they arrive (tests poll 50,000-row records)."""
+    async with TestClient(TestServer(make_app(keep_bodies=True))) as fcm:
+        await send(fcm, "one")
+        assert [row.token for row in await rows(fcm)] == ["one"]
+        await send(fcm, "unregistered-2")
+        await send(fcm, "three")
+        received = await rows(fcm)
+        assert [(row.token, row.error) for row in received] == [
+            ("one", None), ("unregistered-2", "UNREGISTERED"), ("three", None)]
+        assert received[2].body["message"]["token"] == "three"
+        await fcm.post("/_emulator/reset")
+        await send(fcm, "four")
+        assert [row.token for row in await rows(fcm)] == ["four"]
