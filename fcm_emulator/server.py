@@ -61,10 +61,10 @@ key                                                    effect
                                                        ``SENDER_ID_MISMATCH``, ``NOT_FOUND`` (404,
                                                        unknown project); recorded, not delivered
 ``revoke_tokens: true``                                every access token issued so far → 401
-``token_endpoint: {"refuse", "stall_s", "expires_in_s"}``  ``refuse: "invalid_grant"`` refuses every
+``token_endpoint: {"refuse", "stall_s", ...}``         ``refuse: "invalid_grant"`` refuses every
                                                        grant, ``stall_s`` holds each grant's answer,
                                                        ``expires_in_s`` the lifetime of new tokens
-                                                       (defaults null, 0, 3600)
+                                                       (defaults null, 0, 3600; each optional)
 ``stall_ms``                                           the hold of ``stall-`` tokens (15000)
 ``payload_fcm_error``                                  (addition) true: FCM-rule violations also
                                                        carry ``FcmError INVALID_ARGUMENT``, as some
@@ -72,10 +72,24 @@ key                                                    effect
 =====================================================  =============================================
 
 ``POST /_emulator/reset`` forgets the record, the configuration and the tokens issued (the service
-accounts given at start stay). ``GET /_emulator/requests`` lists every send as NDJSON
-(:data:`ROW_NAMES`, plus ``body`` with ``--keep-bodies``); ``GET /_emulator/grants`` every grant;
-``GET /_emulator/stats`` the counts and the discovery document's revision. ``POST /token`` is the
-OAuth token endpoint (:mod:`fcm_emulator.oauth`).
+accounts given at start stay). ``POST /token`` is the OAuth token endpoint
+(:mod:`fcm_emulator.oauth`). What was received, each as NDJSON in arrival order:
+
+- ``GET /_emulator/requests``, one row per send: ``received_at`` (epoch s, at arrival), ``token``
+  (or FID; empty for a topic, a condition or an unreadable body), ``error`` (the answer's FcmError
+  ``errorCode``, else its ``google.rpc`` status: ``UNAUTHENTICATED``, ``PERMISSION_DENIED``,
+  ``NOT_FOUND``, ``INVALID_ARGUMENT`` for a payload problem; null when accepted), ``violation``
+  (what is wrong with the body itself, whatever the answer was), ``authorized_as`` (the service
+  account of the access token), ``auth_error`` (``missing``, ``unknown``, ``expired``,
+  ``revoked``), ``validate_only``, the replacement fields (Android ``notification.tag`` and
+  ``collapse_key``, APNs ``apns-collapse-id``, web push ``Topic`` and ``notification.tag``), and
+  ``body`` when started with ``--keep-bodies``;
+- ``GET /_emulator/grants``, one row per grant request: ``at``, ``client_email``, ``granted``,
+  ``error``, ``expires_at``.
+
+``GET /_emulator/stats`` counts them (``requests``, ``by_error``, ``violations``, ``grants`` by
+client_email, ``grants_refused``, ``unauthenticated`` by reason), names the discovery document's
+``discovery_revision``, says whether ``oauth`` is on, and repeats the configuration.
 """
 
 from __future__ import annotations
