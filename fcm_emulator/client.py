@@ -60,6 +60,14 @@ class GrantRow:
     error: str | None
     expires_at: float | None
 
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> GrantRow:
+        """A row of ``/_emulator/grants``; fields this client does not know are left out."""
+        return cls(**{name: row[name] for name in _GRANT_FIELDS if name in row})
+
+
+_GRANT_FIELDS = ("at", "client_email", "granted", "error", "expires_at")
+
 
 class EmulatorClient:
     def __init__(self, base_url: str) -> None:
@@ -79,7 +87,8 @@ class EmulatorClient:
     def grants(self) -> list[GrantRow]:
         response = self._http.get("/_emulator/grants")
         response.raise_for_status()
-        return [GrantRow(**orjson.loads(line)) for line in response.content.splitlines() if line]
+        return [GrantRow.from_row(orjson.loads(line))
+                for line in response.content.splitlines() if line]
 
     def stats(self) -> dict[str, Any]:
         response = self._http.get("/_emulator/stats")

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from fcm_emulator.client import Received
+from fcm_emulator.client import GrantRow, Received
 from fcm_emulator.server import make_app
 from herald.domain.payload import MessageTemplate, build_payload
 
@@ -292,3 +292,13 @@ async def test_the_record_read_again_has_the_earlier_rows_and_the_new_ones() -> 
         await fcm.post("/_emulator/reset")
         await send(fcm, "four")
         assert [row.token for row in await rows(fcm)] == ["four"]
+
+
+def test_the_client_reads_the_new_fields_and_ignores_unknown_ones() -> None:
+    row = Received.from_row({"received_at": 1.0, "token": "t", "error": "UNAUTHENTICATED",
+                             "violation": None, "authorized_as": None, "auth_error": "expired",
+                             "validate_only": False, "from_a_later_emulator": 1})
+    assert row.auth_error == "expired" and not row.accepted and row.body is None
+    grant = GrantRow.from_row({"at": 1.0, "client_email": "a@b", "granted": True, "error": None,
+                               "expires_at": 2.0, "scope": "later"})
+    assert grant == GrantRow(1.0, "a@b", True, None, 2.0)
