@@ -24,7 +24,9 @@ states for these fields (:func:`fcm_rules`): exactly one target among ``token``,
 and ``androidV2`` mutually exclusive (``Message.androidV2``'s description); ``ttl`` within four
 weeks (``AndroidConfig.ttl``'s description); analytics labels matching
 ``^[a-zA-Z0-9-_.~%]{1,50}$`` (FCM's "Understanding message delivery" guide; firebase-admin enforces
-the same pattern before sending).
+the same pattern before sending); a ``topic`` without the "/topics/" prefix (``Message.topic``'s
+description) matching ``[a-zA-Z0-9-_.~%]{1,900}`` (``TopicSubscription.topicName``'s); an HTTPS
+``webpush.fcmOptions.link`` (its description: "For all URL values, HTTPS is required").
 
 A problem is a :class:`Violation`: the field path as Google writes it in a ``google.rpc.BadRequest``
 (proto names: ``message.android.ttl``, ``message.data[0].value``) and a text modelled on Google's.
@@ -54,6 +56,7 @@ RESERVED_DATA_KEYS = frozenset({"from", "message_type"})
 RESERVED_DATA_PREFIXES = ("google.", "gcm.notification.")
 MAX_TTL_S = 2_419_200  # four weeks
 ANALYTICS_LABEL = re.compile(r"[a-zA-Z0-9\-_.~%]{1,50}")
+TOPIC_NAME = re.compile(r"[a-zA-Z0-9\-_.~%]{1,900}")
 DURATION = re.compile(r"(-?)(\d+)(?:\.(\d{1,9}))?s")
 MAX_DURATION_S = 315_576_000_000  # google.protobuf.Duration's range: +-10,000 years
 DATETIME = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})")
@@ -393,9 +396,12 @@ def fcm_rules(message: dict[str, Any]) -> None:
                          ("message.apns", message.get("apns")),
                          ("message.webpush", message.get("webpush"))):
         if config is not None:
-            _analytics_label(_field(config, "fcmOptions"), f"{path}.fcm_options")
+            options = _field(config, "fcmOptions")
+            _analytics_label(options, f"{path}.fcm_options")
             if config is android or config is android_v2:
                 _ttl(config.get("ttl"), f"{path}.ttl")
+            elif path == "message.webpush" and options is not None:
+                _https_link(options.get("link"))
 
 
 def _field(parent: Mapping[str, Any], camel: str) -> Any:
@@ -415,6 +421,10 @@ def _one_target(message: Mapping[str, Any]) -> None:
     if len(targets) > 1:
         raise _fcm("message", f"Invalid value at 'message' (oneof), oneof field 'target' is "
                               f"already set. Cannot set '{targets[1]}'")
+    topic = message.get("topic")
+    if topic is not None and not TOPIC_NAME.fullmatch(topic):
+        raise _fcm("message.topic", f"Invalid topic name {_json_text(topic)}: a topic name matches "
+                                    '[a-zA-Z0-9-_.~%]{1,900} (no "/topics/" prefix).')
 
 
 def _data_keys(data: Mapping[str, Any] | None) -> None:
@@ -437,6 +447,13 @@ def _ttl(ttl: str | None, path: str) -> None:
     if int(seconds) > MAX_TTL_S or (int(seconds) == MAX_TTL_S and int(nanos or "0")):
         raise _fcm(path, f"The value provided for {path} is out of range: the maximum time to "
                          f"live is 4 weeks ({MAX_TTL_S}s).")
+
+
+def _https_link(link: str | None) -> None:
+    if link is not None and not link.startswith("https://"):
+        raise _fcm("message.webpush.fcm_options.link",
+                   f"Invalid value at 'message.webpush.fcm_options.link': {_json_text(link)} is not "
+                   "an HTTPS URL (for all URL values, HTTPS is required).")
 
 
 def _analytics_label(options: Mapping[str, Any] | None, path: str) -> None:

@@ -278,3 +278,22 @@ def test_a_value_of_the_wrong_type_is_refused_at_its_path(validator: Validator,
 def test_a_request_that_is_not_a_send_message_request_is_refused(validator: Validator,
                                                                   body: Any) -> None:
     assert validator.check(body) is not None
+
+
+@pytest.mark.parametrize("topic", ["/topics/news", "news sport", "", "a" * 901, "caf\u00e9"])
+def test_a_malformed_topic_is_refused(validator: Validator, topic: str) -> None:
+    violation = check(validator, {"topic": topic})
+    assert violation is not None and violation.field == "message.topic"
+
+
+@pytest.mark.parametrize("topic", ["news", "a" * 900, "Weather-2026_11.~%"])
+def test_a_topic_name_google_allows_is_accepted(validator: Validator, topic: str) -> None:
+    assert check(validator, {"topic": topic}) is None
+
+
+@pytest.mark.parametrize(("link", "refused"), [("https://x.test/l", False), ("http://x.test/l", True),
+                                               ("x.test/l", True)])
+def test_a_web_push_link_must_be_https(validator: Validator, link: str, refused: bool) -> None:
+    violation = check(validator, {"token": "t", "webpush": {"fcmOptions": {"link": link}}})
+    assert (violation is not None) is refused
+    assert violation is None or violation.field == "message.webpush.fcm_options.link"
