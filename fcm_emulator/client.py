@@ -11,8 +11,13 @@ import orjson
 
 @dataclass(frozen=True)
 class Received:
-    """One request the emulator received: its token, its answer, and the replacement fields the
-    message carried (None where it carried none)."""
+    """One request the emulator received: its token, its answer, the replacement fields the
+    message carried (None where it carried none), what was wrong with its body, who sent it.
+
+    ``error`` is the FcmError ``errorCode`` of the answer, or its ``google.rpc`` status where it
+    carried none (``UNAUTHENTICATED``, ``PERMISSION_DENIED``, ``NOT_FOUND``, and
+    ``INVALID_ARGUMENT`` for a payload problem, whose text is in ``violation``).
+    """
 
     received_at: float
     token: str
@@ -22,6 +27,15 @@ class Received:
     apns_collapse_id: str | None = None
     webpush_topic: str | None = None
     webpush_tag: str | None = None
+    violation: str | None = None
+    """What Google's schema or FCM's rules refuse in the body, whatever the answer was."""
+    authorized_as: str | None = None
+    """The service account (client_email) whose access token the request carried (OAuth on)."""
+    auth_error: str | None = None
+    """Why it was refused as unauthenticated: missing, unknown, expired or revoked."""
+    validate_only: bool = False
+    body: Any = None
+    """The request body, only from an emulator started with ``--keep-bodies``."""
 
     @property
     def accepted(self) -> bool:
@@ -34,6 +48,25 @@ class Received:
 
 
 _RECEIVED_FIELDS = tuple(f.name for f in fields(Received))
+
+
+@dataclass(frozen=True)
+class GrantRow:
+    """One request to the emulator's OAuth token endpoint."""
+
+    at: float
+    client_email: str | None
+    granted: bool
+    error: str | None
+    expires_at: float | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> GrantRow:
+        """A row of ``/_emulator/grants``; fields this client does not know are left out."""
+        return cls(**{name: row[name] for name in _GRANT_FIELDS if name in row})
+
+
+_GRANT_FIELDS = ("at", "client_email", "granted", "error", "expires_at")
 
 
 class EmulatorClient:
@@ -49,6 +82,12 @@ class EmulatorClient:
         response = self._http.get("/_emulator/requests")
         response.raise_for_status()
         return [Received.from_row(orjson.loads(line))
+                for line in response.content.splitlines() if line]
+
+    def grants(self) -> list[GrantRow]:
+        response = self._http.get("/_emulator/grants")
+        response.raise_for_status()
+        return [GrantRow.from_row(orjson.loads(line))
                 for line in response.content.splitlines() if line]
 
     def stats(self) -> dict[str, Any]:

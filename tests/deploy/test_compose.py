@@ -272,6 +272,13 @@ def test_dockerfile_basics() -> None:
     assert "pip install --no-cache-dir ." in runs
 
 
+def test_dockerfile_installs_the_emulator_extra() -> None:
+    """The image serves the FCM emulator, which reads Google's discovery document from
+    google-api-python-client: the `emulator` extra of pyproject.toml must be in it."""
+    runs = " ".join(rest for keyword, rest in _dockerfile_instructions() if keyword == "RUN")
+    assert "['optional-dependencies']['emulator']" in runs
+
+
 def test_dockerignore_keeps_the_context_small() -> None:
     ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()}
     assert {".git", ".venv", ".run"} <= ignored

@@ -64,7 +64,8 @@ async def test_a_message_without_replacement_fields_is_recorded_with_none(
     status, _ = await send(fcm, {"token": "plain", "notification": {"title": "T", "body": "B"}})
     [row] = await recorded(fcm)
     assert status == 200 and isinstance(row.pop("received_at"), float)
-    assert row == {"token": "plain", "error": None, "android_tag": None,
+    assert row == {"token": "plain", "error": None, "violation": None, "authorized_as": None,
+                   "auth_error": None, "validate_only": False, "android_tag": None,
                    "android_collapse_key": None, "apns_collapse_id": None, "webpush_topic": None,
                    "webpush_tag": None}
 
@@ -114,8 +115,10 @@ async def test_an_apns_collapse_id_over_64_bytes_is_an_invalid_argument(
     assert response.status == 400
     assert error["status"] == "INVALID_ARGUMENT"
     assert error["message"] == "The length of [apns-collapse-id] header must not exceed [64] bytes."
-    assert error["details"] == [{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError",
-                                 "errorCode": "INVALID_ARGUMENT"}]
+    # A payload problem: a BadRequest naming the field, no FcmError (that one is about tokens).
+    assert error["details"] == [{"@type": "type.googleapis.com/google.rpc.BadRequest",
+                                 "fieldViolations": [{"field": "message.apns.headers",
+                                                      "description": error["message"]}]}]
     assert parse_error(response.status, raw) is FcmError.INVALID_PAYLOAD
 
 
@@ -135,9 +138,12 @@ async def test_a_web_push_topic_within_rfc_8030_is_accepted(fcm: TestClient[Any,
 
 
 @pytest.mark.parametrize(("field", "message"), [
-    ({"collapse_key": 7}, "Invalid value at 'message.android.collapse_key' (TYPE_STRING)"),
-    ({"collapse_id": ["a"]}, "Invalid value at 'message.apns.headers.apns-collapse-id' (TYPE_STRING)"),
-    ({"topic": {"a": 1}}, "Invalid value at 'message.webpush.headers.Topic' (TYPE_STRING)"),
+    # Google's schema: collapse_key is a string, headers a map of strings (entry 0 of the map).
+    ({"collapse_key": 7}, "Invalid value at 'message.android.collapse_key' (TYPE_STRING), 7"),
+    ({"collapse_id": ["a"]},
+     """Invalid value at 'message.apns.headers[0].value' (TYPE_STRING), ["a"]"""),
+    ({"topic": {"a": 1}},
+     """Invalid value at 'message.webpush.headers[0].value' (TYPE_STRING), {"a":1}"""),
 ])
 async def test_a_replacement_field_that_is_not_a_string_is_an_invalid_argument(
         fcm: TestClient[Any, Any], field: dict[str, Any], message: str) -> None:
@@ -145,9 +151,23 @@ async def test_a_replacement_field_that_is_not_a_string_is_an_invalid_argument(
     assert status == 400 and body["error"]["message"] == message
 
 
-async def test_token_answers_still_come_first(fcm: TestClient[Any, Any]) -> None:
+async def test_a_web_push_tag_that_is_not_a_string_is_an_invalid_argument(
+        fcm: TestClient[Any, Any]) -> None:
+    message = keyed("ok")
+    message["webpush"]["notification"]["tag"] = 7  # the schema takes any JSON there; FCM does not
+    status, body = await send(fcm, message)
+    assert status == 400
+    assert body["error"]["message"] == (
+        "Invalid value at 'message.webpush.notification.tag' (TYPE_STRING)")
+
+
+async def test_payload_problems_come_before_token_answers(fcm: TestClient[Any, Any]) -> None:
+    """FCM reads the message before it looks the token up: a bad payload sent to a dead token
+    is a payload problem, and says nothing about the token."""
     status, body = await send(fcm, keyed("unregistered-9", collapse_id="x" * 65))
-    assert status == 404 and body["error"]["details"][0]["errorCode"] == "UNREGISTERED"
+    assert status == 400
+    assert [detail["@type"] for detail in body["error"]["details"]] == [
+        "type.googleapis.com/google.rpc.BadRequest"]
 
 
 async def test_notification_plus_data_over_4096_bytes_is_still_refused(

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from fcm_emulator import faults
+from fcm_emulator.discovery import Violation
 from herald.adapters.fcm import SENT, SendResult, parse_error, parse_retry_after
 from herald.domain.fcm_errors import (
     CONFIGURATION_ERRORS,
@@ -275,3 +277,29 @@ def test_many_mismatched_tokens_mean_a_wrong_project(mismatched: int, answered: 
                                                      retire: bool) -> None:
     assert wrong_project(mismatched, answered) is wrong
     assert may_retire_mismatched(mismatched, answered) is retire
+
+
+# --- the emulator's answers, read by Herald ---------------------------------------------------------
+HERALD_READS = {
+    "UNREGISTERED": FcmError.UNREGISTERED, "INVALID_ARGUMENT": FcmError.INVALID_ARGUMENT,
+    "SENDER_ID_MISMATCH": FcmError.SENDER_ID_MISMATCH,
+    "THIRD_PARTY_AUTH_ERROR": FcmError.THIRD_PARTY_AUTH_ERROR,
+    "QUOTA_EXCEEDED": FcmError.QUOTA_EXCEEDED, "UNAVAILABLE": FcmError.UNAVAILABLE,
+    "INTERNAL": FcmError.INTERNAL, "PERMISSION_DENIED": FcmError.PERMISSION_DENIED,
+    "UNAUTHENTICATED": FcmError.UNAUTHENTICATED, "NOT_FOUND": FcmError.NOT_FOUND,
+}
+
+
+@pytest.mark.parametrize("fault", sorted(faults.FAULTS))
+def test_every_fault_the_emulator_answers_means_to_herald_what_google_says(fault: str) -> None:
+    response = faults.fault_response(fault, "demo")
+    assert isinstance(response.body, bytes)
+    assert parse_error(response.status, response.body) is HERALD_READS[fault]
+
+
+@pytest.mark.parametrize("with_fcm_error", [False, True])
+def test_a_payload_violation_the_emulator_answers_is_the_payloads_fault(
+        with_fcm_error: bool) -> None:
+    violation = Violation("message.android.ttl", "Invalid duration", "fcm")
+    body = json.dumps(faults.violation_error(violation, with_fcm_error=with_fcm_error)).encode()
+    assert parse_error(400, body) is FcmError.INVALID_PAYLOAD

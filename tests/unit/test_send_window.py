@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from herald.adapters.fcm import SendResult
+from herald.adapters.fcm import SENT, SendResult
 from herald.domain.fcm_errors import FcmError
 from herald.domain.payload import MessageTemplate, build_payload
 from services.sender.delivery import Outcome, Target
@@ -225,12 +225,11 @@ async def test_a_cancel_during_a_retrys_back_off_leaves_the_target_unsent_and_fr
 
 
 # --- answers that are not a recipient's outcome -----------------------------------------------------
-def scripted(answers: dict[str, list[SendResult]], default: SendResult = SendResult(None)
-             ) -> Callable[[str], SendResult]:
-    """FCM answering each token's requests in turn from ``answers``, then ``default``."""
+def scripted(answers: dict[str, list[SendResult]]) -> Callable[[str], SendResult]:
+    """FCM answering each token's requests in turn from ``answers``, then accepting them."""
     def answer(token: str) -> SendResult:
         queued = answers.get(token)
-        return queued.pop(0) if queued else default
+        return queued.pop(0) if queued else SENT
     return answer
 
 
