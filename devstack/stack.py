@@ -23,6 +23,7 @@ from devstack.processes import (
     spawn,
     wait_until,
 )
+from devstack.service_account import write_service_account
 from herald.domain.access import new_token
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,6 +36,8 @@ SERVICE_MODULES = {
 
 
 BOOTSTRAP_KEY_FILE = "bootstrap-api-key"
+FCM_PROJECT_ID = "herald-local"
+SERVICE_ACCOUNT_FILE = "fcm-service-account.json"
 
 
 def replica_name(service: str, index: int) -> str:
@@ -71,6 +74,12 @@ class StackConfig:
     fcm_port: int = 8681
     api_port: int = 8000
     extra_env: dict[str, str] = field(default_factory=dict)
+    oauth: bool = True
+    """The FCM emulator checks OAuth tokens from its own token endpoint, and the services get a
+    service account for it (``HERALD_FCM_CREDENTIALS``): the path production takes."""
+    service_accounts: tuple[str, ...] = ()
+    """Names of more service accounts the emulator accepts (``service_account(name)``), for a
+    test that tells senders apart by their credentials."""
 
     @property
     def mongodb_url(self) -> str:
@@ -92,6 +101,17 @@ class StackConfig:
     def fcm_url(self) -> str:
         return f"http://127.0.0.1:{self.fcm_port}"
 
+    def service_account(self, name: str | None = None) -> Path:
+        """The service-account file (``name``: one of ``service_accounts``), made with a key of
+        its own the first time; its ``token_uri`` is the emulator's ``/token``."""
+        path = self.run_dir / (f"fcm-service-account-{name}.json" if name else SERVICE_ACCOUNT_FILE)
+        if not path.exists():
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            email = f"herald-{name or 'sender'}@{FCM_PROJECT_ID}.iam.gserviceaccount.com"
+            write_service_account(path, token_uri=f"{self.fcm_url}/token",
+                                  project_id=FCM_PROJECT_ID, client_email=email)
+        return path
+
     def service_env(self, **overrides: str) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith("HERALD_")}
         env.update({
@@ -99,10 +119,12 @@ class StackConfig:
             "HERALD_RABBITMQ_URL": self.rabbitmq_url,
             "HERALD_REDIS_URL": self.redis_url,
             "HERALD_FCM_ENDPOINT": self.fcm_url,
-            "HERALD_FCM_PROJECT_ID": "herald-local",
+            "HERALD_FCM_PROJECT_ID": FCM_PROJECT_ID,
             "HERALD_API_PORT": str(self.api_port),
             "PYTHONUNBUFFERED": "1",
         })
+        if self.oauth:
+            env["HERALD_FCM_CREDENTIALS"] = str(self.service_account())
         env.update(self.extra_env)
         env.update(overrides)
         return env
@@ -142,8 +164,13 @@ class Stack:
         return True
 
     def start_emulator(self) -> ManagedProcess:
+        config = self.config
+        accounts = [config.service_account(name) for name in (None, *config.service_accounts)] \
+            if config.oauth else []
         process = self._spawn("fcm-emulator", python_module(
-            "fcm_emulator", "--port", str(self.config.fcm_port)), os.environ.copy())
+            "fcm_emulator", "--port", str(config.fcm_port),
+            *(arg for path in accounts for arg in ("--service-account", str(path)))),
+            os.environ.copy())
         wait_until(lambda: http_ok(f"{self.config.fcm_url}/healthz"), 20,
                    "the FCM emulator", process=process)
         return process

@@ -87,7 +87,8 @@ accounts given at start stay). ``POST /token`` is the OAuth token endpoint
 - ``GET /_emulator/grants``, one row per grant request: ``at``, ``client_email``, ``granted``,
   ``error``, ``expires_at``.
 
-``GET /_emulator/stats`` counts them (``requests``, ``by_error``, ``violations``, ``grants`` by
+``GET /_emulator/stats`` counts them (``requests``, ``by_error``, ``violations``; and
+``violations_ever`` with the first ``violation_samples``, which a reset keeps; ``grants`` by
 client_email, ``grants_refused``, ``unauthenticated`` by reason), names the discovery document's
 ``discovery_revision``, says whether ``oauth`` is on, and repeats the configuration.
 """
@@ -232,6 +233,10 @@ class Emulator:
         self.record = Record()
         self._verdicts: dict[bytes, Verdict] = {}
         self._message_ids = 0
+        self.violations_ever = 0
+        """Bodies that broke Google's description since the emulator started (a reset keeps
+        this): what a test suite checks before it stops the emulator."""
+        self.violation_samples: list[str] = []
 
     # --- messages:send -------------------------------------------------------------------------------
     async def send(self, request: web.Request) -> web.Response:
@@ -248,6 +253,8 @@ class Emulator:
             authorized_as, auth_error, verdict.validate_only, *verdict.replacement))
         if self.keep_bodies:
             self.record.bodies.append(raw)
+        if verdict.violation is not None:
+            self._count_violation(verdict.violation.field, verdict.violation.description)
         if refusal is not None:
             return refusal
         if token.startswith("stall-"):
@@ -427,6 +434,11 @@ class Emulator:
         """Every request to ``/token``, in order, as NDJSON."""
         return _ndjson([orjson.dumps(grant.row()) for grant in self.authority.grants])
 
+    def _count_violation(self, field: str, description: str) -> None:
+        self.violations_ever += 1
+        if len(self.violation_samples) < 20:
+            self.violation_samples.append(f"{field}: {description}")
+
     async def stats(self, _: web.Request) -> web.Response:
         by_error: dict[str, int] = {}
         unauthenticated: dict[str, int] = {}
@@ -443,6 +455,7 @@ class Emulator:
                 grants[grant.client_email] = grants.get(grant.client_email, 0) + 1
         return web.json_response({
             "requests": len(self.record.rows), "by_error": by_error, "violations": violations,
+            "violations_ever": self.violations_ever, "violation_samples": self.violation_samples,
             "grants": grants, "grants_refused": sum(not g.granted for g in self.authority.grants),
             "unauthenticated": unauthenticated, "discovery_revision": self.validator.revision,
             "oauth": self.authority.enabled, **self.behaviour.to_dict()})

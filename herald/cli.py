@@ -167,9 +167,7 @@ def cancel(
     if result["status"] == "cancelling":
         console.print("cancelling: every sender stops before its next FCM request...")
         result = _wait(Target(api, api_key), campaign_id)
-    counts = result["counts"]
-    console.print(f"{result['status']}: sent {counts['sent']}, failed {counts['failed']}, "
-                  f"unsent {counts['unsent']} of {counts['targeted']} targeted")
+    _print_final(result)
 
 
 def _wait(target: Target, campaign_id: str) -> dict[str, Any]:
@@ -185,9 +183,16 @@ def watch(campaign_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = N
     """Follow a campaign live (server-sent events) until it reaches a final status."""
     states = campaign_states(Target(api, api_key), campaign_id)
     campaign = _progress_bar(states) if console.is_terminal else _progress_lines(states)
+    _print_final(campaign)
+
+
+def _print_final(campaign: dict[str, Any]) -> None:
+    """The final numbers, and why a campaign failed (FCM's own words when FCM refused it)."""
     counts = campaign["counts"]
     console.print(f"{campaign['status']}: sent {counts['sent']}, failed {counts['failed']}, "
                   f"unsent {counts['unsent']} of {counts['targeted']} targeted", highlight=False)
+    if campaign.get("error"):
+        console.print(f"reason: {campaign['error']}", highlight=False, markup=False)
 
 
 def _progress_bar(states: Iterator[dict[str, Any]]) -> dict[str, Any]:

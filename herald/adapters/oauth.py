@@ -162,7 +162,7 @@ class AccessTokens:
         now = self._clock()
         lifetime = seconds_left(expiry, self._utcnow())
         self._header = f"Bearer {token}"
-        self._valid_until = now + lifetime - min(10.0, lifetime / 10)
+        self._valid_until = now + lifetime - min(10.0, lifetime / 20)  # transit, clock skew
         self._failure, self._failures = None, 0
         self._schedule(max(0.0, lifetime - refresh_ahead_s(lifetime)))
 

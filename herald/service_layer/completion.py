@@ -54,6 +54,10 @@ async def complete(stores: Stores, finalizing: Campaign) -> Campaign | None:
         transition = Transition.FAIL
         error = (f"{final.failed_not_by_token} recipients failed for reasons other than their "
                  "token (see the failed audit); POST .../retry sends to them again")
+        if final.counts.maybe_delivered:
+            error += (f"; FCM did not answer in time for {final.counts.maybe_delivered} of "
+                      "them, which may have been delivered (a retry replaces, with the same "
+                      "replacement key)")
     finished = await stores.campaigns.finish(finalizing.id, transition, final.counts, error,
                                              utcnow())
     if finished is not None:

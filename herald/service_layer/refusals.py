@@ -72,7 +72,7 @@ class CampaignRefusals:
         self._watch.stop_here(campaign_id)
         reason = reason_for(code, message)
         CAMPAIGNS_STOPPED.labels(code.value).inc()
-        log.error("campaign %s stopped: %s", campaign_id, reason)
+        log.info("campaign %s: no more requests from this pod: %s", campaign_id, reason)
         self._spawn(self._stop_everywhere(campaign_id, reason), f"stop-{campaign_id}")
 
     def mismatched_to_retire(self, campaign_id: str, outcomes: Iterable[tuple[str, str | None]]
@@ -104,10 +104,13 @@ class CampaignRefusals:
         """Decide the stop (a cancel Herald makes), then take part in it like any pod: this
         one acknowledges once its requests on the wire are answered and recorded."""
         try:
-            await self._stop_for_error(campaign_id, reason)
+            decided = await self._stop_for_error(campaign_id, reason)
         except Exception:  # this pod stopped already; the others stop on their own first
             log.warning("stopping campaign %s everywhere failed; the other pods stop on their "
                         "own first refused request", campaign_id, exc_info=True)
+        else:
+            if decided is not None:  # the one ERROR line of the fleet: the pod that decided
+                log.error("campaign %s stopped: %s", campaign_id, reason)
         self._watch.learn(campaign_id)
 
     def _answers(self, campaign_id: str) -> _Answers:

@@ -23,7 +23,7 @@ from devstack.isolation import VhostPool, private_stack, unique_name
 from devstack.processes import free_port, wait_until
 from devstack.stack import Stack, StackConfig, replica_name
 from fcm_emulator.client import EmulatorClient
-from tests.e2e.harness import Api
+from tests.e2e.harness import Api, assert_bodies_conform
 
 E2E_ENV = {"HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
            "HERALD_LEASE_S": "3", "HERALD_GRACE_PERIOD_S": "10"}
@@ -73,6 +73,8 @@ def stack(mongodb_port: int, tmp_path: Path, stack_brokers: VhostPool) -> Iterat
     with private_stack(tmp_path, mongodb_port=mongodb_port, pool=stack_brokers,
                        extra_env=dict(E2E_ENV)) as running:
         yield running
+        if "fcm-emulator" in running.processes and running.processes["fcm-emulator"].alive():
+            assert_bodies_conform(running.config.fcm_url)
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +85,8 @@ def module_stack(mongodb_port: int, tmp_path_factory: pytest.TempPathFactory,
     with private_stack(tmp_path_factory.mktemp("module-stack"), mongodb_port=mongodb_port,
                        pool=stack_brokers, extra_env=dict(E2E_ENV)) as running:
         yield running
+        if "fcm-emulator" in running.processes and running.processes["fcm-emulator"].alive():
+            assert_bodies_conform(running.config.fcm_url)
 
 
 @pytest.fixture
@@ -169,6 +173,7 @@ def fleet(mongodb_port: int, tmp_path_factory: pytest.TempPathFactory,
     with private_stack(tmp_path_factory.mktemp("fleet"), mongodb_port=mongodb_port,
                        pool=stack_brokers, extra_env=dict(E2E_ENV)) as running:
         yield Fleet(running, senders=2)
+        assert_bodies_conform(running.config.fcm_url)
 
 
 @pytest.fixture

@@ -93,6 +93,19 @@ def reachable_devices(count: int) -> list[dict[str, Any]]:
     return devices(count, push_disabled_every=None, unregistered_every=None, invalid_every=None)
 
 
+def assert_bodies_conform(fcm_url: str) -> None:
+    """Every request body the emulator received since it started followed Google's FCM v1
+    description (the discovery document it validates against)."""
+    emulator = EmulatorClient(fcm_url)
+    try:
+        stats = emulator.stats()
+    finally:
+        emulator.close()
+    assert stats["violations_ever"] == 0, (
+        f"{stats['violations_ever']} request bodies broke Google's FCM v1 description: "
+        f"{stats['violation_samples']}")
+
+
 def accepted(received: list[Received]) -> Counter[str]:
     return Counter(r.token for r in received if r.accepted)
 

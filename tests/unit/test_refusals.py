@@ -25,8 +25,9 @@ class Rig:
         self.tasks: list[asyncio.Task[None]] = []
         self.refusals = CampaignRefusals(self.watch, self._stop_for_error, self._spawn)
 
-    async def _stop_for_error(self, campaign_id: str, reason: str) -> None:
+    async def _stop_for_error(self, campaign_id: str, reason: str) -> str | None:
         self.stops.append((campaign_id, reason))
+        return campaign_id
 
     def _spawn(self, work: Awaitable[None], _name: str) -> None:
         async def run() -> None:
@@ -43,8 +44,8 @@ async def test_the_first_refusal_stops_the_campaign_here_and_everywhere_once(
     with caplog.at_level(logging.ERROR):
         for _ in range(5):
             rig.refusals.stop("c1", FcmError.INVALID_PAYLOAD, "Message is too big")
-    assert rig.watch.knows("c1")  # stopped here at once
-    await rig.settle()
+        assert rig.watch.knows("c1")  # stopped here at once
+        await rig.settle()
     reason = reason_for(FcmError.INVALID_PAYLOAD, "Message is too big")
     assert rig.stops == [("c1", reason)]
     assert rig.learned == ["c1"]  # then it takes part in the stop like any pod: it acknowledges
