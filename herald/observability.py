@@ -11,6 +11,11 @@ import sys
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from herald.domain.fcm_errors import CONFIGURATION_ERRORS, FcmError
+
+STOPPING_CODES = {*CONFIGURATION_ERRORS, FcmError.UNAUTHENTICATED, FcmError.SENDER_ID_MISMATCH}
+"""Codes with which a sender stops a campaign (``herald/service_layer/refusals.py``)."""
+
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 # --- sending ---------------------------------------------------------------------------------------
@@ -42,6 +47,8 @@ CAMPAIGNS_STOPPED = Counter(
     "herald_campaigns_stopped_total",
     "Campaigns a sender stopped because FCM refused them as misconfigured (payload, permission, "
     "credentials, project), by the code Herald recorded; counted by the pod that stopped it", ["code"])
+for _code in sorted(STOPPING_CODES):  # a series from the start: alerts see 0, not nothing
+    CAMPAIGNS_STOPPED.labels(_code)
 
 # --- cancellation: how fast it takes effect, how much went out first, flags, strays ----------
 CANCEL_LATENCY_SECONDS = Histogram(

@@ -304,3 +304,22 @@ def test_schedules_pause_and_resume_and_pods_show_their_heartbeats(
         expect(page.locator(f"#pods tr[data-service={service}]").first).to_be_visible()
     expect(page.locator("#pods tr[data-service=sender]")).to_have_count(2)
     screenshot(page, "pods")
+
+
+def test_a_campaign_fcm_refused_shows_why_in_googles_words(
+        pages: PageMaker, admin: Api, fcm: EmulatorClient, operator_key: str) -> None:
+    fcm.configure(fail_all={"error": "PERMISSION_DENIED"})
+    try:
+        campaign_id = admin.create_campaign(name="wrong-project")
+        campaign = admin.wait_finished(campaign_id)
+    finally:
+        fcm.configure(fail_all=None)
+    assert campaign["status"] == "failed"
+    page = pages.signed_in(operator_key)
+    pages.open(page, f"#/campaigns/{campaign_id}")
+    reason = page.locator("#failure-reason")
+    expect(reason).to_contain_text("Stopped by Herald")
+    expect(reason).to_contain_text("PERMISSION_DENIED")
+    expect(reason).to_contain_text("cloudmessaging.messages.create")
+    expect(page.locator("#timeline")).to_contain_text("FCM refused the campaign")
+    screenshot(page, "campaign-refused-by-fcm")

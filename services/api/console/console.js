@@ -326,6 +326,14 @@ function renderStop(parts, view) {
   if (c.status === "cancelling") {
     parts.stopped.replaceChildren(h("p", { class: "stopped", id: "stopping",
       text: "Stopping: waiting for every sender to confirm…" }));
+  } else if (c.status === "failed" && c.error) {
+    // Why it failed, in full: FCM's own words when FCM refused the campaign (a configuration
+    // error stops it), or which recipients a retry can still reach.
+    const refused = c.cancel && c.cancel.requested_by && c.cancel.requested_by.kind === "system";
+    parts.stopped.replaceChildren(h("p", { class: "stopped failed", id: "failure-reason",
+      "data-sent": c.counts.sent, "data-unsent": c.counts.unsent, "data-failed": c.counts.failed },
+    h("strong", { text: refused ? "Stopped by Herald: " : "Failed: " }), c.error,
+    ` (${fmt(c.counts.sent)} sent, ${fmt(c.counts.failed)} failed, ${fmt(c.counts.unsent)} not sent)`));
   } else if (c.status === "cancelled") {
     parts.stopped.replaceChildren(h("p", { class: "stopped", id: "stopped-summary",
       "data-sent": c.counts.sent, "data-unsent": c.counts.unsent, "data-failed": c.counts.failed },
