@@ -38,6 +38,12 @@ class Received:
     """The request body, only from an emulator started with ``--keep-bodies``."""
 
     @property
+    def reached_fcm(self) -> bool:
+        """Answered by FCM itself, not refused for its OAuth token (a sender whose token the
+        emulator forgot, at a reset, meets one 401 and sends again with a new one)."""
+        return self.auth_error is None
+
+    @property
     def accepted(self) -> bool:
         return self.error is None
 
