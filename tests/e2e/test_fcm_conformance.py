@@ -182,3 +182,26 @@ def test_a_request_without_an_answer_is_recorded_as_maybe_delivered_and_never_re
     assert {line["error"] for line in failed} == {"TIMEOUT"}
     sent_to = Counter(row.token for row in authorized(received_by(emulator, stalled)))
     assert set(sent_to) == stalled and set(sent_to.values()) == {1}, "a stalled request was resent"
+
+
+# --- platform options, as Google describes them ---------------------------------------------------
+EVERY_OPTION = {"ttl_s": 600, "priority": "high", "android_channel_id": "live", "sound": "default",
+                "badge": 1, "analytics_label": "live-2026-11",
+                "click": {"android": "OPEN_LIVE", "ios": "LIVE", "web": "https://example.com/l"}}
+
+
+def test_every_option_is_sent_as_google_describes_it_and_a_follow_up_may_change_them(
+        fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
+    devices, audience = fleet.import_own(api, reachable_devices(200))
+    tokens = {device["token"] for device in devices}
+    campaign = api.wait_finished(api.create_campaign(audience=audience, options=EVERY_OPTION))
+    assert campaign["status"] == "completed" and campaign["options"]["ttl_s"] == 600
+    amended = api.http.post(f"/v1/campaigns/{campaign['id']}/amend",
+                            json={"body": "Now with sound off", "options": {"ttl_s": 0}})
+    assert amended.status_code == 202, amended.text
+    amend = api.wait_finished(amended.json()["id"])
+    assert amend["status"] == "completed" and amend["options"] == {
+        "ttl_s": 0, "priority": None, "android_channel_id": None, "sound": None, "badge": None,
+        "click": None, "analytics_label": None}
+    rows = authorized(received_by(emulator, tokens))
+    assert len(rows) == 400 and all(row.accepted and row.violation is None for row in rows)
