@@ -50,7 +50,7 @@ def ratio(run: Run, runs: Sequence[Run]) -> float | None:
 
 def tables(runs: Sequence[Run], rows: Sequence[str]) -> str:
     out = []
-    for latency_ms in sorted({run.latency_ms for run in runs}):
+    for latency_ms in dict.fromkeys(run.latency_ms for run in runs):  # in --latency-ms order
         at = [run for run in runs if run.latency_ms == latency_ms]
         loads = [run.load_average for run in at]
         out.append(f"\nFCM stand-in {latency_ms:g} ms away, {max(r.index for r in at) + 1} "

@@ -85,8 +85,7 @@ class StandIn:
         version = scope["http_version"]
         counts.protocols[version] = counts.protocols.get(version, 0) + 1
         try:
-            if counts.latency_s:
-                await asyncio.sleep(counts.latency_s)
+            await asyncio.sleep(counts.latency_s)  # at 0 too: yield, as a real server would
             counts.requests += 1
             if not is_message(body):
                 await respond(send, 400, b'{"error": {"code": 400, "status": "INVALID_ARGUMENT"}}')
