@@ -61,17 +61,17 @@ def run_herald(stack: Stack, api: Any, count: int) -> dict[str, float]:
             "cpu_ms_per_recipient": 1000 * cpu_s / count}
 
 
-def bare_aiohttp(url: str, count: int, result: Any) -> None:
+def bare_aiohttp(url: str, count: int, result: Any, authorization: dict[str, str]) -> None:
     """In a child process: ``count`` requests, ``IN_FLIGHT`` at a time; its own CPU seconds."""
     before = process_cpu_s(os.getpid())
-    sent = uvloop.run(_post_all(url, count))
+    sent = uvloop.run(_post_all(url, count, authorization))
     result.put((sent, process_cpu_s(os.getpid()) - before))
 
 
-async def _post_all(url: str, count: int) -> int:
+async def _post_all(url: str, count: int, authorization: dict[str, str]) -> int:
     template = MessageTemplate(build_payload(TITLE, BODY, {}, replace_key=default_replace_key("b")))
     bodies = [template.body_for(f"cpu-{i:07d}-" + "x" * 140) for i in range(count)]
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **authorization}
     connector = aiohttp.TCPConnector(limit=IN_FLIGHT)
     async with aiohttp.ClientSession(connector=connector) as session:
         async def worker(first: int) -> int:
@@ -88,7 +88,8 @@ def run_baseline(stack: Stack, count: int) -> dict[str, float]:
     url = f"{stack.config.fcm_url}/v1/projects/herald-local/messages:send"
     context = multiprocessing.get_context("spawn")
     result = context.Queue()
-    child = context.Process(target=bare_aiohttp, args=(url, count, result))
+    child = context.Process(target=bare_aiohttp,
+                            args=(url, count, result, stack.config.fcm_headers()))
     child.start()
     sent, cpu_s = result.get(timeout=1800)
     child.join()

@@ -140,6 +140,7 @@ class Story:
         self.apis = [httpx.Client(base_url=url, timeout=60, headers=headers)
                      for url in stack.api_urls]
         self.emulator = EmulatorClient(stack.config.fcm_url)
+        self._fcm_headers = stack.config.fcm_headers()
         self.figures = Figures(shape.label, devices)
 
     def close(self) -> None:
@@ -229,7 +230,7 @@ class Story:
         returned, and one stamped before it was not."""
         httpx.post(f"{self.stack.config.fcm_url}/v1/projects/herald-local/messages:send",
                    json={"message": {"token": MARKER, "notification": {"title": "m"}}},
-                   timeout=10).raise_for_status()
+                   headers=self._fcm_headers, timeout=10).raise_for_status()
 
     def _kill(self, big: str) -> None:
         victims = [self._dispatcher_of(big), self.stack.processes["sender-1"]]

@@ -112,6 +112,20 @@ class StackConfig:
                                   project_id=FCM_PROJECT_ID, client_email=email)
         return path
 
+    def fcm_headers(self) -> dict[str, str]:
+        """Headers for a request of a tool's own to the emulator: a bearer token of the stack's
+        service account when the emulator checks them (granted by google-auth, as the senders'
+        are), nothing otherwise."""
+        if not self.oauth:
+            return {}
+        import google.auth.transport.requests
+        from google.oauth2 import service_account
+
+        credentials = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+            str(self.service_account()), scopes=["https://www.googleapis.com/auth/firebase.messaging"])
+        credentials.refresh(google.auth.transport.requests.Request())
+        return {"Authorization": f"Bearer {credentials.token}"}
+
     def service_env(self, **overrides: str) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith("HERALD_")}
         env.update({

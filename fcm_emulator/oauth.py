@@ -163,8 +163,8 @@ class Authority:
         return len(self.tokens)
 
     def forget(self) -> None:
-        """Tokens and grants go; the service accounts stay."""
-        self.tokens.clear()
+        """The record of grants goes; the service accounts and the tokens issued stay valid (a
+        reset clears what a test reads, it does not revoke: ``revoke_tokens`` does)."""
         self.grants.clear()
 
 

@@ -71,9 +71,9 @@ key                                                    effect
                                                        public reports show FCM answering
 =====================================================  =============================================
 
-``POST /_emulator/reset`` forgets the record, the configuration and the tokens issued (the service
-accounts given at start stay). ``POST /token`` is the OAuth token endpoint
-(:mod:`fcm_emulator.oauth`). What was received, each as NDJSON in arrival order:
+``POST /_emulator/reset`` forgets the record, the configuration and the grants (the service
+accounts and the tokens issued stay valid: ``revoke_tokens`` revokes). ``POST /token`` is the
+OAuth token endpoint (:mod:`fcm_emulator.oauth`). What was received, each as NDJSON in arrival order:
 
 - ``GET /_emulator/requests``, one row per send: ``received_at`` (epoch s, at arrival), ``token``
   (or FID; empty for a topic, a condition or an unreadable body), ``error`` (the answer's FcmError

@@ -107,8 +107,9 @@ def test_tokens_are_read_in_utc_renewed_ahead_and_a_stalled_endpoint_pauses_noth
 
 def test_a_refusing_token_endpoint_stops_the_campaign_after_a_handful_of_grants(
         api: Api, emulator: EmulatorClient, tokens: set[str]) -> None:
-    emulator.reset()  # forgets every token it issued: the senders' next requests meet a 401
-    emulator.configure(latency_ms=20, token_endpoint={"refuse": "invalid_grant"})
+    emulator.reset()
+    emulator.configure(latency_ms=20, token_endpoint={"refuse": "invalid_grant"},
+                       revoke_tokens=True)  # the senders' next requests meet a 401
     campaign_id = api.create_campaign()
     campaign = api.wait_finished(campaign_id, timeout_s=60)
 

@@ -24,9 +24,9 @@ import uvloop
 from bench.transport.rows import run_workers
 from devstack.isolation import VhostPool, private_stack
 from devstack.queue_depth import QueueDepthSampler
-from devstack.stack import Stack
+from devstack.stack import FCM_PROJECT_ID, Stack
 from fcm_emulator.client import EmulatorClient, Received
-from herald.adapters.fcm import FcmClient, open_session
+from herald.adapters.fcm import FcmClient, access_tokens, open_session
 from herald.domain.payload import MessageTemplate, build_payload
 from herald.settings import Settings
 from tests.e2e.harness import Api, accepted, reachable_devices
@@ -89,7 +89,7 @@ def test_one_sender_keeps_its_connections_busy_at_a_50_ms_round_trip(
     population = platform_devices(THROUGHPUT_DEVICES, "android")
     pipe_api.import_devices(population)
     pipe_emulator.configure(latency_ms=LATENCY_MS)
-    bare_per_s = bare_client_rate_per_s(pipe_stack.config.fcm_url)
+    bare_per_s = bare_client_rate_per_s(pipe_stack)
     pipe_emulator.reset()
     pipe_emulator.configure(latency_ms=LATENCY_MS)
     campaign_id = pipe_api.create_campaign(audience={"platforms": ["android"]})
@@ -103,19 +103,21 @@ def test_one_sender_keeps_its_connections_busy_at_a_50_ms_round_trip(
                                        f"Herald's bare FCM client did {bare_per_s:.0f}/s here")
 
 
-def bare_client_rate_per_s(fcm_url: str) -> float:
+def bare_client_rate_per_s(stack: Stack) -> float:
     """What 256 connections carry on this machine right now: Herald's bare FCM client, the way
     ``bench.transport`` runs it (``CONNECTIONS`` workers back to back, warmed up for
     ``BARE_RAMP_S``, then timed for ``BARE_SECONDS``) against the stack's emulator. Where the CPU
     and not the round trip is the limit, this, not the bound, is what a sender can be held to."""
-    return uvloop.run(_bare_client_rate_per_s(fcm_url))
+    return uvloop.run(_bare_client_rate_per_s(stack))
 
 
-async def _bare_client_rate_per_s(fcm_url: str) -> float:
-    settings = Settings(fcm_endpoint=fcm_url, sender_concurrency=CONNECTIONS)
+async def _bare_client_rate_per_s(stack: Stack) -> float:
+    settings = Settings(fcm_endpoint=stack.config.fcm_url, sender_concurrency=CONNECTIONS,
+                        fcm_project_id=FCM_PROJECT_ID,
+                        fcm_credentials=stack.config.service_account())
     template = MessageTemplate(build_payload("bare", "reference", {}, replace_key="bare"))
     async with open_session(settings) as session:
-        client = FcmClient(session, settings, None)
+        client = FcmClient(session, settings, access_tokens(settings))  # the sender's OAuth too
 
         async def send_one(token: str) -> bool:
             return (await client.send(template.body_for(token))).ok

@@ -108,6 +108,7 @@ def _settings(stack: Stack, database: str, rabbitmq_url: str) -> Settings:
                     "?directConnection=true",
         rabbitmq_url=rabbitmq_url, redis_url="redis://127.0.0.1:6379/0",
         fcm_endpoint=stack.config.fcm_url, fcm_project_id="herald-test",
+        fcm_credentials=stack.config.service_account(),  # the emulator checks OAuth tokens
         heartbeat_interval_s=0.5, sweep_interval_s=0.2, grace_period_s=5.0)
 
 
