@@ -39,7 +39,8 @@ word. ``default`` also replaces a value that is empty or only spaces (``Hi !`` i
 **At send**, values are the device's own, as text (``true``/``false`` for booleans, numbers as
 Python writes them). A field whose rendering exceeds :data:`MAX_RENDERED_CHARS` fails that
 recipient with a reason (:class:`RenderFailed`), as does anything Jinja2 refuses at render; the
-campaign goes on.
+campaign goes on. Jinja2 sends every line break of a template as ``\n`` (``\r\n`` in a text with
+placeholders arrives as ``\n``; plain text is sent as written).
 """
 
 from __future__ import annotations

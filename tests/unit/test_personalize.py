@@ -300,3 +300,8 @@ def test_the_environment_has_only_the_allowed_filters_and_no_tests(text: str) ->
 def test_autoescape_is_off_push_text_is_not_html() -> None:
     device = Device(attributes={"name": "<b>Tom & Jerry</b>"})
     assert render('{{ attributes.name | default("") }}', device) == "<b>Tom & Jerry</b>"
+
+
+def test_a_template_sends_its_line_breaks_as_newlines_and_plain_text_as_written() -> None:
+    assert render("Live\r\nnow on {{ platform }}") == "Live\nnow on android"
+    assert CompiledText("title", "Live\r\nnow").render({}) == "Live\r\nnow"
