@@ -46,19 +46,19 @@ PERSONAL = (
     'Hi {{ attributes.first_name | default("there") }}, live from '
     '{{ attributes.city | default("our studio") }}',
     'The stream has started on your {{ platform }}, {{ attributes.first_name | default("friend") '
-    '| title }}: tap to watch ({{ user_id | default("guest") }})',
+    '| title }}: tap to watch',
 )
 PERSONAL_TRANSLATIONS = {
     "es": Translation(
         title='Hola {{ attributes.first_name | default("") }}, en vivo desde '
               '{{ attributes.city | default("el estudio") }}',
         body='La transmisión empezó en tu {{ platform }}, {{ attributes.first_name | '
-             'default("amigo") | title }}: toca para verla ({{ user_id | default("invitado") }})'),
+             'default("amigo") | title }}: toca para verla'),
     "pt-BR": Translation(
         title='Olá {{ attributes.first_name | default("") }}, ao vivo de '
               '{{ attributes.city | default("nosso estúdio") }}',
         body='A transmissão começou no seu {{ platform }}, {{ attributes.first_name | '
-             'default("amigo") | title }}: toque para assistir ({{ user_id | default("") }})'),
+             'default("amigo") | title }}: toque para assistir'),
 }
 LOCALES = ("es-MX", "es", "pt-BR", "en-US", "fr-FR", "de", None)
 NAMES = ("ana", "Bruno", "", "Chloé", "dmitri")
