@@ -206,7 +206,7 @@ def _scan(field: str, text: str) -> tuple[list[_Placeholder], list[TemplateProbl
     problems: list[TemplateProblem] = []
     cursor, opened = 0, None
     try:
-        for _, kind, value in _ENVIRONMENT.lexer.tokeniter(text, None):
+        for _, kind, value in _ENVIRONMENT.lex(text):
             found = text.find(value, cursor)
             at = found if found >= 0 else cursor
             cursor = at + len(value)

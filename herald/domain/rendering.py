@@ -20,7 +20,7 @@ bytes; a variant with placeholders pre-encodes everything but the notification a
 **FCM's size rule.** At creation the size of a rendered message cannot be known: an attribute's
 value is the device's. :func:`content_problems` holds each variant to the 4,096 bytes with its
 texts *as written*, placeholders and all (``{{ attributes.first_name | default("there") }}``
-counts 49 characters). That is no bound, but it is the conservative reading of the usual case
+counts 48 bytes of JSON). That is no bound, but it is the conservative reading of the usual case
 (placeholder syntax is longer than a name or an id), it needs no invented sample values, and
 the operator sees the number their own text makes. Then, at send, each personalised message is
 measured as it is encoded (:meth:`CompiledContent.message_for`); one over the limit fails that
