@@ -254,6 +254,12 @@ class CompiledContent:
         return any(variant.personal for variant in self._variants.values())
 
     @property
+    def attribute_names(self) -> frozenset[str]:
+        """The device attributes any variant reads: all a recipient needs to carry of its
+        attributes (with its locale, user id, timezone and platform) for this campaign."""
+        return frozenset[str]().union(*(v.attribute_names for v in self._variants.values()))
+
+    @property
     def tags(self) -> tuple[str, ...]:
         """The translations' tags, canonical."""
         return tuple(tag for tag in self._variants if tag is not None)

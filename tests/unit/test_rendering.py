@@ -129,6 +129,14 @@ def test_a_variant_without_placeholders_is_encoded_once_and_reads_nothing_of_the
                                          {"kind": "live"})
 
 
+def test_the_attributes_a_campaign_reads_are_known_once_compiled() -> None:
+    assert compiled().attribute_names == {"first_name"}
+    assert compiled(translations={"es": Translation(
+        title="{{ attributes.city | default('') }}", body="b")}).attribute_names == {
+        "first_name", "city"}
+    assert compiled("Live", "now", {}, {}).attribute_names == frozenset()
+
+
 def test_a_campaign_without_placeholders_is_not_personalised() -> None:
     plain = compiled("Live now", "Tap to watch", {"kind": "live"},
                      {"es": Translation(title="En vivo", body="Mira")})
