@@ -1,0 +1,312 @@
+"""The message each device gets: the translation its locale selects, its placeholders filled in
+from its own fields, as the FCM request body.
+
+**Variants.** A campaign's own content (title, body, data) is one variant; each translation,
+named by a language tag, is another. A translation has its own title and body, and may translate
+some data values: its ``data`` names keys the campaign's data has, and the campaign's values
+stand for the rest (a key the campaign lacks is refused: the app's data contract is one for
+every language, and a misspelt key would otherwise add a field). The image and the options are
+the campaign's in every variant. A device gets the variant :func:`herald.domain.locales.best_match`
+picks for its locale, or the campaign's own content; the variant's tag (None for the campaign's
+own) is what the audit records.
+
+**Compiled once, rendered per device.** :func:`compile_content` compiles every text of every
+variant once per campaign (:class:`~herald.domain.personalize.CompiledText`). A variant without
+placeholders encodes its whole message once, like today's
+:class:`~herald.domain.payload.MessageTemplate`, and a device costs it a token spliced into
+bytes; a variant with placeholders pre-encodes everything but the notification and the data
+(replacement key, options) and encodes those two per device.
+
+**FCM's size rule.** At creation the size of a rendered message cannot be known: an attribute's
+value is the device's. :func:`content_problems` holds each variant to the 4,096 bytes with its
+texts *as written*, placeholders and all (``{{ attributes.first_name | default("there") }}``
+counts 48 bytes of JSON). That is no bound, but it is the conservative reading of the usual case
+(placeholder syntax is longer than a name or an id), it needs no invented sample values, and
+the operator sees the number their own text makes. Then, at send, each personalised message is
+measured as it is encoded (:meth:`CompiledContent.message_for`); one over the limit fails that
+recipient alone, with the reason :func:`size_problem` gives, and the campaign goes on. A variant
+without placeholders is exactly what was measured at creation and is not measured again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated
+
+import orjson
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from herald.domain.locales import LocaleMatcher, canonical_tag
+from herald.domain.payload import (
+    LONGEST_DEFAULT_KEY,
+    MAX_PAYLOAD_BYTES,
+    SIZED_NOW_S,
+    DataMap,
+    MessageTemplate,
+    PayloadTooLarge,
+    SendOptions,
+    build_payload,
+    payload_size,
+)
+from herald.domain.personalize import (
+    CompiledText,
+    DeviceFields,
+    RenderFailed,
+    TemplateProblem,
+    TemplateRefused,
+    check_text,
+    device_context,
+)
+
+MAX_TRANSLATIONS = 100
+
+
+class Translation(BaseModel):
+    """A campaign's words in one language (the tag is its key in ``translations``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    title: str = Field(min_length=1, max_length=1000)
+    body: str = Field(min_length=1, max_length=4000)
+    data: DataMap = Field(
+        default_factory=dict,
+        description="Translated data values, for keys the campaign's data has; the campaign's "
+                    "values stand for the others")
+
+
+def _canonical_tags(translations: dict[str, Translation]) -> dict[str, Translation]:
+    canonical: dict[str, Translation] = {}
+    for tag, translation in translations.items():
+        key = canonical_tag(tag)
+        if key in canonical:
+            raise ValueError(f"two translations are both {key!r} (tags ignore case and '_')")
+        canonical[key] = translation
+    return canonical
+
+
+Translations = Annotated[dict[str, Translation], Field(max_length=MAX_TRANSLATIONS),
+                         AfterValidator(_canonical_tags)]
+"""``{"es": {...}, "pt-BR": {...}}``: keys are language tags (BCP 47), stored canonical."""
+
+
+# --- checked at creation ---------------------------------------------------------------------------
+def content_problems(title: str, body: str, data: Mapping[str, str],
+                     translations: Mapping[str, Translation], *, image_url: str | None = None,
+                     options: SendOptions | None = None,
+                     replace_key: str = LONGEST_DEFAULT_KEY) -> list[TemplateProblem]:
+    """Everything that makes this content unsendable, for a 422: each placeholder problem with
+    its field and position, each translation's tag or data key that is not one, and each
+    variant over FCM's size rule with its texts as written (field ``content`` for the
+    campaign's own, ``translations.<tag>`` for a translation). [] when it can be created."""
+    problems = _variant_problems("", title, body, data)
+    problems.extend(_size_problems("content", title, body, data, image_url, options, replace_key))
+    for tag, translation in translations.items():
+        problems.extend(_translation_problems(tag, translation, data))
+        merged = {**data, **translation.data}
+        problems.extend(_size_problems(f"translations.{tag}", translation.title, translation.body,
+                                       merged, image_url, options, replace_key))
+    return problems
+
+
+def _variant_problems(prefix: str, title: str, body: str,
+                      data: Mapping[str, str]) -> list[TemplateProblem]:
+    problems = check_text(f"{prefix}title", title) + check_text(f"{prefix}body", body)
+    for key, value in data.items():
+        problems.extend(check_text(f"{prefix}data.{key}", value))
+    return problems
+
+
+def _translation_problems(tag: str, translation: Translation,
+                          data: Mapping[str, str]) -> list[TemplateProblem]:
+    prefix = f"translations.{tag}."
+    try:
+        canonical_tag(tag)
+    except ValueError as exc:
+        return [TemplateProblem(prefix.rstrip("."), None, str(exc))]
+    problems = _variant_problems(prefix, translation.title, translation.body, translation.data)
+    problems.extend(
+        TemplateProblem(f"{prefix}data.{key}", None,
+                        f"the campaign's data has no key {key!r}: a translation translates the "
+                        "campaign's data values and adds none")
+        for key in translation.data if key not in data)
+    return problems
+
+
+def _size_problems(field: str, title: str, body: str, data: Mapping[str, str],
+                   image_url: str | None, options: SendOptions | None,
+                   replace_key: str) -> list[TemplateProblem]:
+    payload = build_payload(title, body, dict(data), image_url, replace_key=replace_key,
+                            options=options, now_s=SIZED_NOW_S)
+    size = payload_size(payload)
+    if size <= MAX_PAYLOAD_BYTES:
+        return []
+    return [TemplateProblem(field, None, f"{PayloadTooLarge(size)} (placeholders counted as "
+                                         "written)")]
+
+
+def size_problem(size: int) -> str | None:
+    """Why a message rendered for one device cannot be sent (``size`` bytes, counted as
+    :func:`~herald.domain.payload.payload_size` counts), or None if FCM accepts its size."""
+    if size <= MAX_PAYLOAD_BYTES:
+        return None
+    return (f"the message rendered for this device is {size} bytes; FCM accepts at most "
+            f"{MAX_PAYLOAD_BYTES}")
+
+
+# --- compiled per campaign, rendered per device ----------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A device's words: title, body and data, and the variant they came from (the
+    translation's tag; None for the campaign's own content)."""
+
+    title: str
+    body: str
+    data: dict[str, str]
+    variant: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceMessage:
+    """What the sender sends one device: the FCM request ``body``, or why it cannot
+    (``failure``: that recipient fails, the campaign goes on); ``variant`` as in :class:`Rendered`."""
+
+    variant: str | None
+    body: bytes | None = None
+    failure: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _PayloadParts:
+    """What every variant's message shares: :func:`build_payload`'s other arguments."""
+
+    image_url: str | None
+    replace_key: str
+    options: SendOptions | None
+    now_s: float
+
+    def payload(self, title: str, body: str, data: dict[str, str]) -> dict[str, object]:
+        return build_payload(title, body, data, self.image_url, replace_key=self.replace_key,
+                             options=self.options, now_s=self.now_s)
+
+
+_HEAD = b'{"message":{"token":'
+
+
+class _Variant:
+    """One variant's compiled texts and its pre-encoded message parts."""
+
+    __slots__ = ("_tail", "attribute_names", "body", "data", "image", "personal", "tag",
+                 "template", "title")
+
+    def __init__(self, tag: str | None, title: CompiledText, body: CompiledText,
+                 data: dict[str, CompiledText], payload: _PayloadParts) -> None:
+        self.tag, self.title, self.body, self.data = tag, title, body, data
+        texts = (title, body, *data.values())
+        self.personal = any(text.personal for text in texts)
+        self.attribute_names = frozenset[str]().union(*(text.attribute_names for text in texts))
+        self.image = payload.image_url
+        self.template: MessageTemplate | None = None
+        if self.personal:
+            rest = payload.payload("", "", {})
+            del rest["notification"]
+            self._tail = b"," + orjson.dumps(rest)[1:] + b"}"
+        else:
+            self.template = MessageTemplate(payload.payload(
+                title.text, body.text, {key: text.text for key, text in data.items()}))
+
+    def render(self, device: DeviceFields) -> Rendered:
+        context = device_context(device, self.attribute_names)
+        data = {key: text.render(context) for key, text in self.data.items()}
+        return Rendered(self.title.render(context), self.body.render(context), data, self.tag)
+
+    def message_for(self, token: str, device: DeviceFields) -> DeviceMessage:
+        if self.template is not None:
+            return DeviceMessage(self.tag, self.template.body_for(token))
+        try:
+            words = self.render(device)
+        except RenderFailed as exc:
+            return DeviceMessage(self.tag, failure=exc.reason)
+        notification = {"title": words.title, "body": words.body}
+        if self.image:
+            notification["image"] = self.image
+        fields = orjson.dumps({"notification": notification, "data": words.data} if words.data
+                              else {"notification": notification})
+        failure = size_problem(len(fields) + len(self._tail) - 2)  # one '}' and one ',' less
+        if failure is not None:
+            return DeviceMessage(self.tag, failure=failure)
+        return DeviceMessage(self.tag, _HEAD + orjson.dumps(token) + b"," + fields[1:-1] + self._tail)
+
+
+class CompiledContent:
+    """A campaign's content with its translations, compiled once: which variant a device gets,
+    its words, and its FCM request body."""
+
+    __slots__ = ("_matcher", "_variants")
+
+    def __init__(self, variants: Mapping[str | None, _Variant]) -> None:
+        self._variants = dict(variants)
+        self._matcher = LocaleMatcher(tag for tag in variants if tag is not None)
+
+    @property
+    def personalized(self) -> bool:
+        """Whether any variant has placeholders (messages then differ between devices)."""
+        return any(variant.personal for variant in self._variants.values())
+
+    @property
+    def attribute_names(self) -> frozenset[str]:
+        """The device attributes any variant reads: all a recipient needs to carry of its
+        attributes (with its locale, user id, timezone and platform) for this campaign."""
+        return frozenset[str]().union(*(v.attribute_names for v in self._variants.values()))
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The translations' tags, canonical."""
+        return tuple(tag for tag in self._variants if tag is not None)
+
+    def variant_for(self, locale: str | None) -> str | None:
+        """The tag of the translation a device in ``locale`` gets; None: the campaign's own."""
+        return self._matcher.match(locale)
+
+    def render(self, device: DeviceFields) -> Rendered:
+        """``device``'s words (for a preview); RenderFailed if they cannot be rendered."""
+        return self._variants[self._matcher.match(device.locale)].render(device)
+
+    def message_for(self, token: str, device: DeviceFields) -> DeviceMessage:
+        """The FCM request body for ``device`` at ``token``, or the reason it fails alone: a
+        field that cannot be rendered, or a message over FCM's size limit."""
+        return self._variants[self._matcher.match(device.locale)].message_for(token, device)
+
+
+def compile_content(title: str, body: str, data: Mapping[str, str],
+                    translations: Mapping[str, Translation], *, image_url: str | None = None,
+                    options: SendOptions | None = None, replace_key: str,
+                    now_s: float) -> CompiledContent:
+    """Compile a campaign's content for sending (once per campaign and pod). ``replace_key``,
+    ``options`` and ``now_s`` are :func:`~herald.domain.payload.build_payload`'s. Raises
+    :class:`~herald.domain.personalize.TemplateRefused` if a text is not a valid template
+    (:func:`content_problems` refuses such content at creation)."""
+    parts = _PayloadParts(image_url, replace_key, options, now_s)
+    variants: dict[str | None, _Variant] = {
+        None: _compile_variant(None, "", title, body, data, parts)}
+    for tag, translation in translations.items():
+        variants[tag] = _compile_variant(tag, f"translations.{tag}.", translation.title,
+                                         translation.body, {**data, **translation.data}, parts)
+    return CompiledContent(variants)
+
+
+def _compile_variant(tag: str | None, prefix: str, title: str, body: str,
+                     data: Mapping[str, str], parts: _PayloadParts) -> _Variant:
+    compiled: list[CompiledText] = []
+    problems: list[TemplateProblem] = []
+    for field, text in (("title", title), ("body", body),
+                        *((f"data.{key}", value) for key, value in data.items())):
+        try:
+            compiled.append(CompiledText(prefix + field, text))
+        except TemplateRefused as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise TemplateRefused(problems)
+    title_text, body_text, *data_texts = compiled
+    return _Variant(tag, title_text, body_text, dict(zip(data, data_texts, strict=True)), parts)
+
