@@ -14,7 +14,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from herald.domain.fcm_errors import CONFIGURATION_ERRORS, FcmError
 
 STOPPING_CODES = {*CONFIGURATION_ERRORS, FcmError.UNAUTHENTICATED, FcmError.SENDER_ID_MISMATCH}
-"""Codes with which a sender stops a campaign (``herald/service_layer/refusals.py``)."""
+"""Codes with which a sender stops a campaign (``herald/service_layer/sending/refusals.py``)."""
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 

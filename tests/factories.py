@@ -6,7 +6,7 @@ module imports factories from another test module.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -25,6 +25,7 @@ from herald.domain.documents import (
     Schedule,
 )
 from herald.domain.messages import Recipient, SendChunk
+from herald.domain.outcomes import RecipientOutcome, Target
 from herald.domain.pods import PodBeat
 from herald.domain.status import Status
 from herald.service_layer.campaigns import new_campaign
@@ -129,10 +130,10 @@ async def paged_campaign(stores: Stores) -> str:
     for seq in range(3):
         await stores.chunks.create(record.id, seq, recipients(10 * seq, 10 * seq + 10),
                                    cursor=None, now=now)
-    await stores.deliveries.record(record.id, 0, "s1", [(p, None) for p in range(6)], now)
-    await stores.deliveries.record(record.id, 0, "s2", [(p, None) for p in range(5, 10)], now)
+    await stores.deliveries.record(record.id, 0, "s1", at((p, None) for p in range(6)), now)
+    await stores.deliveries.record(record.id, 0, "s2", at((p, None) for p in range(5, 10)), now)
     await stores.deliveries.record(record.id, 1, "s1",
-                                   [(0, None), (1, "UNREGISTERED"), (2, None)], now)
+                                   at([(0, None), (1, "UNREGISTERED"), (2, None)]), now)
     return record.id
 
 
@@ -162,3 +163,10 @@ def pod_beat(pod_id: str, service: str = "sender", campaigns: Iterable[str] = ()
     """A heartbeat of pod ``pod_id`` working on ``campaigns``."""
     return PodBeat(id=pod_id, service=service, host="test", pid=1, version="test",
                    started_at=0.0, campaigns=list(campaigns))
+
+
+def at(pairs: Iterable[tuple[int, str | None]], tokens: Sequence[str] | None = None
+       ) -> list[RecipientOutcome]:
+    """Outcomes from ``(position, error)`` pairs (the token from ``tokens`` by position)."""
+    return [RecipientOutcome(Target(position, tokens[position] if tokens else ""), error)
+            for position, error in pairs]

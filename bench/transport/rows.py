@@ -20,11 +20,13 @@ import httpx
 from firebase_admin import messaging
 
 from bench.fcm_sdk import STATIC_ACCESS_TOKEN, close_app, open_app
+from bench.transport.lockstep import BatchResult, BatchSender
 from bench.transport.records import BenchError, Plan
 from herald import names
 from herald.adapters import redis as herald_redis
 from herald.adapters.fcm import FcmClient, open_session
 from herald.adapters.rate_limit import TokenBucket
+from herald.domain.outcomes import RecipientOutcome, Target
 from herald.domain.payload import (
     MessageTemplate,
     build_payload,
@@ -32,9 +34,8 @@ from herald.domain.payload import (
     web_push_topic,
 )
 from herald.names import RedisKeys
+from herald.service_layer.sending.window import SendWindow, WindowPolicy
 from herald.settings import Settings
-from services.sender.delivery import BatchResult, BatchSender, Outcome, Target
-from services.sender.window import SendWindow, WindowPolicy
 
 BASELINE = "firebase-admin"
 PROJECT = "bench"
@@ -233,7 +234,7 @@ class HeraldWindow:
     async def _stream(self) -> int:
         sent = 0
 
-        async def record(outcomes: list[Outcome]) -> None:
+        async def record(outcomes: list[RecipientOutcome]) -> None:
             nonlocal sent
             if not all(outcome.sent for outcome in outcomes):
                 raise BenchError("the emulator refused a request")
@@ -292,14 +293,14 @@ ROWS = {row.name: row for row in (
     Row("herald-fcm-client", "uvloop", "herald.adapters.fcm.FcmClient (aiohttp)", HeraldClient),
     Row("herald-fcm-client-asyncio", "asyncio", "the same on asyncio's default loop", HeraldClient),
     Row("herald-batch-sender", "uvloop",
-        f"services.sender.delivery.BatchSender + Redis TokenBucket, batches of {SENDER_BATCH} "
+        f"bench.transport.lockstep.BatchSender + Redis TokenBucket, batches of {SENDER_BATCH} "
         "one at a time",
         functools.partial(HeraldBatches, streams=1), "<={c}"),
     Row("herald-batch-sender-x4", "uvloop",
         "the same with 4 batches at once, as a pod with HERALD_SENDER_PREFETCH=4 runs them",
         functools.partial(HeraldBatches, streams=SENDER_PREFETCH), "<={c}"),
     Row("herald-send-window", "uvloop",
-        "services.sender.window.SendWindow + Redis TokenBucket: a sliding window, 4 chunks of "
-        f"{SENDER_BATCH} at once, at most {SENDER_BATCH} started and unrecorded",
+        "herald.service_layer.sending.window.SendWindow + Redis TokenBucket: a sliding window, "
+        f"4 chunks of {SENDER_BATCH} at once, at most {SENDER_BATCH} started and unrecorded",
         HeraldWindow, "<={c}"),
 )}

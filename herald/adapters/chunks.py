@@ -35,6 +35,7 @@ from herald.domain.documents import (
     Recorded,
 )
 from herald.domain.messages import Recipient
+from herald.domain.outcomes import RecipientOutcome
 
 _WITHOUT_RECIPIENTS = {"recipients": 0}
 
@@ -125,13 +126,9 @@ class DeliveryStore:
         self._deliveries = db[names.DELIVERIES]
 
     async def record(self, campaign_id: str, seq: int, pod_id: str,
-                     outcomes: Sequence[tuple[int, str | None]], now: datetime) -> None:
-        """Record FCM's answers for recipients of chunk ``seq``, by position: (position, error)."""
-        delivery = Delivery(
-            campaign_id=campaign_id, seq=seq, pod=pod_id, at=now,
-            sent=tuple(position for position, error in outcomes if error is None),
-            failed=tuple(Failure(position, error) for position, error in outcomes
-                         if error is not None))
+                     outcomes: Sequence[RecipientOutcome], now: datetime) -> None:
+        """Record FCM's answers for recipients of chunk ``seq``, by position."""
+        delivery = Delivery.of(campaign_id, seq, pod_id, now, outcomes)
         await self._deliveries.insert_one(asdict(delivery))
 
     async def recorded(self, campaign_id: str, seq: int) -> Recorded:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -23,7 +22,7 @@ import orjson
 from yarl import URL
 
 from herald.adapters.oauth import AccessTokens, TokenUnavailable, service_account_grant
-from herald.domain.fcm_errors import Consequence, FcmError, consequence
+from herald.domain.fcm_errors import SENT, FcmError, SendResult
 from herald.settings import Settings
 
 MAX_RETRY_AFTER_S = 3600.0
@@ -75,33 +74,6 @@ _FCM_CODES = frozenset({FcmError.UNREGISTERED, FcmError.SENDER_ID_MISMATCH,
 """FcmError ``errorCode`` values recorded as they are (INVALID_ARGUMENT needs a closer look)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SendResult:
-    """Outcome of one FCM request."""
-
-    error: FcmError | None = None
-    retry_after_s: float | None = None
-    message: str | None = None
-    """Google's ``error.message`` (or why no request was made), for the log and the reason."""
-    attempted: bool = True
-    """False when no request left (no access token): the recipient stays unsent."""
-    credential: str | None = None
-    """The ``Authorization`` header it was sent with, for a 401 to reject."""
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def consequence(self) -> Consequence | None:
-        return None if self.error is None else consequence(self.error)
-
-    @property
-    def retryable(self) -> bool:
-        return self.consequence is Consequence.RETRY
-
-
-SENT = SendResult()
 
 
 def parse_error(status: int, body: bytes) -> FcmError:

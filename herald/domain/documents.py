@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -22,6 +23,7 @@ from typing import Any
 from herald.domain.access import Actor
 from herald.domain.audience import Audience
 from herald.domain.messages import Recipient
+from herald.domain.outcomes import RecipientOutcome
 from herald.domain.payload import SendOptions, replace_key_for
 from herald.domain.status import Status
 from herald.domain.timing import Wave
@@ -275,6 +277,15 @@ class Delivery:
     at: datetime
     sent: tuple[int, ...] = ()
     failed: tuple[Failure, ...] = ()
+
+    @classmethod
+    def of(cls, campaign_id: str, seq: int, pod: str, at: datetime,
+           outcomes: Sequence[RecipientOutcome]) -> Delivery:
+        """The record of one group of outcomes, by position."""
+        return cls(campaign_id=campaign_id, seq=seq, pod=pod, at=at,
+                   sent=tuple(o.position for o in outcomes if o.error is None),
+                   failed=tuple(Failure(o.position, code) for o in outcomes
+                                if (code := o.code) is not None))
 
     def add_to(self, recorded: Recorded) -> Recorded:
         """Add these outcomes to ``recorded``; the first record of a position wins."""

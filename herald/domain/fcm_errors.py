@@ -30,6 +30,7 @@ token is retired for it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -124,3 +125,32 @@ def may_retire_mismatched(mismatched: int, answered: int) -> bool:
     """Whether this campaign's ``SENDER_ID_MISMATCH`` tokens may be excluded from later
     audiences: only once enough answers show that most tokens are of this project."""
     return answered >= WRONG_PROJECT_MIN_ANSWERS and not wrong_project(mismatched, answered)
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """FCM's answer to one request, as the FCM adapter reads it."""
+
+    error: FcmError | None = None
+    retry_after_s: float | None = None
+    message: str | None = None
+    """Google's ``error.message`` (or why no request was made), for the log and the reason."""
+    attempted: bool = True
+    """False when no request left (no access token): the recipient stays unsent."""
+    credential: str | None = None
+    """The ``Authorization`` header it was sent with, for a 401 to reject."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def consequence(self) -> Consequence | None:
+        return None if self.error is None else consequence(self.error)
+
+    @property
+    def retryable(self) -> bool:
+        return self.consequence is Consequence.RETRY
+
+
+SENT = SendResult()

@@ -7,6 +7,7 @@ use cases be tested without any server (cosmicpython's repository and fake unit 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,7 +31,9 @@ from herald.domain.documents import (
     ScheduleRun,
     UpsertCounts,
 )
+from herald.domain.fcm_errors import SendResult
 from herald.domain.messages import CancelCampaign, Recipient, SendChunk
+from herald.domain.outcomes import RecipientOutcome
 from herald.domain.pods import PodBeat
 from herald.domain.status import Status, Transition
 from herald.domain.timing import Wave
@@ -101,7 +104,7 @@ class ChunkRepository(Protocol):
 
 class DeliveryRepository(Protocol):
     async def record(self, campaign_id: str, seq: int, pod_id: str,
-                     outcomes: Sequence[tuple[int, str | None]], now: datetime) -> None: ...
+                     outcomes: Sequence[RecipientOutcome], now: datetime) -> None: ...
     async def recorded(self, campaign_id: str, seq: int) -> Recorded: ...
     def in_order(self, campaign_id: str) -> AsyncIterator[Delivery]: ...
 
@@ -193,3 +196,34 @@ class PodRegistry(Protocol):
     async def is_alive(self, pod_id: str) -> bool: ...
     async def remove(self, pod_id: str) -> None: ...
     async def live(self, services: Iterable[str] | None = None) -> list[PodBeat]: ...
+
+
+class Fcm(Protocol):
+    """FCM's ``messages:send`` (the FCM adapter): one pre-encoded request, its answer."""
+
+    async def send(self, body: bytes) -> SendResult: ...
+
+    def rejected(self, result: SendResult) -> None:
+        """FCM refused the OAuth token ``result`` was sent with: use another from now on."""
+        ...
+
+
+class RateBucket(Protocol):
+    """A share of a rate limit (the fleet's FCM quota, or one campaign's cap)."""
+
+    async def take(self, wanted: int, stop: asyncio.Event | None = None) -> int:
+        """Up to ``wanted`` tokens, waiting for at least one (0 if ``stop`` is set first)."""
+        ...
+
+    async def penalize(self, seconds: float) -> None:
+        """Nobody takes a token for ``seconds`` (FCM's ``Retry-After``)."""
+        ...
+
+
+class RateLimits(Protocol):
+    """The fleet's FCM quota and each campaign's own cap."""
+
+    @property
+    def project(self) -> RateBucket: ...
+
+    def for_campaign(self, campaign_id: str, rate_per_s: int | None) -> RateBucket | None: ...

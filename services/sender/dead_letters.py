@@ -1,5 +1,6 @@
-"""Chunks RabbitMQ gave up on (``herald.chunks.dead``): their unrecorded recipients count as
-failed, so the campaign still finishes and its numbers still add up."""
+"""The consumer of ``herald.chunks.dead``: each chunk RabbitMQ gave up on is settled by the
+service layer (``herald/service_layer/sending/dead_chunks.py``), then acknowledged; one still
+held elsewhere goes round again after a pause; a malformed message moves to ``herald.dead``."""
 
 from __future__ import annotations
 
@@ -12,27 +13,19 @@ from pydantic import ValidationError
 
 from herald import names
 from herald.adapters import rabbit
-from herald.domain.documents import ChunkStatus
 from herald.domain.messages import SendChunk
-from herald.observability import CHUNKS_DEAD_LETTERED, CHUNKS_DEFERRED
-from herald.service_layer.chunk_lifecycle import ChunkLifecycle, Tally
-from services.sender.claims import ChunkClaims, NotTaken
+from herald.observability import CHUNKS_DEFERRED
+from herald.service_layer.sending.dead_chunks import DeadChunks
 
 log = logging.getLogger(__name__)
-
-DEAD_LETTERED = "HERALD_DEAD_LETTERED"
-"""Error recorded for recipients of a chunk that could not be processed."""
 
 Forward = Callable[[bytes, str], Awaitable[None]]
 """Publish a message body to the dead-letter exchange with a routing key."""
 
 
-class DeadChunks:
-    def __init__(self, lifecycle: ChunkLifecycle, claims: ChunkClaims,
-                 is_cancelled: Callable[[str], Awaitable[bool]], forward: Forward) -> None:
-        self._lifecycle = lifecycle
-        self._claims = claims
-        self._is_cancelled = is_cancelled
+class DeadChunkConsumer:
+    def __init__(self, dead_chunks: DeadChunks, forward: Forward) -> None:
+        self._dead_chunks = dead_chunks
         self._forward_to = forward
 
     async def handle(self, message: RabbitMessage) -> None:
@@ -44,8 +37,7 @@ class DeadChunks:
             await self._forward(message.body, names.DEAD_MESSAGES_ROUTING_KEY, message)
             return
         try:
-            with self._claims.first_here(chunk.campaign_id, chunk.seq) as first:
-                settled = first and await self._settle(chunk)
+            settled = await self._dead_chunks.settle(chunk)
         except Exception:
             log.exception("dead chunk %s:%d could not be settled; trying again later",
                           chunk.campaign_id, chunk.seq)
@@ -61,25 +53,3 @@ class DeadChunks:
         """Put a copy on a dead-letter queue and acknowledge this delivery."""
         await self._forward_to(body, routing_key)
         await message.ack()
-
-    async def _settle(self, chunk: SendChunk) -> bool:
-        """Record the unsent rest as failed and close the chunk; False if it is still held
-        (by another sender, or by a delivery of it in this process)."""
-        taken = await self._claims.take(chunk.campaign_id, chunk.seq)
-        if taken is NotTaken.CLOSED:
-            return True
-        if taken is NotTaken.BUSY:
-            return False
-        recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
-        tally = Tally.of(recorded)
-        rest = [position for position in range(len(chunk.recipients)) if position not in recorded]
-        cancelled = await self._is_cancelled(chunk.campaign_id)
-        if not cancelled:
-            await self._lifecycle.record(chunk.campaign_id, chunk.seq,
-                                         [(position, DEAD_LETTERED) for position in rest], tally)
-        CHUNKS_DEAD_LETTERED.inc()
-        log.error("chunk %s:%d dead-lettered; %d recipients recorded as failed",
-                  chunk.campaign_id, chunk.seq, 0 if cancelled else len(rest))
-        status = ChunkStatus.CANCELLED if cancelled else ChunkStatus.DEAD
-        await self._lifecycle.close(chunk.campaign_id, chunk.seq, status, tally)
-        return True

@@ -15,14 +15,15 @@ from herald.adapters.rate_limit import RateLimits
 from herald.domain.messages import SendChunk
 from herald.observability import CHUNKS_DEFERRED
 from herald.runtime.worker import PodParts, Worker
-from herald.service_layer.chunk_lifecycle import ChunkLifecycle
 from herald.service_layer.ports import Bus
-from herald.service_layer.refusals import CampaignRefusals
-from services.sender.campaigns import CampaignCache
-from services.sender.chunks import ChunkSender, SendingPolicy, Verdict
-from services.sender.claims import ChunkClaims
-from services.sender.dead_letters import DeadChunks
-from services.sender.window import SendWindow, WindowPolicy
+from herald.service_layer.sending.campaigns import CampaignCache
+from herald.service_layer.sending.chunk import ChunkSender, SendingPolicy, Verdict
+from herald.service_layer.sending.claims import ChunkClaims
+from herald.service_layer.sending.dead_chunks import DeadChunks
+from herald.service_layer.sending.lifecycle import ChunkLifecycle
+from herald.service_layer.sending.refusals import CampaignRefusals
+from herald.service_layer.sending.window import SendWindow, WindowPolicy
+from services.sender.dead_letters import DeadChunkConsumer
 
 log = logging.getLogger(__name__)
 
@@ -138,13 +139,14 @@ def compose(parts: PodParts) -> Sender:
     refusals = CampaignRefusals(parts.watch, parts.cancellation.stop_for_error,
                                 parts.background.spawn)
     chunks = ChunkSender(lifecycle, CampaignCache(stores.campaigns, parts.watch), window, limits,
-                         claims, parts.tracker, parts.watch.event, policy, refusals)
+                         claims, parts.tracker.working_on, parts.watch.event, policy, refusals)
     closing = contextlib.AsyncExitStack()
     closing.push_async_callback(session.close)
     if tokens is not None:
         closing.callback(tokens.close)
     sender = Sender(chunks, claims, resources.bus, closing)
-    dead = DeadChunks(lifecycle, claims, parts.watch.is_cancelled, resources.bus.dead_letter)
+    dead = DeadChunkConsumer(DeadChunks(lifecycle, claims, parts.watch.is_cancelled),
+                             resources.bus.dead_letter)
     rabbit.consume(broker, rabbit.CHUNKS_QUEUE, sender.on_chunk, prefetch=settings.sender_prefetch)
     rabbit.consume(broker, rabbit.DEAD_CHUNKS_QUEUE, dead.handle,
                    prefetch=rabbit.DEAD_LETTER_PREFETCH)

@@ -7,6 +7,7 @@ from datetime import timedelta
 from herald.clock import utcnow
 from herald.domain.audience import Audience
 from herald.domain.documents import Counts, Dispatch, Outcome
+from herald.domain.outcomes import RecipientOutcome
 from herald.domain.timing import Wave
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import (
@@ -15,13 +16,13 @@ from herald.service_layer.recipients import (
     audit,
     final_counts,
 )
-from tests.factories import campaign, device, paged_campaign, recipients
+from tests.factories import at, campaign, device, paged_campaign, recipients
 
 SENT, FAILED, UNSENT = Outcome.SENT, Outcome.FAILED, Outcome.UNSENT
 
 
-def sent(*positions: int) -> list[tuple[int, str | None]]:
-    return [(position, None) for position in positions]
+def sent(*positions: int) -> list[RecipientOutcome]:
+    return at((position, None) for position in positions)
 
 
 async def lines(stores: Stores, campaign_id: str, outcome: Outcome) -> list[str]:

@@ -21,7 +21,7 @@ from herald.service_layer.completion import chunk_finished, complete, reconcile
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import audit, final_counts
 from herald.settings import Settings
-from tests.factories import actor, campaign, device, recipients_of
+from tests.factories import actor, at, campaign, device, recipients_of
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ async def last_chunk_pending(stores: Stores) -> str:
     for seq in (0, 1):
         await stores.chunks.create(campaign_id, seq, recipients_of(f"t{seq}{i}" for i in range(2)),
                                    None, now)
-        await stores.deliveries.record(campaign_id, seq, "s", [(0, None), (1, None)], now)
+        await stores.deliveries.record(campaign_id, seq, "s", at([(0, None), (1, None)]), now)
     return campaign_id
 
 
@@ -109,7 +109,7 @@ async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
     campaign_id = record.id
     await stores.chunks.create(campaign_id, 0, [Recipient(token=r.token) for _, r in everyone[:20]],
                                everyone[19][0], utcnow())
-    await stores.deliveries.record(campaign_id, 0, "s", [(p, None) for p in range(5)], utcnow())
+    await stores.deliveries.record(campaign_id, 0, "s", at([(p, None) for p in range(5)]), utcnow())
     await cancellation.request(campaign_id, None, None, broadcast=False)
     cancelled = await cancellation.try_finalize(campaign_id)
     assert cancelled is not None
@@ -179,7 +179,7 @@ async def closed_chunks(stores: Stores, published: int, closed: int, counted: in
         await stores.chunks.create(campaign_id, seq, recipients_of(f"t{seq}{i}" for i in range(2)),
                                    None, now)
         if seq < closed:
-            await stores.deliveries.record(campaign_id, seq, "s", [(0, None), (1, None)], now)
+            await stores.deliveries.record(campaign_id, seq, "s", at([(0, None), (1, None)]), now)
             assert await stores.chunks.finish(campaign_id, seq, ChunkStatus.DONE, 2, 0, now,
                                               owner=None)
     return campaign_id
@@ -198,7 +198,7 @@ async def test_the_sweep_never_counts_a_chunk_its_sender_is_about_to_count(
     assert stored is not None
     assert (stored.status, stored.progress.chunks_done) == (Status.IN_PROGRESS, 2)
 
-    await stores.deliveries.record(campaign_id, 2, "s", [(0, None), (1, None)], utcnow())
+    await stores.deliveries.record(campaign_id, 2, "s", at([(0, None), (1, None)]), utcnow())
     assert await stores.chunks.finish(campaign_id, 2, ChunkStatus.DONE, 2, 0, utcnow(),
                                       owner=None)
     finished = await chunk_finished(stores, campaign_id, 2, 0, done=True)

@@ -15,7 +15,7 @@ from herald.domain.status import Status, Transition
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import FollowUpSource
 from tests.factories import CAMPAIGN_BODY as CAMPAIGN
-from tests.factories import paged_campaign
+from tests.factories import at, paged_campaign
 from tests.support import error_code
 
 SCHEDULE = {"name": "weekly", "cron": "0 9 * * MON", "timezone": "Asia/Seoul",
@@ -98,7 +98,7 @@ async def test_a_past_send_at_is_refused_when_moving_a_campaign(api: httpx.Async
 async def test_retry_reruns_a_failed_campaign_for_the_recipients_it_did_not_reach(
         api: httpx.AsyncClient, stores: Any) -> None:
     campaign_id = await paged_campaign(stores)  # 12 sent, 1 failed (UNREGISTERED), 17 unsent
-    await stores.deliveries.record(campaign_id, 1, "s", [(3, "UNAVAILABLE")], utcnow())
+    await stores.deliveries.record(campaign_id, 1, "s", at([(3, "UNAVAILABLE")]), utcnow())
     running = await api.post(f"/v1/campaigns/{campaign_id}/retry")
     await stores.campaigns.transition(campaign_id, Transition.FAIL, utcnow())
     retried = await api.post(f"/v1/campaigns/{campaign_id}/retry")

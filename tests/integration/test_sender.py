@@ -21,10 +21,10 @@ from herald.domain.pods import PodBeat
 from herald.domain.status import Status
 from herald.observability import CHUNKS, CHUNKS_DEFERRED
 from herald.runtime.worker import PodParts, running_pod
+from herald.service_layer.sending.dead_chunks import DEAD_LETTERED
 from herald.settings import Settings
-from services.sender.dead_letters import DEAD_LETTERED
 from services.sender.main import compose
-from tests.factories import publish_chunks, sending_campaign
+from tests.factories import at, publish_chunks, sending_campaign
 from tests.support import eventually
 
 
@@ -75,7 +75,7 @@ async def test_a_redelivered_chunk_skips_what_was_already_recorded(
     campaign_id = document.id
     await die_holding(sender, campaign_id, 0)  # an earlier attempt died...
     await sender.resources.stores.deliveries.record(  # ...after recording one batch
-        campaign_id, 0, "dead-pod", [(position, None) for position in range(40)], utcnow())
+        campaign_id, 0, "dead-pod", at([(position, None) for position in range(40)]), utcnow())
     await publish_chunks(sender.resources.bus, document, chunks)
     done = await eventually(lambda: finished(sender, campaign_id))
     assert sorted(r.token for r in emulator.received()) == sorted(f"tok-{i}" for i in range(40, 100))
@@ -225,7 +225,7 @@ async def test_a_dead_lettered_chunk_still_held_by_a_live_sender_waits_for_it(
     await stores.chunks.claim(campaign_id, 0, "other-sender", None,
                               utcnow() + timedelta(minutes=5))
     await stores.deliveries.record(campaign_id, 0, "other-sender",
-                                   [(p, None) for p in range(8)], utcnow())
+                                   at([(p, None) for p in range(8)]), utcnow())
     deferred = CHUNKS_DEFERRED._value.get()
     message = SendChunk(campaign_id=campaign_id, seq=0,
                         recipients=[Recipient(token=t) for t in chunks[0]])

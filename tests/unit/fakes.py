@@ -57,7 +57,6 @@ from herald.domain.documents import (
     Cursor,
     Delivery,
     Device,
-    Failure,
     IdempotencyBinding,
     Recorded,
     Schedule,
@@ -69,6 +68,7 @@ from herald.domain.documents import (
 )
 from herald.domain.fcm_errors import FcmError
 from herald.domain.messages import CancelCampaign, Recipient, SendChunk
+from herald.domain.outcomes import RecipientOutcome
 from herald.domain.pods import PodBeat
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
@@ -614,13 +614,9 @@ class FakeDeliveries:
         self._rows: list[Delivery] = []
 
     async def record(self, campaign_id: str, seq: int, pod_id: str,
-                     outcomes: Sequence[tuple[int, str | None]], now: datetime) -> None:
+                     outcomes: Sequence[RecipientOutcome], now: datetime) -> None:
         await _round_trip()
-        self._rows.append(Delivery(
-            campaign_id=campaign_id, seq=seq, pod=pod_id, at=now,
-            sent=tuple(position for position, error in outcomes if error is None),
-            failed=tuple(Failure(position, error) for position, error in outcomes
-                         if error is not None)))
+        self._rows.append(Delivery.of(campaign_id, seq, pod_id, now, outcomes))
 
     async def recorded(self, campaign_id: str, seq: int) -> Recorded:
         await _round_trip()

@@ -33,7 +33,7 @@ from herald.domain.documents import (
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
 from herald.service_layer.ports import Stores
-from tests.factories import actor, cancelling, device, insert, paged, recipients, schedule
+from tests.factories import actor, at, cancelling, device, insert, paged, recipients, schedule
 from tests.factories import campaign as new_campaign
 
 LEASE = timedelta(seconds=30)
@@ -529,9 +529,9 @@ class ChunkContract:
     async def test_recorded_outcomes_merge_and_the_first_record_of_a_position_wins(
             self, stores: Stores) -> None:
         campaign_id, now = new_id(), utcnow()
-        await stores.deliveries.record(campaign_id, 0, "a", [(0, None), (1, "UNAVAILABLE")], now)
-        await stores.deliveries.record(campaign_id, 0, "b", [(1, None), (2, "UNREGISTERED")], now)
-        await stores.deliveries.record(campaign_id, 1, "b", [(0, None)], now)
+        await stores.deliveries.record(campaign_id, 0, "a", at([(0, None), (1, "UNAVAILABLE")]), now)
+        await stores.deliveries.record(campaign_id, 0, "b", at([(1, None), (2, "UNREGISTERED")]), now)
+        await stores.deliveries.record(campaign_id, 1, "b", at([(0, None)]), now)
         assert await stores.deliveries.recorded(campaign_id, 0) == {
             0: None, 1: "UNAVAILABLE", 2: "UNREGISTERED"}
         assert await stores.deliveries.recorded(campaign_id, 5) == {}
@@ -540,7 +540,7 @@ class ChunkContract:
             self, stores: Stores) -> None:
         campaign_id, now = new_id(), utcnow()
         for seq, pod_id in ((1, "first"), (0, "second"), (1, "third"), (0, "fourth")):
-            await stores.deliveries.record(campaign_id, seq, pod_id, [(0, None)], now)
+            await stores.deliveries.record(campaign_id, seq, pod_id, at([(0, None)]), now)
         read = [(d.seq, d.pod) async for d in stores.deliveries.in_order(campaign_id)]
         assert read == [(0, "second"), (0, "fourth"), (1, "first"), (1, "third")]
 

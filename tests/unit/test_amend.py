@@ -39,8 +39,8 @@ from herald.service_layer.campaigns import (
 from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import audit, final_counts, source_for
-from services.sender.campaigns import CampaignCache
-from tests.factories import ACTOR, actor, cancelled_paged_campaign, insert
+from herald.service_layer.sending.campaigns import CampaignCache
+from tests.factories import ACTOR, actor, at, cancelled_paged_campaign, insert
 from tests.unit.fakes import FakeBus, FakeCampaigns, FakeFlags, fake_stores
 
 LEASE = timedelta(seconds=30)
@@ -72,8 +72,8 @@ async def delivered(stores: Stores, campaign: Campaign) -> Campaign:
     await stores.chunks.create(campaign.id, 0, recipients, len(recipients), now)
     assert await stores.campaigns.checkpoint(campaign.id, "d", 0, len(recipients), now + LEASE)
     assert await stores.campaigns.finish_dispatch(campaign.id, "d", now)
-    await stores.deliveries.record(campaign.id, 0, "s", [(p, None) for p in range(len(recipients))],
-                                   now)
+    await stores.deliveries.record(campaign.id, 0, "s",
+                                   at((p, None) for p in range(len(recipients))), now)
     assert await stores.campaigns.transition(campaign.id, Transition.FINALIZE, now)
     counts = (await final_counts(stores, await stored(stores, campaign.id))).counts
     finished = await stores.campaigns.finish(campaign.id, Transition.COMPLETE, counts, None, now)

@@ -1,4 +1,4 @@
-"""``backoff_s`` (services/sender/delivery.py): exponential backoff with full jitter, capped,
+"""``backoff_s`` (herald/service_layer/sending/window.py): exponential backoff with full jitter, capped,
 never shorter than FCM's Retry-After.
 
 The documented rule: a uniform draw in ``[0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt)]``,
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.sender import delivery
-from services.sender.delivery import BACKOFF_BASE_S, BACKOFF_CAP_S, backoff_s
+from herald.service_layer.sending import window as delivery
+from herald.service_layer.sending.window import BACKOFF_BASE_S, BACKOFF_CAP_S, backoff_s
 
 SAMPLES = 2000
 

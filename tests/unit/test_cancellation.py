@@ -29,7 +29,7 @@ from herald.service_layer.cancellation import (
 )
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import audit
-from tests.factories import actor, device, insert, pod_beat, recipients
+from tests.factories import actor, at, device, insert, pod_beat, recipients
 from tests.unit.fakes import (
     FakeBus,
     FakeCampaigns,
@@ -285,8 +285,8 @@ async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unp
         dispatch=Dispatch(owner="d1", until=ids[-1], next_seq=1))
     recipients = [r async for _, r in stores.devices.stream({}, None, ids[4])]
     await stores.chunks.create(campaign_id, 0, recipients, ids[4], utcnow())
-    await stores.deliveries.record(campaign_id, 0, "s1", [(0, None), (1, None),
-                                                          (2, "UNREGISTERED")], utcnow())
+    await stores.deliveries.record(campaign_id, 0, "s1", at([(0, None), (1, None),
+                                                          (2, "UNREGISTERED")]), utcnow())
     await cancellation.request(campaign_id, None, None, broadcast=True)
     cancelled = await cancellation.try_finalize(campaign_id)
     await stores.devices.mark_invalid(["tok-00006"], "UNREGISTERED", utcnow())
@@ -327,7 +327,7 @@ async def test_final_counts_of_a_cancel_come_from_the_records_not_the_live_count
                                dispatch=Dispatch(owner="d1", next_seq=1, done=True),
                                counts=Counts(targeted=2, sent=99))
     await stores.chunks.create(campaign_id, 0, recipients(0, 2), None, utcnow())
-    await stores.deliveries.record(campaign_id, 0, "s1", [(0, None)], utcnow())
+    await stores.deliveries.record(campaign_id, 0, "s1", at([(0, None)]), utcnow())
     await cancellation.request(campaign_id, None, None, broadcast=True)
     cancelled = await cancellation.try_finalize(campaign_id)
     assert cancelled is not None and cancelled.counts == Counts(targeted=2, sent=1, failed=0)

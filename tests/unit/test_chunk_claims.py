@@ -9,7 +9,7 @@ import pytest
 
 from herald.domain.documents import ChunkState, ChunkStatus, new_id
 from herald.service_layer.ports import Stores
-from services.sender.claims import ChunkClaims, NotTaken
+from herald.service_layer.sending.claims import ChunkClaims, NotTaken
 from tests.factories import pod_beat, recipients
 from tests.unit.fakes import FakeChunks, FakeClock, FakeRegistry
 

@@ -6,10 +6,11 @@ import pytest
 
 from herald.clock import utcnow
 from herald.domain.documents import Campaign, ChunkStatus, Counts
+from herald.domain.outcomes import dead_tokens
 from herald.domain.status import Status
-from herald.service_layer.chunk_lifecycle import ChunkLifecycle, Tally, dead_tokens_of
 from herald.service_layer.ports import Stores
-from tests.factories import device, sending_campaign
+from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
+from tests.factories import at, device, sending_campaign
 from tests.unit.fakes import FakeClock
 
 
@@ -40,7 +41,7 @@ def test_a_tally_starts_from_what_was_recorded() -> None:
 
 def test_a_tally_adds_what_this_delivery_recorded() -> None:
     tally = Tally.of({0: None})
-    tally.add([(1, None), (2, "QUOTA_EXCEEDED"), (3, None)])
+    tally.add(at([(1, None), (2, "QUOTA_EXCEEDED"), (3, None)]))
     assert (tally.sent, tally.failed, tally.recorded_now) == (3, 1, 3)
 
 
@@ -49,9 +50,9 @@ def test_a_tally_stopped_by_a_cancel_closes_the_chunk_cancelled() -> None:
 
 
 def test_only_errors_that_kill_a_token_retire_it() -> None:
-    outcomes = [("a", None), ("b", "UNREGISTERED"), ("c", "INVALID_ARGUMENT"),
-                ("d", "UNAVAILABLE"), ("e", "QUOTA_EXCEEDED")]
-    assert dead_tokens_of(outcomes) == [("b", "UNREGISTERED"), ("c", "INVALID_ARGUMENT")]
+    outcomes = at([(0, None), (1, "UNREGISTERED"), (2, "INVALID_ARGUMENT"), (3, "UNAVAILABLE"),
+                   (4, "QUOTA_EXCEEDED"), (5, "INVALID_PAYLOAD")], tokens="abcdef")
+    assert dead_tokens(outcomes) == [("b", "UNREGISTERED"), ("c", "INVALID_ARGUMENT")]
 
 
 async def test_recording_a_batch_writes_its_outcomes_and_retires_dead_tokens(
@@ -61,8 +62,8 @@ async def test_recording_a_batch_writes_its_outcomes_and_retires_dead_tokens(
     campaign = await held(stores, [tokens])
     outcomes = [(0, None), (1, "UNREGISTERED"), (2, "INVALID_ARGUMENT"), (3, "UNAVAILABLE")]
     tally = Tally()
-    await lifecycle.record(campaign.id, 0, outcomes, tally,
-                           dead_tokens_of(zip(tokens, [e for _, e in outcomes], strict=True)))
+    await lifecycle.record(campaign.id, 0, at(outcomes), tally,
+                           dead_tokens(at(outcomes, tokens)))
     deliveries = [d async for d in stores.deliveries.in_order(campaign.id)]
     devices = [await stores.devices.find_by_token(token) for token in tokens]
     assert await stores.deliveries.recorded(campaign.id, 0) == dict(outcomes)
@@ -76,7 +77,7 @@ async def test_recording_no_outcome_writes_nothing(stores: Stores,
                                                    lifecycle: ChunkLifecycle) -> None:
     campaign = await held(stores, [["a"]])
     tally = Tally()
-    await lifecycle.record(campaign.id, 0, [], tally)
+    await lifecycle.record(campaign.id, 0, at([]), tally)
     assert [d async for d in stores.deliveries.in_order(campaign.id)] == []
     assert tally == Tally()
 
@@ -84,7 +85,7 @@ async def test_recording_no_outcome_writes_nothing(stores: Stores,
 async def test_what_earlier_deliveries_recorded_is_read_back(stores: Stores,
                                                              lifecycle: ChunkLifecycle) -> None:
     campaign = await held(stores, [["a", "b", "c"]])
-    await stores.deliveries.record(campaign.id, 0, "dead", [(0, None), (2, "UNAVAILABLE")],
+    await stores.deliveries.record(campaign.id, 0, "dead", at([(0, None), (2, "UNAVAILABLE")]),
                                    utcnow())
     assert await lifecycle.recorded(campaign.id, 0) == {0: None, 2: "UNAVAILABLE"}
 
@@ -116,7 +117,7 @@ async def test_closing_the_last_chunk_completes_the_campaign(
         stores: Stores, lifecycle: ChunkLifecycle) -> None:
     campaign = await held(stores, [["a"]])
     tally = Tally()
-    await lifecycle.record(campaign.id, 0, [(0, None)], tally)
+    await lifecycle.record(campaign.id, 0, at([(0, None)]), tally)
     await lifecycle.close(campaign.id, 0, tally.status, tally)
     done = await stored(stores, campaign.id)
     assert done.status is Status.COMPLETED and done.counts == Counts(targeted=1, sent=1)
@@ -126,7 +127,7 @@ async def test_a_chunk_closed_by_a_cancel_counts_its_outcomes_but_not_as_done(
         stores: Stores, lifecycle: ChunkLifecycle) -> None:
     campaign = await held(stores, [["a", "b"]])
     tally = Tally(stopped=True)
-    await lifecycle.record(campaign.id, 0, [(0, None)], tally)
+    await lifecycle.record(campaign.id, 0, at([(0, None)]), tally)
     await lifecycle.close(campaign.id, 0, tally.status, tally)
     after = await stored(stores, campaign.id)
     state = await stores.chunks.state(campaign.id, 0)
@@ -139,8 +140,8 @@ async def test_a_dead_lettered_chunk_counts_as_done(stores: Stores,
                                                     lifecycle: ChunkLifecycle) -> None:
     campaign = await held(stores, [["a", "b"]])
     tally = Tally()
-    await lifecycle.record(campaign.id, 0, [(0, "HERALD_DEAD_LETTERED"),
-                                            (1, "HERALD_DEAD_LETTERED")], tally)
+    await lifecycle.record(campaign.id, 0, at([(0, "HERALD_DEAD_LETTERED"),
+                                            (1, "HERALD_DEAD_LETTERED")]), tally)
     await lifecycle.close(campaign.id, 0, ChunkStatus.DEAD, tally)
     failed = await stored(stores, campaign.id)
     assert failed.status is Status.FAILED and failed.counts == Counts(targeted=2, failed=2)

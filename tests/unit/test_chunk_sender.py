@@ -17,13 +17,13 @@ from herald.domain.messages import SendChunk
 from herald.domain.status import Status
 from herald.runtime.tracking import WorkTracker
 from herald.service_layer.cancel_watch import CancelWatch
-from herald.service_layer.chunk_lifecycle import ChunkLifecycle
 from herald.service_layer.ports import Stores
-from services.sender.campaigns import CampaignCache
-from services.sender.chunks import ChunkSender, SendingPolicy, Verdict
-from services.sender.claims import ChunkClaims
-from services.sender.window import SendWindow, WindowPolicy
-from tests.factories import device, pod_beat, recipients_of, sending_campaign
+from herald.service_layer.sending.campaigns import CampaignCache
+from herald.service_layer.sending.chunk import ChunkSender, SendingPolicy, Verdict
+from herald.service_layer.sending.claims import ChunkClaims
+from herald.service_layer.sending.lifecycle import ChunkLifecycle
+from herald.service_layer.sending.window import SendWindow, WindowPolicy
+from tests.factories import at, device, pod_beat, recipients_of, sending_campaign
 from tests.unit.fakes import (
     FakeCampaigns,
     FakeClock,
@@ -64,7 +64,7 @@ class Rig:
         return ChunkSender(
             ChunkLifecycle(self.stores, POD, self.clock),
             CampaignCache(self.stores.campaigns, self.watch), window, UnlimitedLimits(),
-            self.claims, WorkTracker(), self.watch.event,
+            self.claims, WorkTracker().working_on, self.watch.event,
             SendingPolicy(max_attempts=MAX_ATTEMPTS, budget_s=budget_s))
 
 
@@ -121,7 +121,7 @@ async def test_a_chunk_is_sent_recorded_in_groups_closed_and_completes_its_campa
 async def test_a_redelivered_chunk_sends_only_what_was_not_recorded(rig: Rig) -> None:
     campaign = await campaign_of(rig)
     await rig.stores.chunks.claim(campaign.id, 0, "dead", None, rig.clock())
-    await rig.stores.deliveries.record(campaign.id, 0, "dead", [(0, None), (1, None)], utcnow())
+    await rig.stores.deliveries.record(campaign.id, 0, "dead", at([(0, None), (1, None)]), utcnow())
     verdict = await rig.sender().process(message(campaign.id), open_channel)
     assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS[2:]
     assert (await stored(rig, campaign.id)).counts == Counts(targeted=5, sent=4, failed=1)
@@ -130,7 +130,7 @@ async def test_a_redelivered_chunk_sends_only_what_was_not_recorded(rig: Rig) ->
 async def test_a_chunk_recorded_whole_by_a_sender_that_died_is_only_closed(rig: Rig) -> None:
     campaign = await campaign_of(rig)
     await rig.stores.deliveries.record(campaign.id, 0, "dead",
-                                       [(p, None) for p in range(len(TOKENS))], utcnow())
+                                       at([(p, None) for p in range(len(TOKENS))]), utcnow())
     verdict = await rig.sender().process(message(campaign.id), open_channel)
     assert verdict is Verdict.ACK and rig.fcm.sent == []
     assert (await chunk_state(rig, campaign.id)).status is ChunkStatus.DONE

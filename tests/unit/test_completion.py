@@ -12,7 +12,7 @@ from herald.domain.status import Status
 from herald.observability import CAMPAIGNS_FINISHED
 from herald.service_layer.completion import chunk_finished, complete, finalize, reconcile
 from herald.service_layer.ports import Stores
-from tests.factories import insert, paged, sending_campaign
+from tests.factories import at, insert, paged, sending_campaign
 
 
 async def stored(stores: Stores, campaign_id: str) -> Campaign:
@@ -37,9 +37,9 @@ def finished_total(status: Status) -> float:
 async def test_the_last_chunk_counted_completes_the_campaign_with_counts_from_the_records(
         stores: Stores) -> None:
     campaign = await sending_campaign(stores, [["a", "b"], ["c", "d"]])
-    await stores.deliveries.record(campaign.id, 0, "s1", [(0, None), (1, "UNREGISTERED")],
+    await stores.deliveries.record(campaign.id, 0, "s1", at([(0, None), (1, "UNREGISTERED")]),
                                    utcnow())
-    await stores.deliveries.record(campaign.id, 1, "s1", [(0, None), (1, None)], utcnow())
+    await stores.deliveries.record(campaign.id, 1, "s1", at([(0, None), (1, None)]), utcnow())
     first = await chunk_finished(stores, campaign.id, 1, 1, done=True)
     last = await chunk_finished(stores, campaign.id, 2, 0, done=True)
     assert first is None
@@ -73,7 +73,7 @@ async def test_a_cancelling_campaign_is_never_completed_by_its_last_chunk(
 
 async def test_a_campaign_is_finalized_exactly_once_however_many_try(stores: Stores) -> None:
     campaign = await sending_campaign(stores, [["a"]])
-    await stores.deliveries.record(campaign.id, 0, "s1", [(0, None)], utcnow())
+    await stores.deliveries.record(campaign.id, 0, "s1", at([(0, None)]), utcnow())
     completed_before = finished_total(Status.COMPLETED)
     results = await asyncio.gather(*(finalize(stores, campaign.id) for _ in range(4)))
     assert sum(r is not None for r in results) == 1
@@ -85,7 +85,7 @@ async def test_the_last_chunk_and_the_end_of_paging_complete_the_campaign_once_i
         stores: Stores, dispatcher_first: bool) -> None:
     """Whichever of the two writes comes last sees both facts and finalizes."""
     campaign_id = await insert(stores, **paged(1, 1, owner="d1", done=False))
-    await stores.deliveries.record(campaign_id, 0, "s1", [(0, None)], utcnow())
+    await stores.deliveries.record(campaign_id, 0, "s1", at([(0, None)]), utcnow())
 
     async def sender() -> Campaign | None:
         return await chunk_finished(stores, campaign_id, 1, 0, done=True)
@@ -105,7 +105,7 @@ async def test_the_last_chunk_and_the_end_of_paging_complete_the_campaign_once_i
 async def test_recipients_failing_only_for_dead_tokens_still_complete(stores: Stores) -> None:
     campaign = await sending_campaign(stores, [["a", "b", "c"]])
     await stores.deliveries.record(campaign.id, 0, "s1",
-                                   [(0, "UNREGISTERED"), (1, "INVALID_ARGUMENT"), (2, None)],
+                                   at([(0, "UNREGISTERED"), (1, "INVALID_ARGUMENT"), (2, None)]),
                                    utcnow())
     done = await finalize(stores, campaign.id)
     assert done is not None and done.status is Status.COMPLETED and done.error is None
@@ -117,7 +117,7 @@ async def test_recipients_failing_for_other_reasons_fail_the_campaign_retryably(
         stores: Stores, error: str) -> None:
     campaign = await sending_campaign(stores, [["a", "b", "c"]])
     await stores.deliveries.record(campaign.id, 0, "s1",
-                                   [(0, error), (1, "UNREGISTERED"), (2, None)], utcnow())
+                                   at([(0, error), (1, "UNREGISTERED"), (2, None)]), utcnow())
     failed = await finalize(stores, campaign.id)
     assert failed is not None and failed.status is Status.FAILED
     assert failed.counts == Counts(targeted=3, sent=1, failed=2)
@@ -128,7 +128,7 @@ async def test_recipients_failing_for_other_reasons_fail_the_campaign_retryably(
 async def test_a_campaign_left_finalizing_is_completed_once_by_the_sweep(
         stores: Stores) -> None:
     campaign = await sending_campaign(stores, [["a"]], status=Status.FINALIZING)
-    await stores.deliveries.record(campaign.id, 0, "s1", [(0, None)], utcnow())
+    await stores.deliveries.record(campaign.id, 0, "s1", at([(0, None)]), utcnow())
     done = await complete(stores, await stored(stores, campaign.id))
     again = await complete(stores, await stored(stores, campaign.id))
     assert done is not None and done.status is Status.COMPLETED
@@ -141,7 +141,7 @@ async def test_reconcile_finishes_a_campaign_whose_last_chunk_was_closed_but_nev
         stores: Stores) -> None:
     campaign = await sending_campaign(stores, [["a"], ["b"]])
     for seq in (0, 1):
-        await stores.deliveries.record(campaign.id, seq, "s1", [(0, None)], utcnow())
+        await stores.deliveries.record(campaign.id, seq, "s1", at([(0, None)]), utcnow())
     await close(stores, campaign.id, 0)
     await close(stores, campaign.id, 1, ChunkStatus.DEAD)
     await chunk_finished(stores, campaign.id, 1, 0, done=True)  # the second was never counted

@@ -23,12 +23,12 @@ from herald.domain.documents import (
 )
 from herald.domain.messages import SendChunk
 from herald.domain.status import Status
-from herald.service_layer.chunk_lifecycle import ChunkLifecycle, Tally
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import freeze_unpaged
+from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
 from services.dispatcher.backpressure import Backpressure
 from services.dispatcher.paging import Paging
-from tests.factories import device, insert, recipients_of
+from tests.factories import at, device, insert, recipients_of
 from tests.support import eventually
 from tests.unit.fakes import FakeBus
 
@@ -221,7 +221,7 @@ async def send_at_once(stores: Stores, message: SendChunk) -> None:
     await stores.chunks.claim(message.campaign_id, message.seq, "s1", None, utcnow() + LEASE)
     tally = Tally()
     await lifecycle.record(message.campaign_id, message.seq,
-                           [(p, None) for p in range(len(message.recipients))], tally)
+                           at([(p, None) for p in range(len(message.recipients))]), tally)
     await lifecycle.close(message.campaign_id, message.seq, tally.status, tally)
 
 
@@ -257,7 +257,7 @@ async def test_a_follow_up_pages_exactly_the_unsent_of_its_parent(
     for seq, numbers in enumerate(((0, 1, 2), (3, 4, 5))):
         await stores.chunks.create(parent_id, seq, recipients_of(tokens(*numbers)), None,
                                    utcnow())
-    await stores.deliveries.record(parent_id, 0, "s1", [(0, None), (1, None)], utcnow())
+    await stores.deliveries.record(parent_id, 0, "s1", at([(0, None), (1, None)]), utcnow())
     follow_up = await insert(stores, chunk_size=3, audience=None,
                              follow_up=FollowUp(parent_id, FollowUpOf.UNSENT))
     await dispatcher.run(follow_up)

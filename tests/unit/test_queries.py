@@ -11,7 +11,7 @@ from herald.domain.status import Status
 from herald.service_layer import queries
 from herald.service_layer.cancellation import CampaignNotFound
 from herald.service_layer.ports import Stores
-from tests.factories import device, insert, recipients, schedule
+from tests.factories import at, device, insert, recipients, schedule
 
 
 async def test_a_campaign_is_read_by_its_id(stores: Stores) -> None:
@@ -49,7 +49,7 @@ async def test_an_audit_streams_the_recipients_of_one_outcome(stores: Stores) ->
     campaign_id = await insert(stores, status=Status.COMPLETED, counts=Counts(targeted=3),
                                dispatch=Dispatch(owner="d", next_seq=1, done=True))
     await stores.chunks.create(campaign_id, 0, recipients(0, 3), None, utcnow())
-    await stores.deliveries.record(campaign_id, 0, "s1", [(0, None), (2, "UNREGISTERED")],
+    await stores.deliveries.record(campaign_id, 0, "s1", at([(0, None), (2, "UNREGISTERED")]),
                                    utcnow())
     lines = await queries.recipients(stores, campaign_id, Outcome.FAILED)
     assert [(line.token, line.error) async for line in lines] == [("tok-00002",

@@ -33,7 +33,7 @@ from herald.service_layer.recipients import (
     targeted,
     unsent,
 )
-from tests.factories import campaign, device, insert, recipients
+from tests.factories import at, campaign, device, insert, recipients
 
 
 def sent(*positions: int) -> list[tuple[int, str | None]]:
@@ -61,11 +61,11 @@ async def paged_campaign(stores: Stores) -> str:
     for seq in range(3):
         await stores.chunks.create(campaign_id, seq, recipients(10 * seq, 10 * seq + 10),
                                    cursor=None, now=now)
-    await stores.deliveries.record(campaign_id, 0, "s1", sent(*range(6)), now)
+    await stores.deliveries.record(campaign_id, 0, "s1", at(sent(*range(6))), now)
     await stores.deliveries.record(campaign_id, 0, "s2",
-                                   [(5, "UNAVAILABLE"), *sent(*range(6, 10))], now)
-    await stores.deliveries.record(campaign_id, 1, "s1", [(0, None), (1, "UNREGISTERED"),
-                                                          (2, None), (3, "QUOTA_EXCEEDED")], now)
+                                   at([(5, "UNAVAILABLE"), *sent(*range(6, 10))]), now)
+    await stores.deliveries.record(campaign_id, 1, "s1", at([(0, None), (1, "UNREGISTERED"),
+                                                          (2, None), (3, "QUOTA_EXCEEDED")]), now)
     return campaign_id
 
 
@@ -112,7 +112,7 @@ async def test_unsent_includes_the_part_of_the_audience_never_paged(stores: Stor
                                dispatch=Dispatch(owner="d", until=ids[29], next_seq=1))
     await stores.devices.upsert([device(500)], utcnow())  # registered after the bound
     await stores.chunks.create(campaign_id, 0, recipients(0, 9), cursor=ids[9], now=utcnow())
-    await stores.deliveries.record(campaign_id, 0, "s", sent(*range(4)), utcnow())
+    await stores.deliveries.record(campaign_id, 0, "s", at(sent(*range(4))), utcnow())
     rest = [i for i in range(10, 30) if i % 10 != 9]
     assert await lines(stores, campaign_id, Outcome.UNSENT) == tokens(*range(4, 9), *rest)
     final = await final_counts(stores, await stored(stores, campaign_id))

@@ -1,4 +1,4 @@
-"""A sender's answer to FCM refusing a whole campaign (herald/service_layer/refusals.py): the
+"""A sender's answer to FCM refusing a whole campaign (herald/service_layer/sending/refusals.py): the
 campaign stops here at once and everywhere once, with one ERROR line; tokens of another project
 are excluded only when they are few."""
 
@@ -11,8 +11,9 @@ from collections.abc import Awaitable
 import pytest
 
 from herald.domain.fcm_errors import WRONG_PROJECT_MIN_ANSWERS, FcmError
+from herald.domain.outcomes import RecipientOutcome, Target
 from herald.service_layer.cancel_watch import CancelWatch
-from herald.service_layer.refusals import CampaignRefusals, reason_for
+from herald.service_layer.sending.refusals import CampaignRefusals, reason_for
 from tests.unit.fakes import FakeFlags
 
 
@@ -53,9 +54,10 @@ async def test_the_first_refusal_stops_the_campaign_here_and_everywhere_once(
     assert len(errors) == 1 and "Message is too big" in errors[0].getMessage()
 
 
-def answers(mismatched: int, accepted: int) -> list[tuple[str, str | None]]:
-    return ([(f"m{i}", FcmError.SENDER_ID_MISMATCH.value) for i in range(mismatched)]
-            + [(f"ok{i}", None) for i in range(accepted)])
+def answers(mismatched: int, accepted: int) -> list[RecipientOutcome]:
+    return ([RecipientOutcome(Target(i, f"m{i}"), FcmError.SENDER_ID_MISMATCH)
+             for i in range(mismatched)]
+            + [RecipientOutcome(Target(i, f"ok{i}"), None) for i in range(accepted)])
 
 
 async def test_a_few_mismatched_tokens_are_retired_once_the_answers_say_they_are_few() -> None:
@@ -63,7 +65,8 @@ async def test_a_few_mismatched_tokens_are_retired_once_the_answers_say_they_are
     assert rig.refusals.mismatched_to_retire("c1", answers(2, 5)) == []  # too soon to tell
     released = rig.refusals.mismatched_to_retire("c1", answers(0, WRONG_PROJECT_MIN_ANSWERS))
     assert released == ["m0", "m1"]
-    assert rig.refusals.mismatched_to_retire("c1", [("m9", "SENDER_ID_MISMATCH")]) == ["m9"]
+    assert rig.refusals.mismatched_to_retire(
+        "c1", [RecipientOutcome(Target(9, "m9"), FcmError.SENDER_ID_MISMATCH)]) == ["m9"]
     assert not rig.watch.knows("c1")
 
 

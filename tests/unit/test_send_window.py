@@ -11,9 +11,10 @@ import pytest
 
 from herald.adapters.fcm import SENT, SendResult
 from herald.domain.fcm_errors import FcmError
+from herald.domain.outcomes import RecipientOutcome as Outcome
+from herald.domain.outcomes import Target
 from herald.domain.payload import MessageTemplate, build_payload
-from services.sender.delivery import Outcome, Target
-from services.sender.window import SendWindow, WindowPolicy
+from herald.service_layer.sending.window import SendWindow, WindowPolicy
 from tests.unit.fakes import HeldFcm, UnlimitedBucket
 
 TEMPLATE = MessageTemplate(build_payload("title", "body", {}, None, replace_key="window-test"))

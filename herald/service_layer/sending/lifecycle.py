@@ -15,13 +15,10 @@ from datetime import datetime
 
 from herald.clock import utcnow
 from herald.domain.documents import CHUNK_CLOSED_FOR_GOOD, ChunkStatus, Outcome, Recorded
-from herald.domain.fcm_errors import token_is_dead
+from herald.domain.outcomes import RecipientOutcome
 from herald.observability import CHUNKS, MESSAGES
 from herald.service_layer.completion import chunk_finished
 from herald.service_layer.ports import Stores
-
-PositionOutcome = tuple[int, str | None]
-"""A recipient's position in its chunk, and FCM's error for it (None: sent)."""
 
 
 @dataclass
@@ -40,8 +37,8 @@ class Tally:
         failed = sum(error is not None for error in recorded.values())
         return cls(sent=len(recorded) - failed, failed=failed)
 
-    def add(self, outcomes: Sequence[PositionOutcome]) -> None:
-        failed = sum(error is not None for _, error in outcomes)
+    def add(self, outcomes: Sequence[RecipientOutcome]) -> None:
+        failed = sum(o.error is not None for o in outcomes)
         self.sent += len(outcomes) - failed
         self.failed += failed
         self.recorded_now += len(outcomes)
@@ -64,7 +61,7 @@ class ChunkLifecycle:
         handed the rest on)."""
         return await self._stores.deliveries.recorded(campaign_id, seq)
 
-    async def record(self, campaign_id: str, seq: int, outcomes: Sequence[PositionOutcome],
+    async def record(self, campaign_id: str, seq: int, outcomes: Sequence[RecipientOutcome],
                      tally: Tally, dead_tokens: Sequence[tuple[str, str]] = ()) -> None:
         """Write a batch's outcomes, then retire the tokens FCM said are dead
         (``(token, error)`` pairs)."""
@@ -76,7 +73,7 @@ class ChunkLifecycle:
         for error in sorted({error for _, error in dead_tokens}):
             tokens = [token for token, dead in dead_tokens if dead == error]
             await self._stores.devices.mark_invalid(tokens, error, now)
-        count_outcomes(error for _, error in outcomes)
+        count_outcomes(o.code for o in outcomes)
 
     async def close(self, campaign_id: str, seq: int, status: ChunkStatus, tally: Tally) -> bool:
         """Close the chunk this pod holds and count it; False if it was closed already."""
@@ -87,12 +84,6 @@ class ChunkLifecycle:
             await chunk_finished(self._stores, campaign_id, tally.sent, tally.failed,
                                  done=status in CHUNK_CLOSED_FOR_GOOD)
         return closed
-
-
-def dead_tokens_of(outcomes: Iterable[tuple[str, str | None]]) -> list[tuple[str, str]]:
-    """``(token, error)`` of the outcomes whose error means the token is dead."""
-    return [(token, error) for token, error in outcomes if error is not None
-            and token_is_dead(error)]
 
 
 def count_outcomes(errors: Iterable[str | None]) -> None:

@@ -1,5 +1,5 @@
 """Sending a chunk: skip what an earlier attempt recorded, send the rest through the pod's
-window (``services/sender/window.py``), and close the chunk (which may complete the campaign).
+window (``window.py``), and close the chunk (which may complete the campaign).
 
 The chunk message is acknowledged only after all its outcomes are recorded, so a sender that dies
 loses nothing: RabbitMQ redelivers the chunk and the next sender skips the recorded recipients.
@@ -13,21 +13,23 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import Enum
 
-from herald.adapters.fcm import SendResult
-from herald.adapters.rate_limit import RateLimits
-from herald.domain.fcm_errors import FcmError
+from herald.domain.fcm_errors import FcmError, SendResult
 from herald.domain.messages import SendChunk
+from herald.domain.outcomes import RecipientOutcome, Target, dead_tokens
 from herald.observability import CHUNKS
-from herald.runtime.tracking import WorkTracker
-from herald.service_layer.chunk_lifecycle import ChunkLifecycle, Tally, dead_tokens_of
-from herald.service_layer.refusals import CampaignRefusals
-from services.sender.campaigns import CampaignCache, CampaignInfo
-from services.sender.claims import ChunkClaims, NotTaken
-from services.sender.delivery import Outcome, Target
-from services.sender.window import SendWindow, outcomes_by_position
+from herald.service_layer.ports import RateLimits
+from herald.service_layer.sending.campaigns import CampaignCache, CampaignInfo
+from herald.service_layer.sending.claims import ChunkClaims, NotTaken
+from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
+from herald.service_layer.sending.refusals import CampaignRefusals
+from herald.service_layer.sending.window import SendWindow
+
+WorkingOn = Callable[[str], AbstractAsyncContextManager[None]]
+"""Marks this pod busy with a campaign while the block runs (its heartbeat says so)."""
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,7 @@ class SendingPolicy:
 
 class ChunkSender:
     def __init__(self, lifecycle: ChunkLifecycle, cache: CampaignCache, window: SendWindow,
-                 limits: RateLimits, claims: ChunkClaims, tracker: WorkTracker,
+                 limits: RateLimits, claims: ChunkClaims, working_on: WorkingOn,
                  cancelled_event: Callable[[str], asyncio.Event], policy: SendingPolicy,
                  refusals: CampaignRefusals | None = None) -> None:
         self._lifecycle = lifecycle
@@ -57,7 +59,7 @@ class ChunkSender:
         self._window = window
         self._limits = limits
         self._claims = claims
-        self._tracker = tracker
+        self._working_on = working_on
         self._cancelled_event = cancelled_event
         self._policy = policy
         self._stopping = False
@@ -80,7 +82,7 @@ class ChunkSender:
             log.error("chunk %s:%d failed %d times; dead-lettering it", campaign_id, chunk.seq,
                       before.attempts)
             return Verdict.POISON
-        async with self._tracker.working_on(campaign_id):
+        async with self._working_on(campaign_id):
             return await self._send(chunk, info, channel_closed)
 
     def stop(self) -> None:
@@ -104,7 +106,7 @@ class ChunkSender:
         gate = _Gate(self, chunk, channel_closed, tally)
         cancelled = self._cancelled_event(chunk.campaign_id)
 
-        async def record(outcomes: list[Outcome]) -> None:
+        async def record(outcomes: list[RecipientOutcome]) -> None:
             await self._record(chunk, outcomes, tally)
 
         def stop(result: SendResult) -> None:
@@ -133,16 +135,15 @@ class ChunkSender:
             return Verdict.ACK
         return None
 
-    async def _record(self, chunk: SendChunk, outcomes: list[Outcome], tally: Tally) -> None:
+    async def _record(self, chunk: SendChunk, outcomes: list[RecipientOutcome],
+                      tally: Tally) -> None:
         """Write a group's outcomes; then the campaign's live counters and dead tokens (and the
         tokens of another project, once there are answers enough to tell)."""
-        answers = [(o.target.token, o.error.value if o.error else None) for o in outcomes]
-        dead = dead_tokens_of(answers)
+        dead = dead_tokens(outcomes)
         if self._refusals is not None:
             dead += [(token, FcmError.SENDER_ID_MISMATCH.value) for token in
-                     self._refusals.mismatched_to_retire(chunk.campaign_id, answers)]
-        await self._lifecycle.record(chunk.campaign_id, chunk.seq, outcomes_by_position(outcomes),
-                                     tally, dead)
+                     self._refusals.mismatched_to_retire(chunk.campaign_id, outcomes)]
+        await self._lifecycle.record(chunk.campaign_id, chunk.seq, outcomes, tally, dead)
 
 
 class _Gate:

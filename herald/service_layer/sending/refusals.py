@@ -26,6 +26,7 @@ from herald.domain.fcm_errors import (
     may_retire_mismatched,
     wrong_project,
 )
+from herald.domain.outcomes import RecipientOutcome
 from herald.observability import CAMPAIGNS_STOPPED
 from herald.service_layer.cancel_watch import CancelWatch
 
@@ -75,18 +76,18 @@ class CampaignRefusals:
         log.info("campaign %s: no more requests from this pod: %s", campaign_id, reason)
         self._spawn(self._stop_everywhere(campaign_id, reason), f"stop-{campaign_id}")
 
-    def mismatched_to_retire(self, campaign_id: str, outcomes: Iterable[tuple[str, str | None]]
+    def mismatched_to_retire(self, campaign_id: str, outcomes: Iterable[RecipientOutcome]
                              ) -> list[str]:
-        """Count a group of ``(token, error)`` answers; the mismatched tokens that may now be
-        excluded from later audiences. Stops the campaign if most tokens are mismatched."""
+        """Count a group of answers; the mismatched tokens that may now be excluded from later
+        audiences. Stops the campaign if most tokens are mismatched."""
         answers = self._answers(campaign_id)
         if answers.wrong_project:
             return []
-        for token, error in outcomes:
+        for outcome in outcomes:
             answers.answered += 1
-            if error == FcmError.SENDER_ID_MISMATCH:
+            if outcome.error == FcmError.SENDER_ID_MISMATCH:
                 answers.mismatched += 1
-                answers.held.append(token)
+                answers.held.append(outcome.token)
         if wrong_project(answers.mismatched, answers.answered):
             answers.held.clear()
             answers.wrong_project = True

@@ -27,26 +27,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from herald.adapters.fcm import FcmClient, SendResult
-from herald.adapters.rate_limit import TokenBucket
-from herald.domain.fcm_errors import Consequence, FcmError
+from herald.domain.fcm_errors import Consequence, FcmError, SendResult
+from herald.domain.outcomes import RecipientOutcome, Target
 from herald.domain.payload import MessageTemplate
 from herald.observability import FCM_ERRORS, FCM_REQUEST_SECONDS, FCM_RETRIES
-from services.sender.delivery import Outcome, Target, backoff_s
+from herald.service_layer.ports import Fcm, RateBucket
+
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
 
 TOKEN_BLOCK = 64
 """Rate-limit tokens taken from Redis at once: one round trip per 64 requests, not per request."""
 RECORD_GROUP_WAIT_S = 0.05
 """Longest an answered request waits for its group to be written."""
 
-RecordGroup = Callable[[list[Outcome]], Awaitable[None]]
+RecordGroup = Callable[[list[RecipientOutcome]], Awaitable[None]]
 MayStart = Callable[[], Awaitable[bool]]
+
+
+def backoff_s(attempt: int, retry_after_s: float | None) -> float:
+    """Exponential backoff with full jitter, never shorter than FCM's ``Retry-After``."""
+    jittered = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(attempt, 32)))
+    return max(retry_after_s or 0.0, jittered)
 
 
 @dataclass(frozen=True)
@@ -75,13 +84,13 @@ class OutcomeGroups:
         self._permits = permits
         self._size = size
         self._wait_s = wait_s
-        self._pending: list[Outcome] = []
+        self._pending: list[RecipientOutcome] = []
         self._timer: asyncio.TimerHandle | None = None
         self._writes: list[asyncio.Task[None]] = []
         self._writing = asyncio.Lock()
         self.failure: BaseException | None = None
 
-    def add(self, outcome: Outcome) -> None:
+    def add(self, outcome: RecipientOutcome) -> None:
         self._pending.append(outcome)
         if len(self._pending) >= self._size:
             self.flush()
@@ -105,7 +114,7 @@ class OutcomeGroups:
         if self.failure is not None:
             raise self.failure
 
-    async def _write(self, outcomes: list[Outcome]) -> None:
+    async def _write(self, outcomes: list[RecipientOutcome]) -> None:
         try:
             async with self._writing:
                 if self.failure is None:
@@ -127,7 +136,7 @@ class _Delivery:
 
     template: MessageTemplate
     cancelled: asyncio.Event
-    campaign_bucket: TokenBucket | None
+    campaign_bucket: RateBucket | None
     groups: OutcomeGroups
     stop: Stop
     tokens: int = 0
@@ -170,7 +179,7 @@ class SendWindow:
     the bare client 0.064-0.072.
     """
 
-    def __init__(self, fcm: FcmClient, policy: WindowPolicy, project_bucket: TokenBucket) -> None:
+    def __init__(self, fcm: Fcm, policy: WindowPolicy, project_bucket: RateBucket) -> None:
         self._fcm = fcm
         self._policy = policy
         self._unrecorded = asyncio.Semaphore(policy.unrecorded)
@@ -181,7 +190,7 @@ class SendWindow:
 
     async def send(self, template: MessageTemplate, targets: Iterable[Target], *,
                    may_start: MayStart, cancelled: asyncio.Event,
-                   campaign_bucket: TokenBucket | None, record: RecordGroup,
+                   campaign_bucket: RateBucket | None, record: RecordGroup,
                    stop: Stop = lambda _result: None) -> None:
         """Send to ``targets`` while ``may_start()`` allows, recording outcomes in groups.
 
@@ -293,7 +302,7 @@ class SendWindow:
                              else FcmError.OAUTH_REFUSED)
             kind = Consequence.STOP  # a fresh token did not help, or none could be had
         if result.attempted:
-            delivery.groups.add(Outcome(attempt.target, result.error))
+            delivery.groups.add(RecipientOutcome(attempt.target, result.error))
         else:
             self._unrecorded.release()  # no request left: unsent
         if kind is Consequence.STOP:
@@ -324,8 +333,3 @@ class SendWindow:
                                    backoff_s(attempt, result.retry_after_s))
         if not delivery.cancelled.is_set():
             await self._take_tokens(1, delivery)
-
-
-def outcomes_by_position(outcomes: Sequence[Outcome]) -> list[tuple[int, str | None]]:
-    """``(position, error)`` of each outcome, as the chunk's records keep them."""
-    return [(o.target.position, o.error.value if o.error else None) for o in outcomes]

@@ -1,4 +1,5 @@
-"""Sending one batch of a chunk to FCM: concurrent requests, retries on push-back, and a cancel
+"""The sender's lock-step path before its sliding window, kept as ``bench.transport``'s baseline
+row: sending one batch of a chunk to FCM: concurrent requests, retries on push-back, and a cancel
 check before every single request.
 
 The check before each request is a set lookup in memory, so the moment a cancel broadcast
@@ -10,50 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from herald.adapters.fcm import FcmClient, SendResult
+from herald.adapters.fcm import FcmClient
 from herald.adapters.rate_limit import TokenBucket
-from herald.domain.fcm_errors import FcmError
+from herald.domain.fcm_errors import SendResult
+from herald.domain.outcomes import RecipientOutcome, Target
 from herald.domain.payload import MessageTemplate
 from herald.observability import FCM_REQUEST_SECONDS, FCM_RETRIES
-
-BACKOFF_BASE_S = 0.5
-BACKOFF_CAP_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """A recipient to send to, known by its position in the chunk."""
-
-    position: int
-    token: str
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    target: Target
-    error: FcmError | None
-
-    @property
-    def sent(self) -> bool:
-        return self.error is None
+from herald.service_layer.sending.window import backoff_s
 
 
 @dataclass
 class BatchResult:
-    outcomes: list[Outcome]
+    outcomes: list[RecipientOutcome]
     stopped: bool
     """A cancel stopped the batch: recipients without an outcome stay unsent."""
-
-
-def backoff_s(attempt: int, retry_after_s: float | None) -> float:
-    """Exponential backoff with full jitter, never shorter than FCM's ``Retry-After``."""
-    jittered = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(attempt, 32)))
-    return max(retry_after_s or 0.0, jittered)
 
 
 class BatchSender:
@@ -66,7 +41,7 @@ class BatchSender:
 
     async def send(self, template: MessageTemplate, targets: Sequence[Target],
                    cancelled: asyncio.Event, campaign_bucket: TokenBucket | None) -> BatchResult:
-        outcomes: list[Outcome] = []
+        outcomes: list[RecipientOutcome] = []
         todo = list(targets)
         for attempt in range(self._max_retries + 1):
             await self._take_tokens(len(todo), campaign_bucket, cancelled)
@@ -97,7 +72,7 @@ class BatchSender:
             return result
 
     @staticmethod
-    def _sort(todo: list[Target], results: list[SendResult | None], outcomes: list[Outcome],
+    def _sort(todo: list[Target], results: list[SendResult | None], outcomes: list[RecipientOutcome],
               *, final: bool) -> tuple[list[Target], float | None]:
         """File each answer: an outcome, or another try; the longest ``Retry-After`` seen."""
         retry: list[Target] = []
@@ -110,7 +85,7 @@ class BatchSender:
                 FCM_RETRIES.labels(result.error).inc()
                 retry_after = max(retry_after or 0.0, result.retry_after_s or 0.0) or retry_after
             else:
-                outcomes.append(Outcome(target, result.error))
+                outcomes.append(RecipientOutcome(target, result.error))
         return retry, retry_after
 
     async def _back_off(self, attempt: int, retry_after_s: float | None,
