@@ -7,6 +7,8 @@ only the digest is ever written. The operator log is insert-only; ``_id`` order 
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 from dataclasses import asdict
 from datetime import datetime
 
@@ -19,6 +21,8 @@ from herald.adapters.records import from_bson, maybe, object_id, to_bson
 from herald.domain.access import Actor, ApiKey, LogEntry, Role
 
 BOOTSTRAP_KEY_ID = "bootstrap"
+"""The name of every bootstrap key, and the beginning of its id (``bootstrap<16 hex>``; the
+first ones, made before issue 21, have exactly this id)."""
 
 
 class ApiKeyStore:
@@ -52,21 +56,29 @@ class ApiKeyStore:
         await self._keys.update_one({"_id": key_id}, {"$set": {"last_used_at": now}})
 
     async def ensure_bootstrap(self, secret_hash: str, now: datetime) -> ApiKey:
-        """The ``admin`` key named ``bootstrap`` with exactly this secret: created, or kept (its
-        secret replaced if the configured one changed), never duplicated by concurrent api
-        replicas (its id is fixed)."""
-        key = ApiKey(id=BOOTSTRAP_KEY_ID, name=BOOTSTRAP_KEY_ID, role=Role.ADMIN,
-                     secret_hash=secret_hash, created_at=now)
-        try:
-            await self.insert(key)
-        except DuplicateKeyError:
-            await self._keys.update_one(
-                {"_id": BOOTSTRAP_KEY_ID},
-                {"$set": {"secret_hash": secret_hash, "role": Role.ADMIN.value,
-                          "revoked_at": None, "revoked_by": None, "expires_at": None}})
-        stored = await self.get(BOOTSTRAP_KEY_ID)
+        """The ``admin`` key named ``bootstrap`` with exactly this secret: made the first time
+        the secret is configured, and from then on kept as it is. Its revocation is never undone:
+        a revoked bootstrap key stays revoked, however often the api starts with its secret.
+        Concurrent api replicas never duplicate it (the digest's index is unique)."""
+        with contextlib.suppress(DuplicateKeyError):  # configured before, or by a replica now
+            await self.insert(ApiKey(id=f"{BOOTSTRAP_KEY_ID}{secrets.token_hex(8)}",
+                                     name=BOOTSTRAP_KEY_ID, role=Role.ADMIN,
+                                     secret_hash=secret_hash, created_at=now))
+        stored = await self.by_digest(secret_hash)
         assert stored is not None
         return stored
+
+    async def retire_bootstraps_before(self, current: ApiKey, by: Actor,
+                                       now: datetime) -> list[str]:
+        """Revoke every usable bootstrap key made before ``current`` (a rotated secret): the
+        ids revoked. A key made after it is kept, so that an old replica restarting with the old
+        secret never revokes the new one."""
+        older = {"name": BOOTSTRAP_KEY_ID, "created_by": None, "revoked_at": None,
+                 "_id": {"$ne": current.id}, "created_at": {"$lt": current.created_at}}
+        ids = [document["_id"] async for document in self._keys.find(older, {"_id": 1})]
+        for key_id in ids:
+            await self.revoke(key_id, by, now)
+        return ids
 
 
 class OperatorLogStore:

@@ -16,6 +16,8 @@ from datetime import datetime, timedelta
 
 from herald.clock import utcnow
 from herald.domain.access import (
+    KEY_PREFIX,
+    SYSTEM,
     Actor,
     ApiKey,
     LogEntry,
@@ -124,8 +126,22 @@ async def revoke_key(keys: ApiKeyRepository, key_id: str, by: Actor) -> ApiKey:
 
 
 async def ensure_bootstrap_key(keys: ApiKeyRepository, token: str) -> ApiKey:
-    """The ``admin`` key named ``bootstrap`` with exactly the configured secret."""
-    return await keys.ensure_bootstrap(digest(token), utcnow())
+    """The ``admin`` key named ``bootstrap`` with exactly the configured secret.
+
+    Revocation is a fact of the database: a bootstrap key once revoked stays revoked, whatever
+    the api is started with; a new secret is the way back in, and retires the bootstrap keys of
+    older secrets (a rotation)."""
+    now = utcnow()
+    key = await keys.ensure_bootstrap(digest(token), now)
+    if key.revoked_at is not None:
+        log.warning("the configured bootstrap key (%s) was revoked and stays revoked; configure "
+                    "a new secret to get an admin key back (README: rotating the bootstrap key)",
+                    key.prefix)
+        return key
+    for retired in await keys.retire_bootstraps_before(key, SYSTEM, now):
+        log.info("bootstrap key %s_%s revoked: a newer bootstrap secret is configured",
+                 KEY_PREFIX, retired)
+    return key
 
 
 class OperatorLog:

@@ -839,13 +839,22 @@ class FakeApiKeys:
 
     async def ensure_bootstrap(self, secret_hash: str, now: datetime) -> ApiKey:
         await _round_trip()
-        current = self.rows.get("bootstrap")
-        self.rows["bootstrap"] = (
-            replace(current, secret_hash=secret_hash, role=Role.ADMIN, revoked_at=None,
-                    revoked_by=None, expires_at=None) if current is not None else
-            ApiKey(id="bootstrap", name="bootstrap", role=Role.ADMIN, secret_hash=secret_hash,
-                   created_at=now))
-        return self.rows["bootstrap"]
+        found = await self.by_digest(secret_hash)
+        if found is None:
+            found = ApiKey(id=f"bootstrap{len(self.rows):016x}", name="bootstrap",
+                           role=Role.ADMIN, secret_hash=secret_hash, created_at=now)
+            self.rows[found.id] = found
+        return found
+
+    async def retire_bootstraps_before(self, current: ApiKey, by: Actor,
+                                       now: datetime) -> list[str]:
+        await _round_trip()
+        older = [k.id for k in self.rows.values() if k.name == "bootstrap" and k.created_by is None
+                 and k.revoked_at is None and k.id != current.id
+                 and k.created_at < current.created_at]
+        for key_id in older:
+            await self.revoke(key_id, by, now)
+        return older
 
 
 class FakeOperatorLog:
