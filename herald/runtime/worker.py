@@ -166,7 +166,8 @@ async def _run(service: str, settings: Settings, default_metrics_port: int,
     parts = build_parts(service, settings, acknowledges_cancels=acknowledges_cancels)
     worker = compose(parts)
     port = settings.metrics_port if settings.metrics_port is not None else default_metrics_port
-    runner, parts.heartbeat.metrics_port = await serve_health_and_metrics(parts.identity.id, port)
+    runner, parts.heartbeat.metrics_port = await serve_health_and_metrics(
+        parts.identity.id, settings.bind_host, port)
     settle_heap()
     try:
         await start(parts)
