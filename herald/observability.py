@@ -48,6 +48,12 @@ CANCEL_UNMATCHED = Counter(
     "Cancel messages for a campaign that is unknown or already finished, counted by each pod "
     "that receives one (should stay 0)")
 
+# --- the api's gate ------------------------------------------------------------------------------
+API_REFUSED = Counter("herald_api_refused_total",
+                      "Calls the api refused before reaching a route, by reason "
+                      "(unauthenticated, auth_throttled, rate_limited, too_many_streams)",
+                      ["reason"])
+
 # --- pods and scheduling ---------------------------------------------------------------------------
 PODS_LIVE = Gauge("herald_pods_live", "Pods with a fresh heartbeat", ["service"])
 SCHEDULE_LAG_SECONDS = Histogram("herald_schedule_lag_seconds",

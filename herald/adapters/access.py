@@ -18,7 +18,7 @@ from pymongo.errors import DuplicateKeyError
 from herald import names
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, maybe, object_id, to_bson
-from herald.domain.access import Actor, ApiKey, LogEntry, Role
+from herald.domain.access import TALLY_WINDOW_S, Actor, ApiKey, LogEntry, Role
 
 BOOTSTRAP_KEY_ID = "bootstrap"
 """The name of every bootstrap key, and the beginning of its id (``bootstrap<16 hex>``; the
@@ -81,12 +81,40 @@ class ApiKeyStore:
         return ids
 
 
+TALLY_FIELD = "tally"
+"""Set only on tallied entries (the index on it is unique and sparse: never stored as null)."""
+
+
+def _tally_of(entry: LogEntry) -> str:
+    """What the refusals one entry stands for share: actor, action, status and minute."""
+    minute = int(entry.at.timestamp()) // TALLY_WINDOW_S
+    actor = entry.actor.id if entry.actor is not None else ""
+    return f"{actor}|{entry.action}|{entry.status_code}|{minute}"
+
+
 class OperatorLogStore:
     def __init__(self, db: Database) -> None:
         self._log = db[names.OPERATOR_LOG]
 
     async def append(self, entry: LogEntry) -> None:
         await self._log.insert_one(to_bson(entry))
+
+    async def tally(self, entry: LogEntry) -> None:
+        """Count ``entry`` into its minute's entry (``tally``: actor, action, status, minute;
+        unique): the first refusal of the minute is inserted as it is, with its own id (so the
+        log stays in time order), the next ones add to its ``count``. Two replicas inserting
+        the same tally at once: the unique index takes one, the other counts into it."""
+        tally = _tally_of(entry)
+        if await self._count_into(tally):
+            return
+        try:
+            await self._log.insert_one({**to_bson(entry), TALLY_FIELD: tally})
+        except DuplicateKeyError:
+            await self._count_into(tally)
+
+    async def _count_into(self, tally: str) -> bool:
+        counted = await self._log.update_one({TALLY_FIELD: tally}, {"$inc": {"count": 1}})
+        return counted.matched_count > 0
 
     async def page(self, *, campaign_id: str | None, actor_id: str | None, before: str | None,
                    limit: int) -> list[LogEntry]:

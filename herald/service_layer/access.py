@@ -28,6 +28,7 @@ from herald.domain.access import (
     matches,
     new_token,
     outcome_of,
+    tallied,
 )
 from herald.domain.documents import new_id
 from herald.service_layer.ports import ApiKeyRepository, OperatorLogRepository
@@ -145,7 +146,8 @@ async def ensure_bootstrap_key(keys: ApiKeyRepository, token: str) -> ApiKey:
 
 
 class OperatorLog:
-    """Appends what operators did (and were refused); never edits or deletes."""
+    """Appends what operators did, and counts what they were refused (one entry per key,
+    action, status and minute, with a count); never edits or deletes anything else."""
 
     def __init__(self, entries: OperatorLogRepository) -> None:
         self._entries = entries
@@ -158,5 +160,8 @@ class OperatorLog:
                          outcome=outcome_of(status_code), status_code=status_code,
                          target_kind=target_kind, target_id=target_id, campaign_id=campaign_id,
                          address=address, on_behalf_of=on_behalf_of, detail=detail)
-        await self._entries.append(entry)
+        if actor is not None and tallied(entry.outcome):
+            await self._entries.tally(entry)
+        else:
+            await self._entries.append(entry)
         return entry

@@ -150,6 +150,9 @@ class ApiKeyRepository(Protocol):
 
 class OperatorLogRepository(Protocol):
     async def append(self, entry: LogEntry) -> None: ...
+    async def tally(self, entry: LogEntry) -> None:
+        """Count ``entry`` into the one entry of its actor, action and status for the minute
+        it falls in (made by the first)."""
     async def page(self, *, campaign_id: str | None, actor_id: str | None, before: str | None,
                    limit: int) -> list[LogEntry]: ...
 

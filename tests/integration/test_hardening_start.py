@@ -119,15 +119,19 @@ def listening_hosts(port: int) -> set[str]:
 
 
 def test_a_worker_serves_its_metrics_on_loopback_unless_told_otherwise(
-        settings: Settings) -> None:
+        settings: Settings, tmp_path: Path) -> None:
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "services.scheduler"], cwd=ROOT, text=True,
-        stderr=subprocess.PIPE,
-        env=service_env(settings, HERALD_METRICS_PORT=str(port), HERALD_START_TIMEOUT_S="30"))
-    try:
-        hosts = wait_for(lambda: listening_hosts(port), 30, "the metrics port to listen")
-    finally:
-        process.terminate()
-        process.communicate(timeout=30)
-    assert hosts == {"127.0.0.1"}
+    with (tmp_path / "scheduler.log").open("w+") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "services.scheduler"], cwd=ROOT, text=True, stderr=log,
+            env=service_env(settings, HERALD_METRICS_PORT=str(port),
+                            HERALD_START_TIMEOUT_S="60"))
+        try:
+            hosts = wait_for(lambda: listening_hosts(port) or process.poll() is not None, 60,
+                             "the metrics port to listen")
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+            log.seek(0)
+            told = log.read()
+    assert hosts == {"127.0.0.1"}, told[-3000:]

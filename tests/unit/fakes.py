@@ -44,7 +44,7 @@ from herald.adapters.fcm import SENT, FcmClient, SendResult
 from herald.adapters.rate_limit import RateLimits, TokenBucket
 from herald.adapters.records import from_bson, to_bson
 from herald.clock import utcnow
-from herald.domain.access import Actor, ApiKey, LogEntry, Role
+from herald.domain.access import TALLY_WINDOW_S, Actor, ApiKey, LogEntry, Role
 from herald.domain.api import DeviceIn
 from herald.domain.documents import (
     CHUNK_CLOSED_FOR_GOOD,
@@ -865,6 +865,17 @@ class FakeOperatorLog:
 
     async def append(self, entry: LogEntry) -> None:
         await _round_trip()
+        self.entries.append(entry)
+
+    async def tally(self, entry: LogEntry) -> None:
+        await _round_trip()
+        minute = int(entry.at.timestamp()) // TALLY_WINDOW_S
+        for i, kept in enumerate(self.entries):
+            if (kept.actor, kept.action, kept.status_code) == (
+                    entry.actor, entry.action, entry.status_code) \
+                    and int(kept.at.timestamp()) // TALLY_WINDOW_S == minute:
+                self.entries[i] = replace(kept, count=kept.count + 1)
+                return
         self.entries.append(entry)
 
     async def page(self, *, campaign_id: str | None, actor_id: str | None, before: str | None,
