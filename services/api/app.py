@@ -29,7 +29,16 @@ from services.api.error_docs import document_errors
 from services.api.gate import AccessGate, RouteBudgets
 from services.api.limits import BodySizeLimit
 from services.api.readiness import Readiness
-from services.api.routes import access, audiences, campaigns, console, devices, ops, schedules
+from services.api.routes import (
+    access,
+    audiences,
+    campaigns,
+    console,
+    devices,
+    docs,
+    ops,
+    schedules,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +71,12 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="Herald", version=VERSION, lifespan=lifespan,
                   summary="Mass push-notification campaigns through FCM, stoppable mid-flight.",
-                  description=API_DESCRIPTION)
+                  description=API_DESCRIPTION, docs_url=None, redoc_url=None)
     errors.install(app)
     for module in (devices, campaigns, audiences, schedules, access, ops):
         app.include_router(module.router)
     console.mount(app)
+    docs.mount(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.api_max_body_bytes)
     app.add_middleware(AccessGate, budgets=RouteBudgets(app.router.routes))  # the outermost
     document_scopes(app)

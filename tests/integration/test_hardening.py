@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -249,3 +250,17 @@ async def test_no_exception_text_reaches_the_operator_log(
     details = [entry["detail"] or "" for entry in log]
     assert log and not any("s3cret" in d or "db.internal" in d or "next date" in d
                            for d in details), details
+
+
+# --- finding 12: /docs loaded Swagger UI from a CDN on the console's origin ----------------------
+async def test_the_docs_page_loads_nothing_from_another_origin(api_app: FastAPI) -> None:
+    async with client_of(api_app, None) as anonymous:
+        page = await anonymous.get("/docs")
+        assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+        fetched = [await anonymous.get(asset) for asset in assets]
+    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
+    assert assets and all(asset.startswith("/docs/assets/") for asset in assets), assets
+    assert all(response.status_code == 200 for response in fetched)
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'self'" in policy and "script-src 'self' 'sha256-" in policy
+    assert "http" not in policy and "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
