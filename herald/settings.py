@@ -126,9 +126,10 @@ class Settings(BaseSettings):
     api_read_rate_per_s: PositiveFloat = 50.0
     """Each key's budget of reads (event streams opened included)."""
     api_read_burst: PositiveInt = 500
-    api_cancel_rate_per_s: PositiveFloat = 5.0
-    """Each key's budget of cancels: its own, so that nothing else a key does starves a cancel."""
-    api_cancel_burst: PositiveInt = 20
+    api_cancel_rate_per_s: PositiveFloat = 10.0
+    """Each key's budget of cancels: its own, so that nothing else a key does starves a cancel
+    (and large enough for a team pressing Stop at once with one key: 32 at once are tested)."""
+    api_cancel_burst: PositiveInt = 100
     api_auth_failures_per_min: PositiveFloat = 30.0
     """Failed authentications allowed per client address (then 429 until the budget refills)."""
     api_auth_failure_burst: PositiveInt = 20
