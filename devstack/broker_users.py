@@ -169,20 +169,40 @@ def user_definitions(users: BrokerUsers) -> dict[str, Any]:
     return {"users": [_user(users.service), _user(users.cancel, [MANAGEMENT_TAG])]}
 
 
+DEAD_MESSAGES_MAX_LENGTH = 10_000
+DEAD_MESSAGES_MAX_BYTES = 64 * 1024 * 1024
+
+
+def dead_messages_policy(vhost: str) -> dict[str, Any]:
+    """``herald.dead`` bounded: at most 10,000 messages and 64 MiB. Anyone who may publish a
+    cancel can publish a malformed one, and each lands here; past the bound the oldest are
+    dropped (``drop-head``): the newest are what an operator looking now needs, and a flood
+    cannot stop the queue from taking the message that explains today's problem (with
+    ``reject-publish`` a full queue would refuse every later one). Quorum queues support both
+    limits and this overflow on RabbitMQ 3.10 and 4.x."""
+    return {"vhost": vhost, "name": names.DEAD_MESSAGES_POLICY,
+            "pattern": "^" + _literal(names.DEAD_MESSAGES_QUEUE) + "$", "apply-to": "queues",
+            "priority": 10, "definition": {"max-length": DEAD_MESSAGES_MAX_LENGTH,
+                                           "max-length-bytes": DEAD_MESSAGES_MAX_BYTES,
+                                           "overflow": "drop-head"}}
+
+
 def vhost_definitions(vhost: str, users: BrokerUsers,
                       full_access: Sequence[str] = ()) -> dict[str, Any]:
     """A vhost with Herald's permissions for ``users`` (and every permission for each user
-    named in ``full_access``, e.g. ``guest`` for a test's own tools), and ``herald.cancel``."""
+    named in ``full_access``, e.g. ``guest`` for a test's own tools), ``herald.cancel``, and
+    the policy that bounds ``herald.dead``."""
     permissions = [_permission(users.service.name, vhost, SERVICE_PERMISSIONS),
                    _permission(users.cancel.name, vhost, CANCEL_PERMISSIONS)]
     permissions += [_permission(user, vhost, FULL_PERMISSIONS) for user in full_access]
     return {"vhosts": [{"name": vhost}], "permissions": permissions,
-            "exchanges": [cancel_exchange(vhost)]}
+            "exchanges": [cancel_exchange(vhost)], "policies": [dead_messages_policy(vhost)]}
 
 
 def stack_definitions(vhost: str, users: BrokerUsers,
                       full_access: Sequence[str] = ()) -> dict[str, Any]:
-    """Everything a stack needs in the broker: users, vhost, permissions, ``herald.cancel``."""
+    """Everything a stack needs in the broker: users, vhost, permissions, ``herald.cancel``,
+    the bound on ``herald.dead``."""
     return {**user_definitions(users), **vhost_definitions(vhost, users, full_access)}
 
 

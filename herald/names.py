@@ -26,6 +26,8 @@ DEAD_CHUNKS_ROUTING_KEY = "chunks"
 DEAD_MESSAGES_QUEUE = "herald.dead"
 """Malformed cancel and dispatch messages land here, for an operator to read."""
 DEAD_MESSAGES_ROUTING_KEY = "malformed"
+DEAD_MESSAGES_POLICY = "herald-dead-bound"
+"""The broker policy that bounds ``herald.dead`` (``devstack/broker_users.py``)."""
 
 
 def pod_cancel_queue(pod_id: str) -> str:
@@ -78,6 +80,18 @@ class RedisKeys:
     def rate_bucket(self, scope: str) -> str:
         return f"{self.prefix}rate:{scope}"
 
-    def api_rate_bucket(self, key_id: str) -> str:
-        """Requests a key may still make to the API's mutating endpoints (shared by replicas)."""
-        return f"{self.prefix}api-rate:{key_id}"
+    def api_rate_bucket(self, scope: str) -> str:
+        """Calls a key may still make from one of its budgets (``<key id>:<budget>``)."""
+        return f"{self.prefix}api-rate:{scope}"
+
+    def auth_failures(self, address: str) -> str:
+        """Failed authentications a client address may still make."""
+        return f"{self.prefix}auth-failures:{address}"
+
+    def event_streams(self, key_id: str) -> str:
+        """The event streams a key holds open (a sorted set: stream id by last sign of life)."""
+        return f"{self.prefix}event-streams:{key_id}"
+
+    def malformed_seen(self, digest: str) -> str:
+        """A malformed message already dead-lettered by a pod (one copy, not one per pod)."""
+        return f"{self.prefix}malformed:{digest}"

@@ -63,6 +63,12 @@ CANCEL_UNMATCHED = Counter(
     "Cancel messages for a campaign that is unknown or already finished, counted by each pod "
     "that receives one (should stay 0)")
 
+# --- the api's gate ------------------------------------------------------------------------------
+API_REFUSED = Counter("herald_api_refused_total",
+                      "Calls the api refused before reaching a route, by reason "
+                      "(unauthenticated, auth_throttled, rate_limited, too_many_streams)",
+                      ["reason"])
+
 # --- pods and scheduling ---------------------------------------------------------------------------
 PODS_LIVE = Gauge("herald_pods_live", "Pods with a fresh heartbeat", ["service"])
 SCHEDULE_LAG_SECONDS = Histogram("herald_schedule_lag_seconds",
@@ -75,10 +81,41 @@ SCHEDULE_MISSED = Counter("herald_schedule_missed_total",
                           "Runs marked missed: overdue beyond the misfire grace")
 
 
+MAX_LOG_LINE_CHARS = 2000
+"""No line Herald writes to its log is longer, whatever it logs (a 1 MiB message body, a 1 MiB
+exception text): the rest of the line is cut and the cut is said."""
+MAX_LOG_RECORD_LINES = 200
+"""Lines one log record may take (a traceback); beyond, its head and its tail are kept."""
+_HEAD_LINES = 20
+
+
+class BoundedFormatter(logging.Formatter):
+    """The standard formatter, with every line of every record cut to ``MAX_LOG_LINE_CHARS``
+    and every record to ``MAX_LOG_RECORD_LINES`` (head and tail kept: the tail of a traceback
+    says what failed)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        lines = super().format(record).split("\n")
+        if len(lines) > MAX_LOG_RECORD_LINES:
+            tail = MAX_LOG_RECORD_LINES - _HEAD_LINES - 1
+            cut = len(lines) - _HEAD_LINES - tail
+            lines = [*lines[:_HEAD_LINES], f"[... {cut} lines cut ...]", *lines[-tail:]]
+        return "\n".join(_bounded(line) for line in lines)
+
+
+def _bounded(line: str) -> str:
+    if len(line) <= MAX_LOG_LINE_CHARS:
+        return line
+    marker = f" [... cut: {len(line)} characters in all]"
+    return line[:MAX_LOG_LINE_CHARS - len(marker)] + marker
+
+
 def setup_logging(service: str, level: str) -> None:
-    """One line per event on stderr, with the service name, for ``docker logs`` and journald."""
-    logging.basicConfig(
-        level=level, stream=sys.stderr, force=True,
-        format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s")
+    """One line per event on stderr, with the service name, for ``docker logs`` and journald;
+    no line longer than ``MAX_LOG_LINE_CHARS`` (``BoundedFormatter``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(BoundedFormatter(
+        f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     for noisy in ("aiormq", "aio_pika", "pymongo", "httpx", "uvicorn.access", "herald.amqp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

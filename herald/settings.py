@@ -6,11 +6,12 @@ variable, instead of failing later on first use.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -19,8 +20,21 @@ GOOGLE_FCM_ENDPOINT = "https://fcm.googleapis.com"
 DEFAULT_MONGODB_DATABASE = "herald"
 
 MIN_SECRET_CHARS = 24
+MIN_SECRET_DISTINCT_CHARS = 8
+PLACEHOLDER_SECRETS = ("CHANGE-ME-to-a-long-random-secret",)
+"""The placeholders shipped in examples (deploy/kubernetes/base/secrets/*.example), refused by
+name, as is anything that still says change-me."""
 PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
+
+
+def redacted(url: str) -> str:
+    """``url`` as it may be shown in an error or a log line: its password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(
+        f":{parts.password}@", ":***@", 1)))
 
 
 def _require_scheme(url: str, schemes: tuple[str, ...], name: str) -> str:
@@ -28,8 +42,20 @@ def _require_scheme(url: str, schemes: tuple[str, ...], name: str) -> str:
     located = parts.hostname or (parts.scheme == "unix" and parts.path)
     if parts.scheme not in schemes or not located:
         wanted = " or ".join(f"{s}://host..." for s in schemes)
-        raise ValueError(f"{name} must look like {wanted}, got {url!r}")
+        raise ValueError(f"{name} must look like {wanted}, got {redacted(url)!r}")
     return url
+
+
+def _require_strong_secret(secret: str, name: str) -> None:
+    """One strength rule for a secret from any source; the message never shows the secret."""
+    if secret in PLACEHOLDER_SECRETS or "change-me" in secret.lower().replace("_", "-") \
+            or "changeme" in secret.lower():
+        raise ValueError(f"{name} is the placeholder of an example; make a secret "
+                         "(e.g. openssl rand -hex 32)")
+    if len(secret) < MIN_SECRET_CHARS or len(set(secret)) < MIN_SECRET_DISTINCT_CHARS:
+        raise ValueError(f"{name} must be at least {MIN_SECRET_CHARS} characters, "
+                         f"{MIN_SECRET_DISTINCT_CHARS} of them different (e.g. openssl rand "
+                         "-hex 32)")
 
 
 # TLS: every driver reads its CA and client certificate from its URL's query, so no other setting
@@ -40,6 +66,16 @@ RABBITMQ_TLS_DIRS = ("capath",)
 REDIS_TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")  # redis-py's rediss:// options
 REDIS_TLS_DIRS = ("ssl_ca_path",)
 REDIS_CERT_REQS = ("none", "optional", "required")
+
+
+INSECURE_TLS_OPTIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    # variable -> option (lower case) -> values that switch a check off (empty: any value does)
+    "HERALD_MONGODB_URL": {"tlsinsecure": ("true",), "tlsallowinvalidcertificates": ("true",),
+                           "tlsallowinvalidhostnames": ("true",)},
+    "HERALD_RABBITMQ_URL": {"no_verify_ssl": ()},  # aiormq: anything but 0
+    "HERALD_REDIS_URL": {"ssl_cert_reqs": ("none", "optional"),
+                         "ssl_check_hostname": ("false", "0", "no")},
+}
 
 
 def _query(url: str, *, lower: bool = False) -> dict[str, str]:
@@ -77,13 +113,31 @@ class Settings(BaseSettings):
     fcm_project_id: str = Field(default="herald-dev", min_length=1)
     fcm_credentials: Path | None = None
 
+    bind_host: str = Field(default="127.0.0.1", min_length=1)
+    """Where the api and the workers' metrics listen: loopback unless a container says 0.0.0.0."""
     api_port: int = Field(default=8000, ge=0, le=65535)
     bootstrap_api_key: SecretStr | None = None
     """The secret of the ``admin`` key named ``bootstrap`` (or ``bootstrap_api_key_file``)."""
     bootstrap_api_key_file: Path | None = None
     api_max_body_bytes: PositiveInt = 16 * 1024 * 1024
     api_rate_per_s: PositiveFloat = 50.0
+    """Each key's budget of changing calls (refused ones included), shared by api replicas."""
     api_burst: PositiveInt = 200
+    api_read_rate_per_s: PositiveFloat = 50.0
+    """Each key's budget of reads (event streams opened included)."""
+    api_read_burst: PositiveInt = 500
+    api_cancel_rate_per_s: PositiveFloat = 10.0
+    """Each key's budget of cancels: its own, so that nothing else a key does starves a cancel
+    (and large enough for a team pressing Stop at once with one key: 32 at once are tested)."""
+    api_cancel_burst: PositiveInt = 100
+    api_auth_failures_per_min: PositiveFloat = 30.0
+    """Failed authentications allowed per client address (then 429 until the budget refills)."""
+    api_auth_failure_burst: PositiveInt = 20
+    api_streams_per_key: PositiveInt = 5
+    """Event streams one key may hold open at once (every api replica together)."""
+    api_forwarded_allow_ips: str = ""
+    """Proxies whose X-Forwarded-For/-Proto the api believes (uvicorn's forwarded_allow_ips,
+    comma-separated addresses or networks); empty: none, the peer address is the client."""
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     log_level: str = "INFO"
 
@@ -176,16 +230,29 @@ class Settings(BaseSettings):
             secret = self.bootstrap_api_key_file.read_text().strip()
         except OSError as exc:
             raise ValueError(f"HERALD_BOOTSTRAP_API_KEY_FILE: cannot read it ({exc})") from exc
+        _require_strong_secret(secret, "the secret in HERALD_BOOTSTRAP_API_KEY_FILE")
         object.__setattr__(self, "bootstrap_api_key", SecretStr(secret))
         return self
 
     @field_validator("bootstrap_api_key")
     @classmethod
     def _bootstrap_key_strength(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and len(value.get_secret_value().strip()) < MIN_SECRET_CHARS:
-            raise ValueError(f"HERALD_BOOTSTRAP_API_KEY must be at least {MIN_SECRET_CHARS} "
-                             "characters (e.g. openssl rand -hex 32)")
+        if value is not None:
+            _require_strong_secret(value.get_secret_value().strip(), "HERALD_BOOTSTRAP_API_KEY")
         return value
+
+    def insecure_tls(self) -> list[str]:
+        """The URL options that switch a TLS certificate or host name check off, as
+        ``HERALD_X_URL: option=value``."""
+        found = []
+        urls = {"HERALD_MONGODB_URL": self.mongodb_url, "HERALD_RABBITMQ_URL": self.rabbitmq_url,
+                "HERALD_REDIS_URL": self.redis_url}
+        for variable, url in urls.items():
+            for option, value in _query(url, lower=True).items():
+                off = INSECURE_TLS_OPTIONS[variable].get(option)
+                if off is not None and (value.lower() in off if off else value != "0"):
+                    found.append(f"{variable}: {option}={value}")
+        return found
 
     @property
     def mongodb_database(self) -> str:
@@ -212,3 +279,11 @@ def load_settings() -> Settings:
     except ValidationError as exc:
         lines = [_describe(error) for error in exc.errors()]
         sys.exit("herald: invalid configuration\n" + "\n".join(lines))
+
+
+def warn_about_insecure_tls(settings: Settings) -> None:
+    """A WARNING at start for each URL option that switches a certificate check off."""
+    for option in settings.insecure_tls():
+        logging.getLogger("herald.settings").warning(
+            "%s switches TLS certificate checks off: anyone on the path can pose as the server",
+            option)

@@ -7,6 +7,8 @@ only the digest is ever written. The operator log is insert-only; ``_id`` order 
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 from dataclasses import asdict
 from datetime import datetime
 
@@ -16,9 +18,11 @@ from pymongo.errors import DuplicateKeyError
 from herald import names
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, maybe, object_id, to_bson
-from herald.domain.access import Actor, ApiKey, LogEntry, Role
+from herald.domain.access import TALLY_WINDOW_S, Actor, ApiKey, LogEntry, Role
 
 BOOTSTRAP_KEY_ID = "bootstrap"
+"""The name of every bootstrap key, and the beginning of its id (``bootstrap<16 hex>``; the
+first ones, made before issue 21, have exactly this id)."""
 
 
 class ApiKeyStore:
@@ -52,21 +56,40 @@ class ApiKeyStore:
         await self._keys.update_one({"_id": key_id}, {"$set": {"last_used_at": now}})
 
     async def ensure_bootstrap(self, secret_hash: str, now: datetime) -> ApiKey:
-        """The ``admin`` key named ``bootstrap`` with exactly this secret: created, or kept (its
-        secret replaced if the configured one changed), never duplicated by concurrent api
-        replicas (its id is fixed)."""
-        key = ApiKey(id=BOOTSTRAP_KEY_ID, name=BOOTSTRAP_KEY_ID, role=Role.ADMIN,
-                     secret_hash=secret_hash, created_at=now)
-        try:
-            await self.insert(key)
-        except DuplicateKeyError:
-            await self._keys.update_one(
-                {"_id": BOOTSTRAP_KEY_ID},
-                {"$set": {"secret_hash": secret_hash, "role": Role.ADMIN.value,
-                          "revoked_at": None, "revoked_by": None, "expires_at": None}})
-        stored = await self.get(BOOTSTRAP_KEY_ID)
+        """The ``admin`` key named ``bootstrap`` with exactly this secret: made the first time
+        the secret is configured, and from then on kept as it is. Its revocation is never undone:
+        a revoked bootstrap key stays revoked, however often the api starts with its secret.
+        Concurrent api replicas never duplicate it (the digest's index is unique)."""
+        with contextlib.suppress(DuplicateKeyError):  # configured before, or by a replica now
+            await self.insert(ApiKey(id=f"{BOOTSTRAP_KEY_ID}{secrets.token_hex(8)}",
+                                     name=BOOTSTRAP_KEY_ID, role=Role.ADMIN,
+                                     secret_hash=secret_hash, created_at=now))
+        stored = await self.by_digest(secret_hash)
         assert stored is not None
         return stored
+
+    async def retire_bootstraps_before(self, current: ApiKey, by: Actor,
+                                       now: datetime) -> list[str]:
+        """Revoke every usable bootstrap key made before ``current`` (a rotated secret): the
+        ids revoked. A key made after it is kept, so that an old replica restarting with the old
+        secret never revokes the new one."""
+        older = {"name": BOOTSTRAP_KEY_ID, "created_by": None, "revoked_at": None,
+                 "_id": {"$ne": current.id}, "created_at": {"$lt": current.created_at}}
+        ids = [document["_id"] async for document in self._keys.find(older, {"_id": 1})]
+        for key_id in ids:
+            await self.revoke(key_id, by, now)
+        return ids
+
+
+TALLY_FIELD = "tally"
+"""Set only on tallied entries (the index on it is unique and sparse: never stored as null)."""
+
+
+def _tally_of(entry: LogEntry) -> str:
+    """What the refusals one entry stands for share: actor, action, status and minute."""
+    minute = int(entry.at.timestamp()) // TALLY_WINDOW_S
+    actor = entry.actor.id if entry.actor is not None else ""
+    return f"{actor}|{entry.action}|{entry.status_code}|{minute}"
 
 
 class OperatorLogStore:
@@ -75,6 +98,23 @@ class OperatorLogStore:
 
     async def append(self, entry: LogEntry) -> None:
         await self._log.insert_one(to_bson(entry))
+
+    async def tally(self, entry: LogEntry) -> None:
+        """Count ``entry`` into its minute's entry (``tally``: actor, action, status, minute;
+        unique): the first refusal of the minute is inserted as it is, with its own id (so the
+        log stays in time order), the next ones add to its ``count``. Two replicas inserting
+        the same tally at once: the unique index takes one, the other counts into it."""
+        tally = _tally_of(entry)
+        if await self._count_into(tally):
+            return
+        try:
+            await self._log.insert_one({**to_bson(entry), TALLY_FIELD: tally})
+        except DuplicateKeyError:
+            await self._count_into(tally)
+
+    async def _count_into(self, tally: str) -> bool:
+        counted = await self._log.update_one({TALLY_FIELD: tally}, {"$inc": {"count": 1}})
+        return counted.matched_count > 0
 
     async def page(self, *, campaign_id: str | None, actor_id: str | None, before: str | None,
                    limit: int) -> list[LogEntry]:

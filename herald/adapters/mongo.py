@@ -58,6 +58,7 @@ INDEXES: dict[str, list[tuple[list[tuple[str, int]], dict[str, Any]]]] = {
     names.OPERATOR_LOG: [
         ([("campaign_id", ASCENDING)], {"name": "campaign_id"}),
         ([("actor.id", ASCENDING)], {"name": "actor_id"}),
+        ([("tally", ASCENDING)], {"name": "tally_unique", "unique": True, "sparse": True}),
     ],
     names.SCHEDULES: [
         ([("state", ASCENDING), ("next_run_at", ASCENDING)], {"name": "state_next_run"}),

@@ -103,19 +103,28 @@ REDELIVERY_PAUSE_S = 1.0
 """Pause before handing a message back after a failure, so an outage is not a hot loop."""
 
 
+FirstCopy = Callable[[bytes], Awaitable[bool]]
+"""Whether this pod is the first to see a body that every pod receives (a broadcast)."""
+
+
+async def _every_copy(_: bytes) -> bool:
+    return True
+
+
 async def execute(message: RabbitMessage, kind: type[Command],
-                  work: Callable[[Command], Awaitable[None]]) -> None:
+                  work: Callable[[Command], Awaitable[None]],
+                  first_copy: FirstCopy = _every_copy) -> None:
     """Validate a command message, do ``work`` with it, then settle the message.
 
-    A message that is not a valid ``kind`` is logged and rejected (dead-lettered); one whose
-    work fails is handed back after a pause; otherwise it is acknowledged.
+    A message that is not a valid ``kind`` is logged (what was wrong, never its body) and
+    rejected (dead-lettered), once: on a broadcast, where every pod holds a copy, the pods that
+    are not its ``first_copy`` drop theirs quietly. One whose work fails is handed back after a
+    pause; otherwise it is acknowledged.
     """
     try:
         command = kind.model_validate_json(message.body)
     except ValidationError as exc:
-        log.warning("malformed %s message dead-lettered: %s; body=%r", kind.__name__,
-                    exc.errors(include_url=False), message.body[:500])
-        await message.reject(requeue=False)
+        await _dead_letter(message, kind, exc, first_copy)
         return
     try:
         await work(command)
@@ -125,6 +134,24 @@ async def execute(message: RabbitMessage, kind: type[Command],
         await message.nack(requeue=True)
         return
     await message.ack()
+
+
+async def _dead_letter(message: RabbitMessage, kind: type[Command], error: ValidationError,
+                       first_copy: FirstCopy) -> None:
+    try:
+        first = await first_copy(message.body)
+    except Exception:  # Redis is down: a copy per pod beats none
+        log.warning("could not tell whether another pod dead-lettered this message first",
+                    exc_info=True)
+        first = True
+    if not first:
+        await message.ack()
+        return
+    problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}"
+                         for e in error.errors(include_url=False, include_input=False)[:5])
+    log.warning("malformed %s message (%d bytes) dead-lettered to %s: %s", kind.__name__,
+                len(message.body), names.DEAD_MESSAGES_QUEUE, problems[:500])
+    await message.reject(requeue=False)
 
 
 def consume(broker: RabbitBroker, queue: RabbitQueue, handler: Handler, *, prefetch: int,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import dataclass
+from enum import StrEnum
 
 from redis.asyncio import Redis
 
@@ -18,8 +20,9 @@ from herald import names
 from herald.names import RedisKeys
 from herald.observability import RATE_LIMIT_WAIT_SECONDS
 
-# KEYS[1] bucket; ARGV: rate per second, capacity, tokens wanted (0 = only apply a penalty),
-# penalty seconds. Returns {granted, wait_ms}.
+# KEYS[1] bucket; ARGV: rate per second, capacity, tokens wanted (0 = only apply a penalty, or
+# with no penalty only look), penalty seconds. Returns {granted, wait_ms}; looking, wait_ms is
+# the time until one token is there.
 _TAKE = """
 local rate = tonumber(ARGV[1])
 local capacity = tonumber(ARGV[2])
@@ -44,6 +47,8 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(1000 * (capacity / rate + penalty_s)) +
 local wait_ms = 0
 if granted < wanted then
   wait_ms = math.ceil(1000 * (math.min(wanted - granted, capacity) - tokens) / rate)
+elseif wanted == 0 and penalty_s == 0 and tokens < 1 then
+  wait_ms = math.ceil(1000 * (1 - tokens) / rate)
 end
 return {granted, wait_ms}
 """
@@ -79,6 +84,11 @@ class TokenBucket:
         got, wait_ms = await self._script(keys=[self._key], args=[self._rate, self._capacity, 1, 0])
         return 0.0 if int(got) else max(int(wait_ms), 1) / 1000
 
+    async def wait_for_one(self) -> float:
+        """Seconds until one token is there (0: now), without taking it."""
+        _, wait_ms = await self._script(keys=[self._key], args=[self._rate, self._capacity, 0, 0])
+        return int(wait_ms) / 1000
+
     async def penalize(self, seconds: float) -> None:
         """Empty the bucket for ``seconds``: every sender waits (FCM asked us to back off)."""
         await self._script(keys=[self._key], args=[self._rate, self._capacity, 0, seconds])
@@ -113,18 +123,55 @@ class RateLimits:
         return bucket
 
 
-class RequestBudget:
-    """How many mutating API requests each key may make: ``rate_per_s``, bursting to ``burst``,
-    one bucket per key, shared by every api replica through Redis."""
+class Budget(StrEnum):
+    """Which of its budgets an API call spends from: reads, changes, or cancels (their own, so
+    that nothing else a key does can starve a cancel)."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys, rate_per_s: float, burst: int) -> None:
+    READ = "read"
+    WRITE = "write"
+    CANCEL = "cancel"
+
+
+@dataclass(frozen=True)
+class Rate:
+    per_s: float
+    burst: int
+
+
+class RequestBudget:
+    """How many API calls each key may make: one bucket per key and ``Budget``, each refilling
+    at its ``Rate`` up to its burst, shared by every api replica through Redis."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys, rates: dict[Budget, Rate]) -> None:
         self._redis = redis
         self._keys = keys
-        self._rate_per_s = rate_per_s
-        self._burst = burst
+        self._rates = rates
 
-    async def spend(self, key_id: str) -> float:
-        """Spend one request of ``key_id``: 0, or the seconds until it may make one."""
-        bucket = TokenBucket(self._redis, self._keys.api_rate_bucket(key_id), self._rate_per_s,
-                             capacity=self._burst)
+    async def spend(self, key_id: str, budget: Budget) -> float:
+        """Spend one call of ``key_id`` from ``budget``: 0, or the seconds until it may."""
+        rate = self._rates[budget]
+        bucket = TokenBucket(self._redis, self._keys.api_rate_bucket(f"{key_id}:{budget}"),
+                             rate.per_s, capacity=rate.burst)
         return await bucket.try_take_one()
+
+
+class FailedAuthentications:
+    """Failed authentications per client address: each spends a token of the address's bucket
+    (``per_min`` a minute, bursting to ``burst``); an address whose bucket is empty is refused
+    whatever key it presents, until it refills, so a guesser learns nothing meanwhile."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys, rate: Rate) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._rate = rate
+
+    def _bucket(self, address: str | None) -> TokenBucket:
+        return TokenBucket(self._redis, self._keys.auth_failures(address or "unknown"),
+                           self._rate.per_s, capacity=self._rate.burst)
+
+    async def blocked_for(self, address: str | None) -> float:
+        """Seconds until ``address`` may try a key again (0: now)."""
+        return await self._bucket(address).wait_for_one()
+
+    async def record(self, address: str | None) -> None:
+        await self._bucket(address).try_take_one()

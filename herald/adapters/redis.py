@@ -6,7 +6,9 @@ already says, and a heartbeat is rewritten every few seconds.
 
 from __future__ import annotations
 
+import hashlib
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import asdict
 
@@ -85,3 +87,65 @@ class PodRegistry:
         beats = [PodBeat(**orjson.loads(raw)) for raw in await self._redis.mget(keys) if raw]
         return sorted((b for b in beats if wanted is None or b.service in wanted),
                       key=lambda b: (b.service, b.id))
+
+
+# KEYS[1] the key's streams; ARGV: cap (0: only refresh ARGV[3]), stale after ms, stream id.
+_STREAM_SLOT = """
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cap = tonumber(ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+if cap == 0 then
+  return redis.call('ZADD', KEYS[1], 'XX', 'CH', now_ms, ARGV[3])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms - tonumber(ARGV[2]))
+if redis.call('ZCARD', KEYS[1]) >= cap then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now_ms, ARGV[3])
+return 1
+"""
+
+
+class StreamSlots:
+    """The event streams each API key holds open, counted across api replicas: a sorted set per
+    key of stream ids by their last sign of life. A stream refreshes its place while it runs
+    and gives it back when it ends; one whose replica died is forgotten after ``stale_s``."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys, per_key: int, stale_s: float) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._per_key = per_key
+        self._stale_ms = int(stale_s * 1000)
+        self._script = redis.register_script(_STREAM_SLOT)
+
+    async def take(self, key_id: str) -> str | None:
+        """A place for one more stream of ``key_id`` (its id), or None: the key holds
+        ``per_key`` already."""
+        stream_id = uuid.uuid4().hex
+        taken = await self._script(keys=[self._keys.event_streams(key_id)],
+                                   args=[self._per_key, self._stale_ms, stream_id])
+        return stream_id if int(taken) else None
+
+    async def refresh(self, key_id: str, stream_id: str) -> None:
+        await self._script(keys=[self._keys.event_streams(key_id)],
+                           args=[0, self._stale_ms, stream_id])
+
+    async def release(self, key_id: str, stream_id: str) -> None:
+        await self._redis.zrem(self._keys.event_streams(key_id), stream_id)
+
+
+class FirstSightings:
+    """Which pod sees a message first, when every pod receives a copy: the first to claim its
+    digest (``SET NX`` with a TTL) is the one that acts on it."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys, ttl_s: int) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._ttl_s = ttl_s
+
+    async def first(self, body: bytes) -> bool:
+        """True for the first pod to present ``body`` within the TTL."""
+        digest = hashlib.sha256(body).hexdigest()
+        return bool(await self._redis.set(self._keys.malformed_seen(digest), b"1", nx=True,
+                                          ex=self._ttl_s))

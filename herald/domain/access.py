@@ -168,3 +168,15 @@ class LogEntry:
     address: str | None = None
     on_behalf_of: str | None = None
     detail: str | None = None
+    count: int = 1
+    """How many calls the entry stands for: the refusals of one key, action and status within
+    one minute are one entry (``TALLY_WINDOW_S``), so no client writes thousands of lines."""
+
+
+TALLY_WINDOW_S = 60
+
+
+def tallied(outcome: LogOutcome) -> bool:
+    """Whether calls that ended so are counted in one entry per key, action, status and minute
+    (refusals: 403 and other 4xx) rather than written one by one (changes done, failures)."""
+    return outcome in (LogOutcome.REFUSED, LogOutcome.REJECTED)

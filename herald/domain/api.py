@@ -100,6 +100,9 @@ class LogEntryView(BaseModel):
     address: str | None
     on_behalf_of: str | None
     detail: str | None
+    count: int = Field(description="How many calls this entry stands for: refusals (403, other "
+                                   "4xx) of one key, action and status within one minute are one "
+                                   "entry, with the first call's target, address and detail")
 
 
 class OperatorLogPage(BaseModel):

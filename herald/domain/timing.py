@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 MAX_OCCURRENCES_SCANNED = 100_000
 
@@ -60,10 +60,20 @@ def _end_of_gap(before: datetime, after: datetime, zone: ZoneInfo) -> datetime:
     return after.replace(microsecond=0)
 
 
+CRON_PROBE_FROM = datetime(2000, 1, 1)
+"""Where ``validate_cron`` looks for a first occurrence (any fixed instant would do: a five-field
+expression that ever matches matches every few years)."""
+
+
 def validate_cron(expression: str) -> str:
-    """A five-field cron expression (minute hour day-of-month month day-of-week)."""
+    """A five-field cron expression (minute hour day-of-month month day-of-week) that matches
+    some day: ``0 0 30 2 *`` (February 30th) is as invalid as ``every monday``."""
     if len(expression.split()) != 5 or not croniter.is_valid(expression):
         raise InvalidCron(f"{expression!r} is not a five-field cron expression, e.g. '0 9 * * MON'")
+    try:
+        croniter(expression, CRON_PROBE_FROM).get_next(datetime)
+    except CroniterBadDateError:
+        raise InvalidCron(f"{expression!r} never happens (no such day)") from None
     return expression
 
 
@@ -76,7 +86,10 @@ def next_occurrence(expression: str, timezone: str, after: datetime) -> datetime
     wall = after.astimezone(zone).replace(tzinfo=None)
     matches = croniter(expression, wall)
     for _ in range(MAX_OCCURRENCES_SCANNED):
-        candidate = local_to_utc(matches.get_next(datetime), zone)
+        try:
+            candidate = local_to_utc(matches.get_next(datetime), zone)
+        except CroniterBadDateError:
+            break
         if candidate > after:
             return candidate
     raise InvalidCron(f"{expression!r} has no occurrence after {after.isoformat()}")

@@ -33,8 +33,10 @@ log = logging.getLogger(__name__)
 class CancelListener:
     def __init__(self, watch: CancelWatch, cancellation: Cancellation, tracker: WorkTracker,
                  background: Background, operator_log: OperatorLog, *, pod_id: str,
-                 acknowledges: bool, grace_s: float) -> None:
+                 acknowledges: bool, grace_s: float,
+                 first_copy: rabbit.FirstCopy) -> None:
         self._watch = watch
+        self._first_copy = first_copy
         self._operator_log = operator_log
         self._cancellation = cancellation
         self._tracker = tracker
@@ -50,7 +52,11 @@ class CancelListener:
         async def apply(command: CancelCampaign) -> None:
             await self.apply(command, amqp_actor(user_id, command.requested_by))
 
-        await rabbit.execute(message, CancelCampaign, apply)
+        # Every pod's queue receives every broadcast, so a malformed cancel arrives once per
+        # pod: the first pod to claim its digest in Redis dead-letters it and logs it, the others
+        # drop their copies (a shared inspection queue bound to herald.cancel would also give one
+        # copy, but every good cancel would then wait there for someone to take it away).
+        await rabbit.execute(message, CancelCampaign, apply, first_copy=self._first_copy)
 
     async def apply(self, command: CancelCampaign, actor: Actor) -> None:
         """Stop here at once, make the cancel take effect (idempotent), then acknowledge it."""

@@ -6,8 +6,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 
-async def serve_health_and_metrics(pod_id: str, port: int) -> tuple[web.AppRunner, int]:
-    """Serve on ``port`` (0 picks a free one); the runner and the port actually bound."""
+async def serve_health_and_metrics(pod_id: str, host: str,
+                                   port: int) -> tuple[web.AppRunner, int]:
+    """Serve on ``host:port`` (``HERALD_BIND_HOST``, loopback unless a container says
+    otherwise; port 0 picks a free one); the runner and the port actually bound."""
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "pod": pod_id})
 
@@ -19,7 +21,7 @@ async def serve_health_and_metrics(pod_id: str, port: int) -> tuple[web.AppRunne
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "0.0.0.0", port)
+    site = web.TCPSite(runner, host, port)
     await site.start()
     return runner, port or _bound_port(runner)
 

@@ -16,7 +16,7 @@ from herald.adapters.redis import CancelFlags, PodRegistry, Redis
 from herald.adapters.stores import mongo_stores
 from herald.names import RedisKeys
 from herald.service_layer.ports import Stores
-from herald.settings import Settings
+from herald.settings import Settings, warn_about_insecure_tls
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class Resources:
     @classmethod
     def build(cls, service: str, settings: Settings) -> Resources:
         """Every client, configured from ``settings``; they connect on first use."""
+        warn_about_insecure_tls(settings)
         client = mongo.connect(settings, app_name=f"herald-{service}")
         db = mongo.database(client, settings)
         redis = redis_adapter.connect(settings)

@@ -20,6 +20,7 @@ from typing import NoReturn
 import uvloop
 
 from herald.adapters import rabbit
+from herald.adapters.redis import FirstSightings
 from herald.observability import setup_logging
 from herald.runtime.cancel_listener import CancelListener
 from herald.runtime.health import serve_health_and_metrics
@@ -35,6 +36,10 @@ from herald.service_layer.cancellation import Cancellation
 from herald.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
+
+MALFORMED_SEEN_TTL_S = 60
+"""How long pods remember a malformed broadcast one of them dead-lettered (every pod receives it
+within milliseconds of the others)."""
 
 
 class Worker:
@@ -81,9 +86,11 @@ def build_parts(service: str, settings: Settings, *, acknowledges_cancels: bool)
     watch = CancelWatch(resources.flags)
     cancellation = Cancellation(resources.stores, resources.flags, resources.registry,
                                 resources.bus, identity.id)
+    first_copies = FirstSightings(resources.redis, resources.keys, MALFORMED_SEEN_TTL_S)
     listener = CancelListener(watch, cancellation, tracker, background,
                               OperatorLog(resources.stores.operator_log), pod_id=identity.id,
-                              acknowledges=acknowledges_cancels, grace_s=settings.grace_period_s)
+                              acknowledges=acknowledges_cancels, grace_s=settings.grace_period_s,
+                              first_copy=first_copies.first)
     rabbit.consume(resources.broker, rabbit.pod_cancel_queue(identity.id), listener.on_message,
                    exchange=rabbit.CANCEL_EXCHANGE, prefetch=rabbit.CANCEL_PREFETCH)
     heartbeat = Heartbeat(resources.registry, identity, tracker, settings.heartbeat_interval_s)
@@ -166,7 +173,8 @@ async def _run(service: str, settings: Settings, default_metrics_port: int,
     parts = build_parts(service, settings, acknowledges_cancels=acknowledges_cancels)
     worker = compose(parts)
     port = settings.metrics_port if settings.metrics_port is not None else default_metrics_port
-    runner, parts.heartbeat.metrics_port = await serve_health_and_metrics(parts.identity.id, port)
+    runner, parts.heartbeat.metrics_port = await serve_health_and_metrics(
+        parts.identity.id, settings.bind_host, port)
     settle_heap()
     try:
         await start(parts)

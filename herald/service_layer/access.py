@@ -16,6 +16,8 @@ from datetime import datetime, timedelta
 
 from herald.clock import utcnow
 from herald.domain.access import (
+    KEY_PREFIX,
+    SYSTEM,
     Actor,
     ApiKey,
     LogEntry,
@@ -26,6 +28,7 @@ from herald.domain.access import (
     matches,
     new_token,
     outcome_of,
+    tallied,
 )
 from herald.domain.documents import new_id
 from herald.service_layer.ports import ApiKeyRepository, OperatorLogRepository
@@ -124,12 +127,27 @@ async def revoke_key(keys: ApiKeyRepository, key_id: str, by: Actor) -> ApiKey:
 
 
 async def ensure_bootstrap_key(keys: ApiKeyRepository, token: str) -> ApiKey:
-    """The ``admin`` key named ``bootstrap`` with exactly the configured secret."""
-    return await keys.ensure_bootstrap(digest(token), utcnow())
+    """The ``admin`` key named ``bootstrap`` with exactly the configured secret.
+
+    Revocation is a fact of the database: a bootstrap key once revoked stays revoked, whatever
+    the api is started with; a new secret is the way back in, and retires the bootstrap keys of
+    older secrets (a rotation)."""
+    now = utcnow()
+    key = await keys.ensure_bootstrap(digest(token), now)
+    if key.revoked_at is not None:
+        log.warning("the configured bootstrap key (%s) was revoked and stays revoked; configure "
+                    "a new secret to get an admin key back (README: rotating the bootstrap key)",
+                    key.prefix)
+        return key
+    for retired in await keys.retire_bootstraps_before(key, SYSTEM, now):
+        log.info("bootstrap key %s_%s revoked: a newer bootstrap secret is configured",
+                 KEY_PREFIX, retired)
+    return key
 
 
 class OperatorLog:
-    """Appends what operators did (and were refused); never edits or deletes."""
+    """Appends what operators did, and counts what they were refused (one entry per key,
+    action, status and minute, with a count); never edits or deletes anything else."""
 
     def __init__(self, entries: OperatorLogRepository) -> None:
         self._entries = entries
@@ -142,5 +160,8 @@ class OperatorLog:
                          outcome=outcome_of(status_code), status_code=status_code,
                          target_kind=target_kind, target_id=target_id, campaign_id=campaign_id,
                          address=address, on_behalf_of=on_behalf_of, detail=detail)
-        await self._entries.append(entry)
+        if actor is not None and tallied(entry.outcome):
+            await self._entries.tally(entry)
+        else:
+            await self._entries.append(entry)
         return entry

@@ -77,19 +77,26 @@ class ChangeDetector:
 
 
 Sleep = Callable[[float], Awaitable[None]]
+KeepGoing = Callable[[], Awaitable[bool]]
+
+
+async def _always() -> bool:
+    return True
 
 
 async def campaign_events(stores: Stores, campaign_id: str, *, poll_s: float = POLL_S,
-                          keepalive_s: float = KEEPALIVE_S,
-                          sleep: Sleep = asyncio.sleep) -> AsyncIterator[Event]:
-    """The events of one campaign until its final status. Raises ``CampaignNotFound`` at once
+                          keepalive_s: float = KEEPALIVE_S, sleep: Sleep = asyncio.sleep,
+                          keep_going: KeepGoing = _always) -> AsyncIterator[Event]:
+    """The events of one campaign until its final status, or until ``keep_going`` (asked at
+    every tick) says no: the watcher's key was revoked, say. Raises ``CampaignNotFound`` at once
     for an unknown id (before any event, so a caller can answer 404)."""
     first = await find_campaign(stores, campaign_id)
-    return _events(stores, first, ChangeDetector(round(keepalive_s / poll_s)), poll_s, sleep)
+    return _events(stores, first, ChangeDetector(round(keepalive_s / poll_s)), poll_s, sleep,
+                   keep_going)
 
 
 async def _events(stores: Stores, first: Campaign, detector: ChangeDetector, poll_s: float,
-                  sleep: Sleep) -> AsyncIterator[Event]:
+                  sleep: Sleep, keep_going: KeepGoing) -> AsyncIterator[Event]:
     reading: Campaign | None = first
     while reading is not None:
         event = detector.observe(reading)
@@ -98,4 +105,6 @@ async def _events(stores: Stores, first: Campaign, detector: ChangeDetector, pol
             if isinstance(event, CampaignChanged) and event.final:
                 return
         await sleep(poll_s)
+        if not await keep_going():
+            return
         reading = await stores.campaigns.get(first.id)

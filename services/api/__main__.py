@@ -4,14 +4,30 @@ import signal
 import sys
 
 import uvicorn
+from fastapi import FastAPI
 
 from herald.observability import setup_logging
-from herald.settings import load_settings
+from herald.settings import Settings, load_settings
 from services.api.app import create_app
+
+STARTUP_FAILURE = 3
+"""uvicorn's own exit status for an application whose start failed (as ``uvicorn.run``)."""
 
 
 def _exit_cleanly(signum: int, _frame: object) -> None:
     sys.exit(0)
+
+
+def uvicorn_config(app: FastAPI, settings: Settings) -> uvicorn.Config:
+    """How the api is served: on ``HERALD_BIND_HOST`` (loopback unless a container says
+    otherwise), believing ``X-Forwarded-For``/``-Proto`` only from the proxies named in
+    ``HERALD_API_FORWARDED_ALLOW_IPS`` (uvicorn's own ``forwarded_allow_ips``; none by default,
+    where uvicorn alone would trust loopback)."""
+    proxies = settings.api_forwarded_allow_ips.strip()
+    return uvicorn.Config(app, host=settings.bind_host, port=settings.api_port, loop="uvloop",
+                          http="httptools", log_config=None, access_log=False,
+                          proxy_headers=bool(proxies), forwarded_allow_ips=proxies or "",
+                          timeout_graceful_shutdown=int(settings.grace_period_s))
 
 
 def main() -> None:
@@ -21,9 +37,10 @@ def main() -> None:
     # the signal to the handler that was installed before it: make that one a clean exit 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_cleanly)
-    uvicorn.run(create_app(settings), host="0.0.0.0", port=settings.api_port,
-                loop="uvloop", http="httptools", log_config=None, access_log=False,
-                timeout_graceful_shutdown=int(settings.grace_period_s))
+    server = uvicorn.Server(uvicorn_config(create_app(settings), settings))
+    server.run()
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from fastapi import FastAPI
 
 from herald import names
 from herald.adapters.fleet_gauges import QueueDepths, refresh_fleet_gauges
-from herald.adapters.rate_limit import RequestBudget
+from herald.adapters.rate_limit import Budget, FailedAuthentications, Rate, RequestBudget
+from herald.adapters.redis import StreamSlots
 from herald.clock import utcnow
 from herald.observability import CANCEL_FLAGS, PODS_LIVE
 from herald.runtime.identity import VERSION
@@ -25,13 +26,25 @@ from services.api import errors
 from services.api.auth import document_scopes
 from services.api.deps import AppServices
 from services.api.error_docs import document_errors
+from services.api.gate import AccessGate, RouteBudgets
 from services.api.limits import BodySizeLimit
 from services.api.readiness import Readiness
-from services.api.routes import access, audiences, campaigns, console, devices, ops, schedules
+from services.api.routes import (
+    access,
+    audiences,
+    campaigns,
+    console,
+    devices,
+    docs,
+    ops,
+    schedules,
+)
 
 log = logging.getLogger(__name__)
 
 GAUGE_REFRESH_S = 5.0
+STREAM_STALE_S = 30.0
+"""An event stream that gave no sign of life for this long (its replica died) frees its place."""
 API_DESCRIPTION = """Every `/v1` call carries `Authorization: Bearer <API key>`; each operation
 names the scope it needs (`x-herald-scope`). Roles hand out scopes: `viewer` reads everything,
 `responder` also cancels, `operator` also sends, edits and schedules, `ingest` registers devices,
@@ -58,12 +71,14 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="Herald", version=VERSION, lifespan=lifespan,
                   summary="Mass push-notification campaigns through FCM, stoppable mid-flight.",
-                  description=API_DESCRIPTION)
+                  description=API_DESCRIPTION, docs_url=None, redoc_url=None)
     errors.install(app)
     for module in (devices, campaigns, audiences, schedules, access, ops):
         app.include_router(module.router)
     console.mount(app)
+    docs.mount(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.api_max_body_bytes)
+    app.add_middleware(AccessGate, budgets=RouteBudgets(app.router.routes))  # the outermost
     document_scopes(app)
     document_errors(app)
     return app
@@ -83,8 +98,14 @@ def _services(parts: PodParts) -> AppServices:
         cancellation=parts.cancellation, registry=resources.registry, readiness=readiness,
         background=parts.background, authenticator=Authenticator(resources.stores.api_keys),
         operator_log=OperatorLog(resources.stores.operator_log),
-        request_budget=RequestBudget(resources.redis, resources.keys, settings.api_rate_per_s,
-                                     settings.api_burst))
+        request_budget=RequestBudget(resources.redis, resources.keys, {
+            Budget.READ: Rate(settings.api_read_rate_per_s, settings.api_read_burst),
+            Budget.WRITE: Rate(settings.api_rate_per_s, settings.api_burst),
+            Budget.CANCEL: Rate(settings.api_cancel_rate_per_s, settings.api_cancel_burst)}),
+        failed_authentications=FailedAuthentications(resources.redis, resources.keys, Rate(
+            settings.api_auth_failures_per_min / 60, settings.api_auth_failure_burst)),
+        stream_slots=StreamSlots(resources.redis, resources.keys, settings.api_streams_per_key,
+                                 stale_s=STREAM_STALE_S))
 
 
 async def _refresh_gauges(parts: PodParts) -> None:

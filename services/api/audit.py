@@ -1,8 +1,12 @@
 """The audit as a download: NDJSON (one JSON object per line) or CSV (a header row, then one row
 per recipient), written in blocks so that a 50,000-line audit streams without being held whole.
 
-Values are written exactly as recorded, so the file is the audit token for token; a spreadsheet
-may read a ``user_id`` that starts with ``=`` as a formula (the README says so).
+The NDJSON is the audit of record: every value exactly as recorded, token for token. The CSV is
+for people and their spreadsheets: a cell that a spreadsheet would read as a formula (it starts
+with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return: OWASP's list for CSV injection) is
+written with a leading ``'``, which spreadsheets show as text and do not display. defusedcsv
+(PyPI) does this for ``= + - @ | %`` but not for a tab or a carriage return, which the red team
+used, and it rewrites ``|`` inside such cells; the rule is one line, kept here.
 """
 
 from __future__ import annotations
@@ -69,9 +73,17 @@ def _csv_header() -> bytes:
     return _csv_rows([COLUMNS])
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralised(cell: str) -> str:
+    """``cell`` as a spreadsheet will show it as text, never run it as a formula."""
+    return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
+
+
 def _csv_block(block: list[RecipientLine]) -> bytes:
-    return _csv_rows([(line.token, line.user_id or "", line.outcome.value, line.error or "")
-                      for line in block])
+    return _csv_rows([(neutralised(line.token), neutralised(line.user_id or ""),
+                       line.outcome.value, neutralised(line.error or "")) for line in block])
 
 
 def _csv_rows(rows: list[tuple[str, ...]]) -> bytes:

@@ -1,12 +1,11 @@
-"""Authentication and authorization of every ``/v1`` route: a FastAPI dependency per route that
-declares the scope it needs.
+"""Authorization of every ``/v1`` route: a FastAPI dependency per route that declares the scope
+it needs.
 
-``Authorization: Bearer <key>``: missing, unknown, revoked or expired → 401 with
-``WWW-Authenticate: Bearer``; valid but without the scope → 403 naming it. A route's declaration
-(``RequireScope``) is what ``tests/integration/test_access.py`` walks to prove that no route was
-added without one. Mutating scopes also take a token from the key's request budget in Redis,
-shared by every api replica (429 with ``Retry-After`` when spent); cancels never do, so a
-responder can always stop a campaign.
+The key itself was found by the gate in front of the app (``services/api/gate.py``: 401 for a
+missing, unknown, revoked or expired key, 429 over a budget), from the headers alone, before
+the body was read; ``RequireScope`` takes the gate's verdict from the request's state and checks
+the scope: valid but without it → 403 naming it. A route's declaration is what
+``tests/integration/test_access.py`` walks to prove that no route was added without one.
 """
 
 from __future__ import annotations
@@ -20,17 +19,15 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.routing import BaseRoute
 
-from herald.domain.access import Actor, ApiKey, Scope
-from herald.service_layer.access import Forbidden, Unauthenticated
-from services.api.deps import AppServices, Services
+from herald.domain.access import Actor, ApiKey, Scope, allows
+from herald.service_layer.access import Forbidden
 from services.api.errors import ApiError
 
 BEARER = HTTPBearer(auto_error=False, scheme_name="ApiKey",
                     description="An API key: `Authorization: Bearer hrld_...`")
 
-RATE_LIMITED = frozenset({Scope.CAMPAIGNS_SEND, Scope.SCHEDULES_WRITE, Scope.DEVICES_WRITE,
-                          Scope.KEYS_MANAGE})
-"""Scopes of the mutating endpoints whose calls count against a key's request budget."""
+KEY_STATE = "api_key"
+"""Where the gate leaves the caller's key in the request's state."""
 
 ON_BEHALF_OF_HEADER = "X-Requested-By"
 
@@ -59,23 +56,15 @@ class RequireScope:
     def __init__(self, scope: Scope | None) -> None:
         self.scope = scope
 
-    async def __call__(self, request: Request, services: Services,
-                       credentials: Credentials) -> Caller:
-        token = credentials.credentials if credentials is not None else None
-        authenticator = services.authenticator
-        try:
-            key = await (authenticator.key_for(token) if self.scope is None
-                         else authenticator.authorize(token, self.scope))
-        except Unauthenticated as exc:
-            raise ApiError(401, "unauthenticated", str(exc),
-                           headers={"WWW-Authenticate": "Bearer"}) from exc
-        except Forbidden as exc:
-            request.state.caller = _caller(request, exc.key)
-            raise ApiError(403, "forbidden", str(exc)) from exc
+    async def __call__(self, request: Request, _credentials: Credentials) -> Caller:
+        key: ApiKey | None = getattr(request.state, KEY_STATE, None)
+        if key is None:  # the gate lets no /v1 request through without one
+            raise ApiError(401, "unauthenticated", "send Authorization: Bearer <API key>",
+                           headers={"WWW-Authenticate": "Bearer"})
         caller = _caller(request, key)
         request.state.caller = caller
-        if self.scope in RATE_LIMITED:
-            await _spend(services, key)
+        if self.scope is not None and not allows(key.role, self.scope):
+            raise ApiError(403, "forbidden", str(Forbidden(key, self.scope)))
         return caller
 
 
@@ -83,14 +72,6 @@ def _caller(request: Request, key: ApiKey) -> Caller:
     on_behalf_of = request.headers.get(ON_BEHALF_OF_HEADER)
     return Caller(key=key, address=request.client.host if request.client else None,
                   on_behalf_of=on_behalf_of[:200] if on_behalf_of else None)
-
-
-async def _spend(services: AppServices, key: ApiKey) -> None:
-    wait_s = await services.request_budget.spend(key.id)
-    if wait_s > 0:
-        raise ApiError(429, "rate_limited",
-                       f"the key {key.name!r} is over its request rate; retry in {wait_s:.0f} s",
-                       headers={"Retry-After": str(max(1, round(wait_s)))})
 
 
 def scoped(scope: Scope) -> Any:

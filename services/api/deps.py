@@ -7,7 +7,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from herald.adapters.rate_limit import RequestBudget
+from herald.adapters.rate_limit import FailedAuthentications, RequestBudget
+from herald.adapters.redis import StreamSlots
 from herald.runtime.tasks import Background
 from herald.service_layer.access import Authenticator, OperatorLog
 from herald.service_layer.campaigns import CampaignCreator
@@ -30,6 +31,8 @@ class AppServices:
     authenticator: Authenticator
     operator_log: OperatorLog
     request_budget: RequestBudget
+    failed_authentications: FailedAuthentications
+    stream_slots: StreamSlots
 
     def finalize_cancel_soon(self, campaign_id: str) -> None:
         """Finish a cancel nobody has to acknowledge (no sender alive) without waiting for a

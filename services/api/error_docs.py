@@ -3,8 +3,8 @@
 Clients (and the schemathesis run in ``tests/e2e/test_fuzz.py``) read from the document which
 statuses an operation can answer and what their bodies look like; every Herald error has the same
 body, ``ErrorResponse``. What an operation can answer follows from how it is declared: a scope
-means 401 and 403, a rate-limited scope 429, a request body 400 (not JSON) and 413, any input
-422, a path parameter 404, a change to a campaign or schedule 409. FastAPI's own 422 body
+means 401, 403 and 429 (every call spends from a budget), a request body 400 (not JSON) and 413,
+any input 422, a path parameter 404, a change to a campaign or schedule 409. FastAPI's own 422 body
 (``HTTPValidationError``) is replaced: Herald answers validation errors in its own shape.
 """
 
@@ -17,9 +17,9 @@ from fastapi.routing import APIRoute
 from fastapi.utils import create_model_field
 
 from herald.domain.api import ErrorResponse
-from services.api.auth import RATE_LIMITED, api_routes, declared_scope
+from services.api.auth import api_routes, declared_scope
 
-RETRY_AFTER = {"Retry-After": {"description": "Seconds until the key's budget allows a call",
+RETRY_AFTER = {"Retry-After": {"description": "Seconds until a call may succeed",
                                "schema": {"type": "integer"}}}
 WWW_AUTHENTICATE = {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}}
 CONFLICT_PREFIXES = ("/v1/campaigns/", "/v1/schedules/")
@@ -34,7 +34,8 @@ DESCRIPTIONS = {
     409: "The resource is in a state that does not allow this",
     413: "The request body is larger than the api accepts",
     422: "The request does not validate",
-    429: "The key is over its request rate",
+    429: "The key is over its request rate (or its open event streams), or the address over "
+         "its failed authentications",
 }
 
 
@@ -52,11 +53,9 @@ def error_statuses(route: APIRoute) -> list[int]:
     statuses = []
     declared = declared_scope(route)
     if declared is not None:
-        statuses.append(401)
+        statuses += [401, 429]  # every call spends from a budget (services/api/gate.py)
         if declared.scope is not None:
             statuses.append(403)
-        if declared.scope in RATE_LIMITED:
-            statuses.append(429)
     if route.body_field is not None:
         statuses += [400, 413]
     if route.dependant.path_params:

@@ -3,9 +3,12 @@
 A route that changes something names its action (``logged("campaign.cancel")`` in its
 ``openapi_extra``); the route class below records each call of it once it has been answered:
 who (the key that authenticated it, set by ``RequireScope``), what, to which object, from which
-address, with which status, including the 403s of keys that lacked the scope. Calls without a
-valid key (401) are not logged: they have no actor, and logging them would let anyone fill the
-log.
+address, with which status, including the 403s of keys that lacked the scope. A refused call's
+detail is the code it was answered with, never an exception's text. Refusals are counted, one
+entry per key, action, status and minute (``OperatorLog``), so that no client writes thousands
+of entries. Calls without a valid key (401) and calls over a budget (429, answered by the gate
+before any route) are not logged: the first have no actor, both are counted in
+``herald_api_refused_total``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from starlette.exceptions import HTTPException
 from herald.service_layer.campaigns import InvalidChange
 from services.api.auth import Caller
 from services.api.deps import AppServices
-from services.api.errors import DOMAIN_ERRORS, ApiError
+from services.api.errors import DOMAIN_ERRORS, HTTP_CODES, ApiError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,20 @@ def status_of(exc: Exception) -> int:
     return 500
 
 
+def code_of(exc: Exception) -> str:
+    """The machine-readable code the API answers ``exc`` with (``services/api/errors.py``)."""
+    if isinstance(exc, ApiError):
+        return exc.code
+    if isinstance(exc, HTTPException):
+        return HTTP_CODES.get(exc.status_code, "http_error")
+    if isinstance(exc, RequestValidationError | InvalidChange):
+        return "validation_error"
+    for error_type, (_, code) in DOMAIN_ERRORS.items():
+        if isinstance(exc, error_type):
+            return code
+    return "internal_error"
+
+
 class OperatorLoggedRoute(APIRoute):
     """An ``APIRoute`` that records the calls of routes marked with ``logged(...)``."""
 
@@ -67,8 +84,8 @@ class OperatorLoggedRoute(APIRoute):
         async def handle_and_log(request: Request) -> Response:
             try:
                 response = await handler(request)
-            except Exception as exc:
-                await _record(request, action, status_of(exc), None, str(exc)[:300])
+            except Exception as exc:  # the answer's code, never the exception's text
+                await _record(request, action, status_of(exc), None, f"answered {code_of(exc)}")
                 raise
             await _record(request, action, response.status_code,
                           response.headers.get("location"),

@@ -100,4 +100,4 @@ def log_entry_view(entry: LogEntry) -> LogEntryView:
         id=entry.id, at=entry.at, actor=actor_view(entry.actor), action=entry.action,
         outcome=entry.outcome, status_code=entry.status_code, target_kind=entry.target_kind,
         target_id=entry.target_id, campaign_id=entry.campaign_id, address=entry.address,
-        on_behalf_of=entry.on_behalf_of, detail=entry.detail)
+        on_behalf_of=entry.on_behalf_of, detail=entry.detail, count=entry.count)

@@ -208,8 +208,33 @@ def test_no_container_names(service: str) -> None:
 
 
 def test_api_port_published() -> None:
-    published = [str(port) for port in SERVICES["api"]["ports"]]
-    assert any(port.endswith(f"{API_PORT}:{API_PORT}") for port in published)
+    published = [_interpolate(str(port)) for port in SERVICES["api"]["ports"]]
+    assert published == [f"127.0.0.1:{API_PORT}:{API_PORT}"]
+
+
+def _published(service: str) -> list[str]:
+    return [_interpolate(str(port)) for port in SERVICES[service].get("ports") or []]
+
+
+def test_only_the_api_is_published_by_default_and_on_loopback() -> None:
+    """Issue 21: compose published the api, Prometheus and Grafana on every interface."""
+    by_default = {name for name, definition in SERVICES.items()
+                  if not definition.get("profiles") and _published(name)}
+    assert by_default == {"api"}
+    for name in SERVICES:
+        assert all(port.startswith("127.0.0.1:") for port in _published(name)), name
+    assert SERVICES["prometheus"]["profiles"] == SERVICES["grafana"]["profiles"] == ["monitoring"]
+    assert not _published("prometheus")
+
+
+def test_grafana_has_no_default_password_and_no_anonymous_viewers() -> None:
+    env = _environment("grafana")
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in env, "a password in the file is everyone's"
+    assert env["GF_SECURITY_ADMIN_PASSWORD__FILE"] == "/run/secrets/grafana_admin_password"
+    assert SERVICES["grafana"]["secrets"] == ["grafana_admin_password"]
+    source = _interpolate(COMPOSE["secrets"]["grafana_admin_password"]["file"])
+    assert source.startswith("./secrets/")  # ignored by git (.gitignore: /secrets/)
 
 
 def test_bind_mounts_exist() -> None:

@@ -8,12 +8,16 @@ Screenshots of every page go to ``.run/screenshots/`` (1280x800) for a person to
 
 from __future__ import annotations
 
+import asyncio
 import csv
+import json
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
+import aio_pika
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
@@ -279,6 +283,35 @@ def test_a_viewer_sees_no_stop_button_and_a_direct_cancel_is_refused(
     as_viewer.http.close()
     assert refused.status_code == 403
     assert admin.campaign(later)["status"] == "scheduled"
+
+
+async def publish_cancel(url: str, body: bytes) -> None:
+    """Publish to herald.cancel as an outside tool would, without a ``user_id``."""
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel()
+        exchange = await channel.get_exchange("herald.cancel", ensure=False)
+        await exchange.publish(aio_pika.Message(body), routing_key="")
+
+
+def test_an_unverified_amqp_actor_is_shown_as_unverified(
+        pages: PageMaker, admin: Api, operator_key: str, console_stack: Stack) -> None:
+    """Issue 21: a cancel published without ``user_id`` names its sender itself, and that name
+    (here one that looks like the admin key) read as a verified actor in the console."""
+    later = admin.create_campaign(name="forged-actor",
+                                  send_at=(utcnow() + timedelta(hours=12)).isoformat())
+    body = json.dumps({"campaign_id": later, "requested_by": "bootstrap (key bootstrap)"})
+    url = console_stack.config.cancel_rabbitmq_url
+    assert url is not None
+    with ThreadPoolExecutor(1) as thread:  # away from Playwright's own event loop
+        thread.submit(asyncio.run, publish_cancel(url, body.encode())).result(timeout=30)
+    wait_for(lambda: admin.campaign(later)["status"] == "cancelled", 30, "the AMQP cancel")
+    assert admin.campaign(later)["cancel"]["requested_by"]["verified"] is False
+    page = pages.signed_in(operator_key)
+    pages.open(page, f"#/campaigns/{later}")
+    step = page.locator("#timeline li[data-step='Cancel requested']")
+    expect(step).to_contain_text("by amqp:bootstrap (key bootstrap)")
+    expect(step.locator(".unverified")).to_have_text("unverified: self-declared sender")
 
 
 def test_schedules_pause_and_resume_and_pods_show_their_heartbeats(

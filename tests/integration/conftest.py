@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -170,3 +172,28 @@ def client_of(app: FastAPI, key: str | None) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://herald",
                              headers=headers)
+
+
+@pytest.fixture
+def silent_broker() -> Iterator[int]:
+    """A TCP port that accepts connections and never answers; its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.1)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield int(server.getsockname()[1])
+    stop.set()
+    thread.join()
+    for connection in held:
+        connection.close()
+    server.close()

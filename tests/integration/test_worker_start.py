@@ -6,11 +6,8 @@ scheduler start as the sender does, through ``run_worker``)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,31 +16,6 @@ from devstack.processes import free_port
 from herald.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def silent_broker() -> Iterator[int]:
-    """A TCP port that accepts connections and never answers; its port."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.1)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield int(server.getsockname()[1])
-    stop.set()
-    thread.join()
-    for connection in held:
-        connection.close()
-    server.close()
 
 
 @pytest.mark.parametrize("service", ["api", "sender"])

@@ -44,7 +44,7 @@ from herald.adapters.fcm import SENT, FcmClient, SendResult
 from herald.adapters.rate_limit import RateLimits, TokenBucket
 from herald.adapters.records import from_bson, to_bson
 from herald.clock import utcnow
-from herald.domain.access import Actor, ApiKey, LogEntry, Role
+from herald.domain.access import TALLY_WINDOW_S, Actor, ApiKey, LogEntry, Role
 from herald.domain.api import DeviceIn
 from herald.domain.documents import (
     CHUNK_CLOSED_FOR_GOOD,
@@ -837,13 +837,22 @@ class FakeApiKeys:
 
     async def ensure_bootstrap(self, secret_hash: str, now: datetime) -> ApiKey:
         await _round_trip()
-        current = self.rows.get("bootstrap")
-        self.rows["bootstrap"] = (
-            replace(current, secret_hash=secret_hash, role=Role.ADMIN, revoked_at=None,
-                    revoked_by=None, expires_at=None) if current is not None else
-            ApiKey(id="bootstrap", name="bootstrap", role=Role.ADMIN, secret_hash=secret_hash,
-                   created_at=now))
-        return self.rows["bootstrap"]
+        found = await self.by_digest(secret_hash)
+        if found is None:
+            found = ApiKey(id=f"bootstrap{len(self.rows):016x}", name="bootstrap",
+                           role=Role.ADMIN, secret_hash=secret_hash, created_at=now)
+            self.rows[found.id] = found
+        return found
+
+    async def retire_bootstraps_before(self, current: ApiKey, by: Actor,
+                                       now: datetime) -> list[str]:
+        await _round_trip()
+        older = [k.id for k in self.rows.values() if k.name == "bootstrap" and k.created_by is None
+                 and k.revoked_at is None and k.id != current.id
+                 and k.created_at < current.created_at]
+        for key_id in older:
+            await self.revoke(key_id, by, now)
+        return older
 
 
 class FakeOperatorLog:
@@ -854,6 +863,17 @@ class FakeOperatorLog:
 
     async def append(self, entry: LogEntry) -> None:
         await _round_trip()
+        self.entries.append(entry)
+
+    async def tally(self, entry: LogEntry) -> None:
+        await _round_trip()
+        minute = int(entry.at.timestamp()) // TALLY_WINDOW_S
+        for i, kept in enumerate(self.entries):
+            if (kept.actor, kept.action, kept.status_code) == (
+                    entry.actor, entry.action, entry.status_code) \
+                    and int(kept.at.timestamp()) // TALLY_WINDOW_S == minute:
+                self.entries[i] = replace(kept, count=kept.count + 1)
+                return
         self.entries.append(entry)
 
     async def page(self, *, campaign_id: str | None, actor_id: str | None, before: str | None,

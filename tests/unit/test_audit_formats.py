@@ -28,12 +28,12 @@ async def download(items: list[RecipientLine], fmt: AuditFormat) -> tuple[bytes,
     return b"".join(blocks), len(blocks)
 
 
-async def test_csv_keeps_every_value_exactly_quoting_what_needs_it() -> None:
+async def test_csv_keeps_every_value_quoting_what_needs_it_and_neutralising_formulas() -> None:
     content, _ = await download(LINES, AuditFormat.CSV)
     rows = list(csv.reader(io.StringIO(content.decode(), newline="")))
     assert rows == [["token", "user_id", "outcome", "error"],
                     ["tok-1", 'ann, "the" boss', "failed", "UNREGISTERED"],
-                    ["tok-2", "", "failed", ""], ["tok-3", "=1+1", "failed", ""]]
+                    ["tok-2", "", "failed", ""], ["tok-3", "'=1+1", "failed", ""]]
 
 
 async def test_ndjson_is_one_object_per_line_written_in_blocks() -> None:

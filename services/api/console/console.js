@@ -374,21 +374,30 @@ function confirmStop(parts, view) {
   keep.focus();
 }
 
+// Who did it. An actor the server could not verify (an AMQP cancel without a user_id names its
+// sender itself, and may name anyone) is marked as such, apart from the name it gave.
+function actorOf(actor) {
+  if (!actor) return [];
+  const name = `by ${actor.name}`;
+  return actor.verified ? [name] : [name, " ", h("span", { class: "unverified",
+    title: "Named by the message itself; RabbitMQ did not check it (no user_id)",
+    text: "unverified: self-declared sender" })];
+}
+
 function timeline(c) {
-  const by = (actor) => (actor ? `by ${actor.name}` : "");
-  const steps = [["Created", c.created_at, by(c.created_by)]];
-  if (c.fired_at) steps.push(["Fired (due)", c.fired_at, "scheduler"]);
-  if (c.started_at) steps.push(["Claimed", c.started_at, "a dispatcher started paging the audience"]);
+  const steps = [["Created", c.created_at, actorOf(c.created_by)]];
+  if (c.fired_at) steps.push(["Fired (due)", c.fired_at, ["scheduler"]]);
+  if (c.started_at) steps.push(["Claimed", c.started_at, ["a dispatcher started paging the audience"]]);
   if (c.cancel) {
-    const extra = [by(c.cancel.requested_by),
-      c.cancel.on_behalf_of ? `on behalf of ${c.cancel.on_behalf_of}` : "",
+    const extra = [c.cancel.on_behalf_of ? `on behalf of ${c.cancel.on_behalf_of}` : "",
       c.cancel.reason ? `— “${c.cancel.reason}”` : ""].filter(Boolean).join(" ");
-    steps.push(["Cancel requested", c.cancel.requested_at, extra]);
-    if (c.cancel.acknowledged_at) steps.push(["Acknowledged", c.cancel.acknowledged_at, "every pod stopped"]);
+    steps.push(["Cancel requested", c.cancel.requested_at,
+      [...actorOf(c.cancel.requested_by), extra ? ` ${extra}` : ""]]);
+    if (c.cancel.acknowledged_at) steps.push(["Acknowledged", c.cancel.acknowledged_at, ["every pod stopped"]]);
   }
-  if (c.finished_at) steps.push(["Finished", c.finished_at, c.status + (c.error ? `: ${c.error}` : "")]);
+  if (c.finished_at) steps.push(["Finished", c.finished_at, [c.status + (c.error ? `: ${c.error}` : "")]]);
   const rows = steps.map(([what, at, detail]) => h("li", { "data-step": what },
-    h("strong", { text: what }), h("span", { class: "num", text: localTime(at) }), h("span", { text: detail })));
+    h("strong", { text: what }), h("span", { class: "num", text: localTime(at) }), h("span", {}, ...detail)));
   return rows.concat(links(c));
 }
 

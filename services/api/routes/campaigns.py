@@ -25,14 +25,16 @@ from herald.domain.api import (
 from herald.domain.documents import Campaign, Outcome
 from herald.domain.status import CancelDecision, Status
 from herald.domain.types import OBJECT_ID_PATTERN
+from herald.observability import API_REFUSED
 from herald.service_layer import queries
 from herald.service_layer.campaign_events import CampaignChanged, Event, campaign_events
 from herald.service_layer.campaigns import edit_scheduled
 from services.api.audit import MEDIA_TYPES, AuditFormat, audit_format, download_headers, encoded
 from services.api.auth import Caller, scoped
 from services.api.deps import Services
-from services.api.errors import not_found
+from services.api.errors import ApiError, not_found
 from services.api.operator_log import OperatorLoggedRoute, log_detail, logged
+from services.api.streams import StreamLease
 from services.api.views import campaign_view, correct_result
 
 router = APIRouter(prefix="/v1/campaigns", tags=["campaigns"], route_class=OperatorLoggedRoute)
@@ -83,25 +85,39 @@ async def list_campaigns(
                                             "of GET /v1/campaigns/{id}: the state at once, then "
                                             "every change, until a final status"}})
 async def campaign_events_stream(campaign_id: CampaignId, services: Services,
-                                 _: Reader) -> StreamingResponse:
+                                 caller: Reader) -> StreamingResponse:
     """Live status and counts: an event now, one per change, a comment every ~15 s when
-    quiet; the stream ends after the event with a final status. Reconnect to resume: the first
-    event is always the current state."""
-    events = await campaign_events(services.stores, campaign_id)
-    return StreamingResponse(_server_sent(events), media_type="text/event-stream",
+    quiet; the stream ends after the event with a final status, or within seconds of its key's
+    revocation or expiry. A key holds at most ``HERALD_API_STREAMS_PER_KEY`` streams open (429
+    ``too_many_streams``). Reconnect to resume: the first event is always the current state."""
+    lease = await StreamLease.take(services, caller.key)
+    if lease is None:
+        API_REFUSED.labels("too_many_streams").inc()
+        raise ApiError(429, "too_many_streams",
+                       f"the key {caller.key.name!r} holds {services.settings.api_streams_per_key}"
+                       " event streams open already; close one", headers={"Retry-After": "5"})
+    try:
+        events = await campaign_events(services.stores, campaign_id, keep_going=lease.holds)
+    except BaseException:
+        await lease.release()
+        raise
+    return StreamingResponse(_server_sent(events, lease), media_type="text/event-stream",
                              headers=SSE_HEADERS)
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-async def _server_sent(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
-    async for event in events:
-        if isinstance(event, CampaignChanged):
-            data = campaign_view(event.campaign).model_dump_json(by_alias=True)
-            yield f"event: campaign\nid: {event.seq}\ndata: {data}\n\n".encode()
-        else:
-            yield b": keep-alive\n\n"
+async def _server_sent(events: AsyncIterator[Event], lease: StreamLease) -> AsyncIterator[bytes]:
+    try:
+        async for event in events:
+            if isinstance(event, CampaignChanged):
+                data = campaign_view(event.campaign).model_dump_json(by_alias=True)
+                yield f"event: campaign\nid: {event.seq}\ndata: {data}\n\n".encode()
+            else:
+                yield b": keep-alive\n\n"
+    finally:
+        await lease.release()
 
 
 @router.get("/{campaign_id}/recipients", response_class=StreamingResponse,
