@@ -112,6 +112,13 @@ class CampaignStore:
             **_counts(counts), "cancel.acknowledged_at": now, "finished_at": now,
             **({"error": error} if error is not None else {})})
 
+    async def recount(self, campaign_id: str, counts: Counts) -> bool:
+        """Final counts of a finished campaign computed again (answers recorded late)."""
+        result = await self._campaigns.update_one(
+            {"_id": object_id(campaign_id), "status": {"$in": sorted(s.value for s in TERMINAL)}},
+            {"$set": _counts(counts)})
+        return result.modified_count == 1
+
     # --- creation and edits ----------------------------------------------------------------------
     async def insert_run(self, campaign: Campaign) -> Campaign:
         """Insert a schedule's run; if its ``run_key`` exists already, the earlier run stands."""

@@ -81,17 +81,32 @@ class ChunkStore:
             {"_id": chunk_id(campaign_id, seq)}, _WITHOUT_RECIPIENTS))
 
     async def claim(self, campaign_id: str, seq: int, pod_id: str, holder: str | None,
-                    until: datetime) -> ChunkState | None:
-        """Take a pending chunk from ``holder`` (None: free), counting one more attempt.
+                    until: datetime, fence: int = 0) -> ChunkState | None:
+        """Take a pending chunk from ``holder`` (None: free) whose fencing token is still
+        ``fence`` (0: not checked), counting one more attempt and a new token.
 
         Its state before this attempt, or None if it was no longer pending or someone else
-        took it meanwhile.
+        took (or renewed) it meanwhile.
         """
+        query: Document = {"_id": chunk_id(campaign_id, seq),
+                           "status": ChunkStatus.PENDING.value, "owner": holder}
+        if fence:
+            query["fence"] = fence
         return maybe(ChunkState, await self._chunks.find_one_and_update(
-            {"_id": chunk_id(campaign_id, seq), "status": ChunkStatus.PENDING.value,
-             "owner": holder},
-            {"$set": {"owner": pod_id, "owner_until": until}, "$inc": {"attempts": 1}},
+            query, {"$set": {"owner": pod_id, "owner_until": until},
+                    "$inc": {"attempts": 1, "fence": 1}},
             projection=_WITHOUT_RECIPIENTS, return_document=ReturnDocument.BEFORE))
+
+    async def renew(self, campaign_id: str, seq: int, pod_id: str, fence: int,
+                    until: datetime) -> int | None:
+        """Keep holding a pending chunk this pod claimed with token ``fence``: its new token,
+        or None if it was taken over (or closed) meanwhile."""
+        after = await self._chunks.find_one_and_update(
+            {"_id": chunk_id(campaign_id, seq), "status": ChunkStatus.PENDING.value,
+             "owner": pod_id, "fence": fence},
+            {"$set": {"owner_until": until}, "$inc": {"fence": 1}},
+            projection={"fence": 1}, return_document=ReturnDocument.AFTER)
+        return None if after is None else int(after["fence"])
 
     async def release(self, campaign_id: str, seq: int, pod_id: str, *, refund: bool) -> None:
         """Give the chunk back; ``refund`` takes back the attempt (an outage, a hand-over)."""

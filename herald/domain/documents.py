@@ -236,6 +236,10 @@ class ChunkState:
     attempts: int = 0
     owner: str | None = None
     owner_until: datetime | None = None
+    fence: int = 0
+    """The chunk's fencing token: every claim, takeover and renewal increments it, and each is
+    conditional on the value its maker read, so of a holder back from a freeze renewing and
+    another pod taking the chunk over, exactly one succeeds."""
     sent: int = 0
     failed: int = 0
     finished_at: datetime | None = None

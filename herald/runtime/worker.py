@@ -33,6 +33,7 @@ from herald.runtime.tracking import WorkTracker
 from herald.service_layer.access import OperatorLog
 from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.cancellation import Cancellation
+from herald.service_layer.sending.fence import Fence
 from herald.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class PodParts:
     watch: CancelWatch
     cancellation: Cancellation
     heartbeat: Heartbeat
+    fence: Fence
 
 
 Compose = Callable[[PodParts], Worker]
@@ -93,9 +95,11 @@ def build_parts(service: str, settings: Settings, *, acknowledges_cancels: bool)
                               first_copy=first_copies.first)
     rabbit.consume(resources.broker, rabbit.pod_cancel_queue(identity.id), listener.on_message,
                    exchange=rabbit.CANCEL_EXCHANGE, prefetch=rabbit.CANCEL_PREFETCH)
-    heartbeat = Heartbeat(resources.registry, identity, tracker, settings.heartbeat_interval_s)
+    fence = Fence(settings.heartbeat_ttl_s, settings.heartbeat_interval_s)
+    heartbeat = Heartbeat(resources.registry, identity, tracker, settings.heartbeat_interval_s,
+                          fence)
     return PodParts(settings, identity, resources, background, tracker, watch, cancellation,
-                    heartbeat)
+                    heartbeat, fence)
 
 
 class StartTimedOut(Exception):

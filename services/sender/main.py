@@ -9,6 +9,7 @@ import logging
 from faststream.rabbit.annotations import RabbitMessage
 from pydantic import ValidationError
 
+from herald import names
 from herald.adapters import fcm, rabbit
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.rate_limit import RateLimits
@@ -28,7 +29,15 @@ from services.sender.dead_letters import DeadChunkConsumer
 log = logging.getLogger(__name__)
 
 
+RELEASE_RETRY_FIRST_S = 0.2
+RELEASE_RETRY_MAX_S = 5.0
+
+
 class Sender(Worker):
+    """The consumer of ``herald.chunks``: it parses a message, runs the use case
+    (``herald/service_layer/sending/chunk.py``) and settles the message by its verdict, in one
+    place (``_settle``), which is also the one place that lets go of the chunk's claim."""
+
     def __init__(self, chunks: ChunkSender, claims: ChunkClaims, bus: Bus,
                  close: contextlib.AsyncExitStack) -> None:
         self._chunks = chunks
@@ -54,36 +63,51 @@ class Sender(Worker):
         # this delivery would then release under it.
         with self._claims.first_here(chunk.campaign_id, chunk.seq) as first:
             verdict = await self._process(chunk, message) if first else Verdict.BUSY
-            if verdict is not None:
-                await self._settle(verdict, chunk, message)
+            await self._settle(verdict, chunk, message)
 
-    async def _process(self, chunk: SendChunk, message: RabbitMessage) -> Verdict | None:
-        """Send the chunk; None when it was handed back already (it failed)."""
+    async def _process(self, chunk: SendChunk, message: RabbitMessage) -> Verdict:
         try:
             return await self._chunks.process(chunk, lambda: channel_closed(message))
         except asyncio.CancelledError:  # the channel closed under us: RabbitMQ redelivers
-            await asyncio.shield(self._claims.release(chunk.campaign_id, chunk.seq, refund=True))
+            await asyncio.shield(self._let_go(chunk, refund=True))
             raise
         except INFRASTRUCTURE_ERRORS as exc:
             log.warning("chunk %s:%d interrupted by an outage (%s); handing it back",
                         chunk.campaign_id, chunk.seq, type(exc).__name__)
-            await self._hand_back(chunk, message, refund=True)
+            return Verdict.HAND_BACK
         except Exception:
             log.exception("chunk %s:%d failed; handing it back", chunk.campaign_id, chunk.seq)
-            await self._hand_back(chunk, message, refund=False)
-        return None
+            return Verdict.FAILED
 
-    async def _hand_back(self, chunk: SendChunk, message: RabbitMessage, *, refund: bool) -> None:
-        """Release the chunk and queue it again after a pause; an outage (``refund``) does not
-        count as one of the chunk's attempts."""
-        await self._claims.release(chunk.campaign_id, chunk.seq, refund=refund)
-        await asyncio.sleep(rabbit.REDELIVERY_PAUSE_S)
-        await self._requeue(chunk, message)
+    async def _settle(self, verdict: Verdict, chunk: SendChunk, message: RabbitMessage) -> None:
+        try:
+            if verdict in LET_GO:
+                await self._let_go(chunk, refund=verdict is not Verdict.POISON
+                                   and verdict is not Verdict.FAILED)
+            if verdict in (Verdict.ACK, Verdict.GONE):
+                await message.ack()
+            elif verdict is Verdict.POISON:
+                await message.reject(requeue=False)
+            elif verdict is Verdict.UNEXPLAINED:
+                await self._bus.dead_letter(message.body, names.DEAD_MESSAGES_ROUTING_KEY)
+                await message.ack()
+            elif verdict is not Verdict.ABORT:  # ABORT: RabbitMQ requeued it already
+                await self._requeue(verdict, chunk, message)
+        except INFRASTRUCTURE_ERRORS:
+            # The channel went away after the chunk was recorded: RabbitMQ redelivers it, and
+            # the next sender finds it closed and only acknowledges it.
+            log.warning("could not settle chunk %s:%d; it will be redelivered and skipped",
+                        chunk.campaign_id, chunk.seq)
 
-    async def _requeue(self, chunk: SendChunk, message: RabbitMessage) -> None:
-        """Queue a fresh copy and acknowledge this one. Unlike a nack, this is not a failed
-        delivery: quorum queues count every nack towards their delivery limit on RabbitMQ 3.10,
-        and an outage must not dead-letter healthy chunks."""
+    async def _requeue(self, verdict: Verdict, chunk: SendChunk, message: RabbitMessage) -> None:
+        """Queue a fresh copy and acknowledge this one, after a pause unless the chunk only ran
+        out of time. Unlike a nack, this is not a failed delivery: quorum queues count every
+        nack towards their delivery limit on RabbitMQ 3.10, and an outage must not dead-letter
+        healthy chunks."""
+        if verdict is Verdict.BUSY:
+            CHUNKS_DEFERRED.inc()
+        if verdict is not Verdict.REPUBLISH:
+            await asyncio.sleep(rabbit.REDELIVERY_PAUSE_S)
         try:
             await self._bus.send_chunk(chunk)
             await message.ack()
@@ -91,28 +115,29 @@ class Sender(Worker):
             with contextlib.suppress(*INFRASTRUCTURE_ERRORS):
                 await message.nack(requeue=True)
 
-    async def _settle(self, verdict: Verdict, chunk: SendChunk, message: RabbitMessage) -> None:
-        claims = self._claims
-        try:
-            if verdict is Verdict.ACK:
-                await message.ack()
-            elif verdict is Verdict.POISON:
-                await claims.release(chunk.campaign_id, chunk.seq, refund=False)
-                await message.reject(requeue=False)
-            elif verdict is Verdict.REPUBLISH:  # let go first: the copy may go to anyone
-                await claims.release(chunk.campaign_id, chunk.seq, refund=True)
-                await self._requeue(chunk, message)
-            elif verdict is Verdict.BUSY:
-                CHUNKS_DEFERRED.inc()
-                await asyncio.sleep(rabbit.REDELIVERY_PAUSE_S)
-                await self._requeue(chunk, message)
-            else:  # ABORT: the channel is gone and RabbitMQ requeued the message already
-                await claims.release(chunk.campaign_id, chunk.seq, refund=True)
-        except INFRASTRUCTURE_ERRORS:
-            # The channel went away after the chunk was recorded: RabbitMQ redelivers it, and
-            # the next sender finds it closed and only acknowledges it.
-            log.warning("could not settle chunk %s:%d; it will be redelivered and skipped",
-                        chunk.campaign_id, chunk.seq)
+    async def _let_go(self, chunk: SendChunk, *, refund: bool) -> None:
+        """Give the chunk's claim back before anyone else is offered it, trying again through
+        an outage (a claim left behind would make every other sender answer BUSY until it
+        expires); an outage or a hand-over (``refund``) is not one of the chunk's attempts."""
+        pause = RELEASE_RETRY_FIRST_S
+        while True:
+            try:
+                await self._claims.release(chunk.campaign_id, chunk.seq, refund=refund)
+                return
+            except INFRASTRUCTURE_ERRORS as exc:
+                log.warning("releasing chunk %s:%d failed (%s); trying again in %.1f s",
+                            chunk.campaign_id, chunk.seq, type(exc).__name__, pause)
+            await asyncio.sleep(pause)
+            pause = min(RELEASE_RETRY_MAX_S, pause * 2)
+
+
+LET_GO = frozenset({Verdict.POISON, Verdict.REPUBLISH, Verdict.ABORT, Verdict.HAND_BACK,
+                    Verdict.FAILED})
+"""Verdicts after which this pod gives the chunk's claim back."""
+
+
+def is_outage(failure: BaseException) -> bool:
+    return isinstance(failure, INFRASTRUCTURE_ERRORS)
 
 
 def channel_closed(message: RabbitMessage) -> bool:
@@ -129,17 +154,20 @@ def compose(parts: PodParts) -> Sender:
     limits = RateLimits(resources.redis, resources.keys, settings.fcm_rate_per_min)
     window = SendWindow(client, WindowPolicy(connections=settings.sender_concurrency,
                                              unrecorded=settings.sender_batch_size,
-                                             max_retries=settings.fcm_max_retries),
+                                             max_retries=settings.fcm_max_retries,
+                                             is_outage=is_outage),
                         limits.project)
     lifecycle = ChunkLifecycle(stores, pod_id)
     claims = ChunkClaims(stores.chunks, resources.registry, pod_id,
                          settings.chunk_budget_s + settings.grace_period_s)
     policy = SendingPolicy(max_attempts=settings.chunk_max_attempts,
-                           budget_s=settings.chunk_budget_s)
+                           budget_s=settings.chunk_budget_s,
+                           heartbeat_interval_s=settings.heartbeat_interval_s)
     refusals = CampaignRefusals(parts.watch, parts.cancellation.stop_for_error,
                                 parts.background.spawn)
     chunks = ChunkSender(lifecycle, CampaignCache(stores.campaigns, parts.watch), window, limits,
-                         claims, parts.tracker.working_on, parts.watch.event, policy, refusals)
+                         claims, parts.tracker.working_on, parts.watch.event, policy, refusals,
+                         parts.fence)
     closing = contextlib.AsyncExitStack()
     closing.push_async_callback(session.close)
     if tokens is not None:

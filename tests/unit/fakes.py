@@ -317,6 +317,14 @@ class FakeCampaigns:
             _with_fields(c, {"cancel.acknowledged_at": now}), counts=counts, finished_at=now,
             error=error if error is not None else c.error))
 
+    async def recount(self, campaign_id: str, counts: Counts) -> bool:
+        await _round_trip()
+        current = self._rows.get(campaign_id)
+        if current is None or current.status not in TERMINAL:
+            return False
+        self._rows[campaign_id] = replace(current, counts=counts)
+        return True
+
     async def insert_run(self, campaign: Campaign) -> Campaign:
         await _round_trip()
         try:
@@ -559,14 +567,25 @@ class FakeChunks:
         return None if chunk is None else chunk.state
 
     async def claim(self, campaign_id: str, seq: int, pod_id: str, holder: str | None,
-                    until: datetime) -> ChunkState | None:
+                    until: datetime, fence: int = 0) -> ChunkState | None:
         await _round_trip()
-        before = self._state_if(campaign_id, seq, lambda s: (s.status is ChunkStatus.PENDING
-                                                             and s.owner == holder))
+        before = self._state_if(campaign_id, seq, lambda s: (
+            s.status is ChunkStatus.PENDING and s.owner == holder
+            and (not fence or s.fence == fence)))
         if before is not None:
             self._set_state(replace(before, owner=pod_id, owner_until=until,
-                                    attempts=before.attempts + 1))
+                                    attempts=before.attempts + 1, fence=before.fence + 1))
         return before
+
+    async def renew(self, campaign_id: str, seq: int, pod_id: str, fence: int,
+                    until: datetime) -> int | None:
+        await _round_trip()
+        held = self._state_if(campaign_id, seq, lambda s: (
+            s.status is ChunkStatus.PENDING and s.owner == pod_id and s.fence == fence))
+        if held is None:
+            return None
+        self._set_state(replace(held, owner_until=until, fence=held.fence + 1))
+        return held.fence + 1
 
     async def release(self, campaign_id: str, seq: int, pod_id: str, *, refund: bool) -> None:
         await _round_trip()

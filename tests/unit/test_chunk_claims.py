@@ -46,7 +46,7 @@ async def test_a_free_chunk_is_held_for_this_pod_with_one_more_attempt(
 async def test_a_missing_or_closed_chunk_is_not_taken(stores: Stores, registry: FakeRegistry,
                                                       clock: FakeClock) -> None:
     claims = claims_of(stores, registry, clock)
-    assert await claims.take(new_id(), 0) is NotTaken.CLOSED
+    assert await claims.take(new_id(), 0) is NotTaken.UNKNOWN
     campaign_id = await chunk(stores, clock)
     await claims.take(campaign_id, 0)
     await stores.chunks.finish(campaign_id, 0, ChunkStatus.DONE, 3, 0, clock(), "s1")
@@ -141,3 +141,34 @@ def test_a_delivery_that_failed_lets_the_next_one_in(registry: FakeRegistry,
         assert next_one
 
 
+
+
+async def test_a_takeover_and_the_holders_renewal_race_and_exactly_one_wins(
+        stores: Stores, registry: FakeRegistry, clock: FakeClock) -> None:
+    """A pod back from a freeze renews its claim with its fencing token while another takes the
+    chunk over from it (read as dead): both writes are conditional on the token they read."""
+    campaign_id = await chunk(stores, clock)
+    frozen = claims_of(stores, registry, clock, pod_id="frozen")
+    before = await frozen.take(campaign_id, 0)
+    assert not isinstance(before, NotTaken)
+    token = before.fence + 1
+    taker = claims_of(stores, registry, clock, pod_id="taker")  # "frozen" has no heartbeat
+    taken = await taker.take(campaign_id, 0)
+    assert not isinstance(taken, NotTaken) and taken.owner == "frozen"
+    assert await frozen.renew(campaign_id, 0, token) is None  # too late: it is the taker's
+    state = await stores.chunks.state(campaign_id, 0)
+    assert state is not None and state.owner == "taker"
+
+
+async def test_a_renewal_first_fences_the_takeover_out(stores: Stores, registry: FakeRegistry,
+                                                       clock: FakeClock) -> None:
+    campaign_id = await chunk(stores, clock)
+    frozen = claims_of(stores, registry, clock, pod_id="frozen")
+    before = await frozen.take(campaign_id, 0)
+    assert not isinstance(before, NotTaken)
+    seen = await stores.chunks.state(campaign_id, 0)  # the taker reads: held by a dead pod
+    assert seen is not None
+    renewed = await frozen.renew(campaign_id, 0, before.fence + 1)
+    assert renewed == before.fence + 2
+    assert await stores.chunks.claim(campaign_id, 0, "taker", "frozen", clock(),
+                                     fence=seen.fence) is None

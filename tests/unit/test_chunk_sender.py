@@ -4,6 +4,7 @@ path)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -12,15 +13,23 @@ import pytest
 
 from herald.adapters.fcm import SendResult
 from herald.clock import utcnow
-from herald.domain.documents import Campaign, ChunkState, ChunkStatus, Counts, new_id
+from herald.domain.documents import (
+    Campaign,
+    CancelRecord,
+    ChunkState,
+    ChunkStatus,
+    Counts,
+    new_id,
+)
 from herald.domain.messages import SendChunk
 from herald.domain.status import Status
 from herald.runtime.tracking import WorkTracker
 from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.ports import Stores
 from herald.service_layer.sending.campaigns import CampaignCache
-from herald.service_layer.sending.chunk import ChunkSender, SendingPolicy, Verdict
+from herald.service_layer.sending.chunk import UNFENCED, ChunkSender, SendingPolicy, Verdict
 from herald.service_layer.sending.claims import ChunkClaims
+from herald.service_layer.sending.fence import Fence
 from herald.service_layer.sending.lifecycle import ChunkLifecycle
 from herald.service_layer.sending.window import SendWindow, WindowPolicy
 from tests.factories import at, device, pod_beat, recipients_of, sending_campaign
@@ -56,7 +65,8 @@ class Rig:
 
     def sender(self, *, budget_s: float = 60.0,
                answer: Callable[[str], SendResult] = answer_by_token,
-               on_request: Callable[[str], None] | None = None) -> ChunkSender:
+               on_request: Callable[[str], None] | None = None,
+               fence: Fence = UNFENCED) -> ChunkSender:
         self.fcm = FakeFcm(answer, on_request)
         self.claims = ChunkClaims(self.stores.chunks, self.registry, POD, 60.0, self.clock)
         window = SendWindow(self.fcm, WindowPolicy(connections=1, unrecorded=2, max_retries=0),
@@ -65,7 +75,8 @@ class Rig:
             ChunkLifecycle(self.stores, POD, self.clock),
             CampaignCache(self.stores.campaigns, self.watch), window, UnlimitedLimits(),
             self.claims, WorkTracker().working_on, self.watch.event,
-            SendingPolicy(max_attempts=MAX_ATTEMPTS, budget_s=budget_s))
+            SendingPolicy(max_attempts=MAX_ATTEMPTS, budget_s=budget_s,
+                          heartbeat_interval_s=0.05), fence=fence)
 
 
 @pytest.fixture
@@ -165,8 +176,24 @@ async def test_a_chunk_of_a_campaign_not_sending_is_dropped(rig: Rig, status: St
     assert rig.fcm.sent == []
 
 
-async def test_a_chunk_of_an_unknown_campaign_is_dropped(rig: Rig) -> None:
-    assert await rig.sender().process(message(new_id()), open_channel) is Verdict.ACK
+async def test_a_chunk_of_an_unknown_campaign_is_dead_lettered(rig: Rig) -> None:
+    assert await rig.sender().process(message(new_id()), open_channel) is Verdict.UNEXPLAINED
+    assert rig.fcm.sent == []
+
+
+async def test_a_chunk_with_a_sequence_its_campaign_never_wrote_is_dead_lettered(
+        rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    forged = SendChunk(campaign_id=campaign.id, seq=7, recipients=recipients_of(TOKENS))
+    assert await rig.sender().process(forged, open_channel) is Verdict.UNEXPLAINED
+    assert rig.fcm.sent == []
+
+
+async def test_a_chunk_whose_recipients_are_not_those_written_is_dead_lettered(
+        rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    forged = SendChunk(campaign_id=campaign.id, seq=0, recipients=recipients_of(["x", "y"]))
+    assert await rig.sender().process(forged, open_channel) is Verdict.UNEXPLAINED
     assert rig.fcm.sent == []
 
 
@@ -312,3 +339,91 @@ async def test_a_cancel_between_batches_stops_before_the_next_batch(rig: Rig) ->
     verdict = await sender.process(message(campaign.id), open_channel)
     assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS[:2]
     assert (await chunk_state(rig, campaign.id)).status is ChunkStatus.CANCELLED
+
+
+
+# --- a pod that was away (frozen, or cut off from the registry) -----------------------------------
+class Away:
+    """A pod's fence on a clock of its own; ``freeze`` jumps past its heartbeat's life, as a
+    SIGSTOP would, and ``beat`` lands a heartbeat (the pod back in the registry)."""
+
+    TTL_S = 1.5
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.fence = Fence(self.TTL_S, 0.5, clock=lambda: self.now)
+
+    def freeze(self) -> None:
+        self.now += 10 * self.TTL_S
+
+    def beat(self) -> None:
+        self.fence.confirm(self.now)
+
+
+def frozen_after(away: Away, requests: int, then: Callable[[], None] = lambda: None
+                 ) -> Callable[[str], None]:
+    """FCM hook: the pod freezes while its ``requests``-th request is on the wire; ``then``
+    runs meanwhile (another pod takes over, a cancel is confirmed)."""
+    seen: list[str] = []
+
+    def on_request(token: str) -> None:
+        seen.append(token)
+        if len(seen) == requests:
+            away.freeze()
+            then()
+            asyncio.get_running_loop().call_later(0.01, away.beat)
+    return on_request
+
+
+async def test_a_pod_back_from_a_freeze_that_lost_its_chunk_sends_nothing_more(
+        rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    away = Away()
+    taken: list[asyncio.Future[object]] = []
+
+    def take_over() -> None:
+        taken.append(asyncio.ensure_future(rig.stores.chunks.claim(
+            campaign.id, 0, "taker", POD, rig.clock(), fence=1)))
+
+    sender = rig.sender(fence=away.fence, on_request=frozen_after(away, 2, take_over))
+    verdict = await sender.process(message(campaign.id), open_channel)
+    assert verdict is Verdict.GONE
+    assert rig.fcm.sent == TOKENS[:2]  # the one on the wire at the freeze, and none after
+    assert await rig.stores.deliveries.recorded(campaign.id, 0) == {0: None, 1: None}
+    state = await chunk_state(rig, campaign.id)
+    assert (state.owner, state.status) == ("taker", ChunkStatus.PENDING)
+
+
+async def test_a_pod_back_from_a_freeze_that_still_holds_its_chunk_goes_on(rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    away = Away()
+    sender = rig.sender(fence=away.fence, on_request=frozen_after(away, 2))
+    verdict = await sender.process(message(campaign.id), open_channel)
+    state = await chunk_state(rig, campaign.id)
+    assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS
+    assert (state.status, state.sent, state.failed) == (ChunkStatus.DONE, 4, 1)
+
+
+async def test_a_pod_back_after_its_campaign_was_cancelled_sends_nothing_and_recounts(
+        rig: Rig) -> None:
+    campaign = await campaign_of(rig)
+    away = Away()
+    confirming: list[asyncio.Future[None]] = []
+
+    def cancelled_and_confirmed() -> None:  # the broadcast never reached the frozen pod
+        confirming.append(asyncio.ensure_future(confirm_cancel(rig, campaign.id)))
+
+    sender = rig.sender(fence=away.fence,
+                        on_request=frozen_after(away, 2, cancelled_and_confirmed))
+    verdict = await sender.process(message(campaign.id), open_channel)
+    done = await stored(rig, campaign.id)
+    assert verdict is Verdict.GONE and rig.fcm.sent == TOKENS[:2]
+    assert done.status is Status.CANCELLED
+    assert (done.counts.sent, done.counts.unsent) == (2, 3)  # recounted with the late answers
+
+
+async def confirm_cancel(rig: Rig, campaign_id: str) -> None:
+    """A cancel confirmed by the others while this pod was away (its answers not yet in)."""
+    now = utcnow()
+    await rig.stores.campaigns.begin_cancel(campaign_id, CancelRecord(requested_at=now))
+    await rig.stores.campaigns.confirm_cancel(campaign_id, Counts(targeted=5), now)

@@ -27,21 +27,26 @@ class CampaignInfo:
     flag_checked_at: float = field(default_factory=time.monotonic)
 
 
+UNKNOWN = "unknown"
+"""What ``get`` answers for a campaign that does not exist (a forged or misrouted chunk)."""
+
+
 class CampaignCache:
     def __init__(self, campaigns: CampaignRepository, watch: CancelWatch) -> None:
         self._campaigns = campaigns
         self._watch = watch
         self._entries: OrderedDict[str, CampaignInfo] = OrderedDict()
 
-    async def get(self, campaign_id: str) -> CampaignInfo | None:
-        """The campaign's sending info; None if it is unknown or no longer sending."""
+    async def get(self, campaign_id: str) -> CampaignInfo | str | None:
+        """The campaign's sending info; None if it is no longer sending; ``UNKNOWN`` if there
+        is no such campaign."""
         info = self._entries.get(campaign_id)
         if info is not None:
             self._entries.move_to_end(campaign_id)
             return info
         campaign = await self._campaigns.get(campaign_id)
         if campaign is None:
-            return None
+            return UNKNOWN
         if campaign.status in (Status.CANCELLING, Status.CANCELLED):
             self._watch.learn(campaign_id)
         if campaign.status not in ACTIVE:
@@ -55,6 +60,13 @@ class CampaignCache:
         if len(self._entries) > CACHE_SIZE:
             self._entries.popitem(last=False)
         return info
+
+    async def still_sending(self, campaign_id: str) -> bool:
+        """Whether the campaign is still sending, read from the store (not from memory)."""
+        campaign = await self._campaigns.get(campaign_id)
+        if campaign is not None and campaign.status in (Status.CANCELLING, Status.CANCELLED):
+            self._watch.learn(campaign_id)
+        return campaign is not None and campaign.status in ACTIVE
 
     async def is_cancelled(self, campaign_id: str) -> bool:
         """Known cancelled here, or flagged in Redis (read at most once a second)."""

@@ -22,8 +22,9 @@ from herald.domain.messages import SendChunk
 from herald.domain.outcomes import RecipientOutcome, Target, dead_tokens
 from herald.observability import CHUNKS
 from herald.service_layer.ports import RateLimits
-from herald.service_layer.sending.campaigns import CampaignCache, CampaignInfo
+from herald.service_layer.sending.campaigns import UNKNOWN, CampaignCache, CampaignInfo
 from herald.service_layer.sending.claims import ChunkClaims, NotTaken
+from herald.service_layer.sending.fence import Fence
 from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
 from herald.service_layer.sending.refusals import CampaignRefusals
 from herald.service_layer.sending.window import SendWindow
@@ -40,20 +41,39 @@ class Verdict(Enum):
     POISON = "poison"  # failed too often: dead-letter it
     REPUBLISH = "republish"  # took too long for one delivery: hand the rest on as a new message
     BUSY = "busy"  # another live sender holds this chunk: try again a little later
+    GONE = "gone"  # this pod was away; the chunk is someone else's now, or its campaign ended
+    UNEXPLAINED = "unexplained"  # no such campaign or chunk: dead-letter it, with a WARNING
+    HAND_BACK = "hand_back"  # interrupted by an outage: queue it again, no attempt counted
+    FAILED = "failed"  # failed for another reason: queue it again, one attempt counted
 
 
 @dataclass(frozen=True)
 class SendingPolicy:
     max_attempts: int
     budget_s: float
+    heartbeat_interval_s: float = 2.0
+
+
+UNFENCED = Fence(float("inf"), 1.0)
+"""A fence that always holds (tests of what a fence does not concern)."""
+
+
+@dataclass
+class _Hold:
+    """This delivery's hold on its chunk: the claim's fencing token and the fence's epoch at
+    which it was last established."""
+
+    token: int
+    epoch: int
 
 
 class ChunkSender:
     def __init__(self, lifecycle: ChunkLifecycle, cache: CampaignCache, window: SendWindow,
                  limits: RateLimits, claims: ChunkClaims, working_on: WorkingOn,
                  cancelled_event: Callable[[str], asyncio.Event], policy: SendingPolicy,
-                 refusals: CampaignRefusals | None = None) -> None:
+                 refusals: CampaignRefusals | None = None, fence: Fence = UNFENCED) -> None:
         self._lifecycle = lifecycle
+        self._fence = fence
         self._refusals = refusals
         self._cache = cache
         self._window = window
@@ -70,39 +90,70 @@ class ChunkSender:
             CHUNKS.labels("dropped").inc()
             return Verdict.ACK
         info = await self._cache.get(campaign_id)
-        if info is None:
-            CHUNKS.labels("dropped").inc()
-            return Verdict.ACK
+        if info == UNKNOWN or info is None:
+            return _unexplained(chunk, "no such campaign") if info == UNKNOWN else _dropped()
+        assert isinstance(info, CampaignInfo)
+        hold = _Hold(0, self._fence.epoch)  # read before the claim: a gap after it trips
         before = await self._claims.take(campaign_id, chunk.seq)
-        if before is NotTaken.CLOSED:
-            return Verdict.ACK
-        if before is NotTaken.BUSY:
-            return Verdict.BUSY
+        if isinstance(before, NotTaken):
+            return _not_taken(chunk, before)
+        if before.size != len(chunk.recipients):
+            return _unexplained(chunk, f"{len(chunk.recipients)} recipients where the chunk "
+                                       f"written has {before.size}")
         if before.attempts >= self._policy.max_attempts:
             log.error("chunk %s:%d failed %d times; dead-lettering it", campaign_id, chunk.seq,
                       before.attempts)
             return Verdict.POISON
+        hold.token = before.fence + 1
         async with self._working_on(campaign_id):
-            return await self._send(chunk, info, channel_closed)
+            return await self._send(chunk, info, channel_closed, hold)
 
     def stop(self) -> None:
         """Shutting down: finish the requests on the wire, hand the rest of each chunk back."""
         self._stopping = True
 
     async def _send(self, chunk: SendChunk, info: CampaignInfo,
-                    channel_closed: Callable[[], bool]) -> Verdict:
+                    channel_closed: Callable[[], bool], hold: _Hold) -> Verdict:
         recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
         tally = Tally.of(recorded)
-        todo = [Target(position, r.token) for position, r in enumerate(chunk.recipients)
-                if position not in recorded]
-        verdict = await self._send_window(chunk, info, todo, tally, channel_closed)
+        while True:
+            todo = [Target(position, r.token) for position, r in enumerate(chunk.recipients)
+                    if position not in recorded]
+            verdict = await self._send_window(chunk, info, todo, tally, channel_closed, hold)
+            if self._fence.holds(hold.epoch):
+                break
+            if not await self._come_back(chunk, hold):  # away: established again, or gone
+                return Verdict.GONE
+            recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
         if verdict is not Verdict.ACK or (tally.stopped and not tally.recorded_now):
             return verdict  # a cancel before this delivery sent anything: nothing to close
         await self._lifecycle.close(chunk.campaign_id, chunk.seq, tally.status, tally)
         return Verdict.ACK
 
+    async def _come_back(self, chunk: SendChunk, hold: _Hold) -> bool:
+        """This pod was away longer than its heartbeat lives (frozen, or cut off from the
+        registry): before anything more is sent, its heartbeat must land again, its claim on
+        the chunk must still be its own (renewed with the fencing token) and the campaign must
+        still be sending, read from the store. False if not: the chunk is left alone."""
+        campaign_id = chunk.campaign_id
+        log.warning("chunk %s:%d: this pod was away longer than its heartbeat lives; "
+                    "re-establishing its claim before sending more", campaign_id, chunk.seq)
+        if not await self._fence.confirmed(3 * self._policy.heartbeat_interval_s):
+            # Still cut off from the registry: an outage, the chunk is handed back (refunded).
+            raise ConnectionError("this pod's heartbeat does not reach the registry")
+        epoch = self._fence.epoch
+        token = await self._claims.renew(campaign_id, chunk.seq, hold.token)
+        if token is None or not await self._cache.still_sending(campaign_id):
+            log.warning("chunk %s:%d: %s; sending nothing more of it", campaign_id, chunk.seq,
+                        "taken over by another pod" if token is None else "campaign not sending")
+            await self._lifecycle.recount_if_finished(campaign_id)
+            return False
+        hold.token, hold.epoch = token, epoch
+        return True
+
     async def _send_window(self, chunk: SendChunk, info: CampaignInfo, todo: list[Target],
-                           tally: Tally, channel_closed: Callable[[], bool]) -> Verdict:
+                           tally: Tally, channel_closed: Callable[[], bool],
+                           hold: _Hold) -> Verdict:
         gate = _Gate(self, chunk, channel_closed, tally)
         cancelled = self._cancelled_event(chunk.campaign_id)
 
@@ -113,10 +164,11 @@ class ChunkSender:
             if self._refusals is not None and result.error is not None:
                 self._refusals.stop(chunk.campaign_id, result.error, result.message)
 
+        fence, epoch = self._fence, hold.epoch
         await self._window.send(
             info.template, todo, may_start=gate.may_start, cancelled=cancelled,
             campaign_bucket=self._limits.for_campaign(chunk.campaign_id, info.rate_per_s),
-            record=record, stop=stop)
+            record=record, stop=stop, fenced=lambda: not fence.holds(epoch))
         if gate.verdict is None and cancelled.is_set():
             # Heard while sending: the chunk closes cancelled even if every request got its
             # answer, or it would count as done for a campaign that is being cancelled.
@@ -163,3 +215,19 @@ class _Gate:
             self.verdict = await self._sender.before_request(self._chunk, self._channel_closed,
                                                              self._started, self._tally)
         return self.verdict is None
+
+
+def _dropped() -> Verdict:
+    CHUNKS.labels("dropped").inc()
+    return Verdict.ACK
+
+
+def _not_taken(chunk: SendChunk, why: NotTaken) -> Verdict:
+    if why is NotTaken.UNKNOWN:
+        return _unexplained(chunk, f"its campaign has no chunk {chunk.seq}")
+    return Verdict.BUSY if why is NotTaken.BUSY else Verdict.ACK
+
+
+def _unexplained(chunk: SendChunk, why: str) -> Verdict:
+    log.warning("chunk message %s:%d dead-lettered: %s", chunk.campaign_id, chunk.seq, why)
+    return Verdict.UNEXPLAINED

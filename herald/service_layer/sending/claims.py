@@ -18,6 +18,7 @@ from herald.service_layer.ports import ChunkRepository, PodRegistry
 
 
 class NotTaken(Enum):
+    UNKNOWN = "unknown"  # no such chunk: a forged or misrouted message
     CLOSED = "closed"  # sent (or closed) already: nothing to do
     BUSY = "busy"  # another live holder, or another delivery in this process, is on it
 
@@ -46,18 +47,28 @@ class ChunkClaims:
             self._in_hand.discard(key)
 
     async def take(self, campaign_id: str, seq: int) -> ChunkState | NotTaken:
-        """Hold the chunk for this pod: its state before (counting one more attempt), or why not."""
+        """Hold the chunk for this pod: its state before (counting one more attempt; this
+        claim's fencing token is ``fence + 1``), or why not. A chunk held by a pod whose
+        heartbeat expired is taken over, conditionally on the token read here."""
         now = self._clock()
         state = await self._chunks.state(campaign_id, seq)
-        if state is None or state.status is not ChunkStatus.PENDING:
+        if state is None:
+            return NotTaken.UNKNOWN
+        if state.status is not ChunkStatus.PENDING:
             return NotTaken.CLOSED
         holder = state.owner
         if (holder is not None and holder != self._pod_id and state.owner_until is not None
                 and state.owner_until > now and await self._registry.is_alive(holder)):
             return NotTaken.BUSY
         before = await self._chunks.claim(campaign_id, seq, self._pod_id, holder,
-                                          now + self._hold)
+                                          now + self._hold, fence=state.fence if holder else 0)
         return NotTaken.BUSY if before is None else before
+
+    async def renew(self, campaign_id: str, seq: int, token: int) -> int | None:
+        """Still hold a chunk claimed (or last renewed) with fencing ``token``: the new token,
+        or None if another pod took it over (or it closed) meanwhile."""
+        return await self._chunks.renew(campaign_id, seq, self._pod_id, token,
+                                        self._clock() + self._hold)
 
     async def release(self, campaign_id: str, seq: int, *, refund: bool) -> None:
         """Give the chunk back, as far as MongoDB lets us (a hold also expires by itself)."""

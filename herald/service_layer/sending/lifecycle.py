@@ -8,6 +8,7 @@ nothing: RabbitMQ redelivers the chunk, and the next one resumes from the record
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -16,9 +17,13 @@ from datetime import datetime
 from herald.clock import utcnow
 from herald.domain.documents import CHUNK_CLOSED_FOR_GOOD, ChunkStatus, Outcome, Recorded
 from herald.domain.outcomes import RecipientOutcome
+from herald.domain.status import TERMINAL
 from herald.observability import CHUNKS, MESSAGES
 from herald.service_layer.completion import chunk_finished
 from herald.service_layer.ports import Stores
+from herald.service_layer.recipients import final_counts
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -84,6 +89,21 @@ class ChunkLifecycle:
             await chunk_finished(self._stores, campaign_id, tally.sent, tally.failed,
                                  done=status in CHUNK_CLOSED_FOR_GOOD)
         return closed
+
+
+    async def recount_if_finished(self, campaign_id: str) -> None:
+        """A pod back from being away recorded answers to requests it had on the wire: if the
+        campaign finished meanwhile (a cancel confirmed without it), its final counts are
+        computed again from the records, so they keep agreeing with the audit."""
+        campaign = await self._stores.campaigns.get(campaign_id)
+        if campaign is None or campaign.status not in TERMINAL:
+            return
+        counts = (await final_counts(self._stores, campaign)).counts
+        if counts != campaign.counts and await self._stores.campaigns.recount(campaign_id, counts):
+            log.warning("campaign %s: %d answers recorded after it finished (a pod that was "
+                        "away); final counts now sent %d, failed %d of %d", campaign_id,
+                        counts.sent + counts.failed - campaign.counts.sent
+                        - campaign.counts.failed, counts.sent, counts.failed, counts.targeted)
 
 
 def count_outcomes(errors: Iterable[str | None]) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from collections import deque
@@ -39,6 +40,8 @@ from herald.domain.outcomes import RecipientOutcome, Target
 from herald.domain.payload import MessageTemplate
 from herald.observability import FCM_ERRORS, FCM_REQUEST_SECONDS, FCM_RETRIES
 from herald.service_layer.ports import Fcm, RateBucket
+
+log = logging.getLogger(__name__)
 
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
@@ -58,12 +61,18 @@ def backoff_s(attempt: int, retry_after_s: float | None) -> float:
     return max(retry_after_s or 0.0, jittered)
 
 
+def never(_failure: BaseException) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class WindowPolicy:
     connections: int
     unrecorded: int
     max_retries: int
     group_wait_s: float = RECORD_GROUP_WAIT_S
+    is_outage: Callable[[BaseException], bool] = never
+    """Whether a failed write is an outage (the store away), to be tried again until it lands."""
 
     @property
     def group_size(self) -> int:
@@ -72,18 +81,27 @@ class WindowPolicy:
         return max(1, self.unrecorded // 4)
 
 
+WRITE_RETRY_FIRST_S = 0.2
+WRITE_RETRY_MAX_S = 5.0
+
+
 class OutcomeGroups:
     """One chunk delivery's answered requests, written in groups, one write at a time.
 
-    Each outcome holds a permit of the window until its group is written (or failed to be).
+    Each outcome holds a permit of the window until its group is written (or failed to be). A
+    write that meets an outage is tried again until it lands (or the pod dies): FCM's answers
+    are never dropped between FCM and the store, and while they wait, their permits keep the
+    window from starting more than ``unrecorded`` requests. Any other failure stops the
+    delivery (the chunk is handed back; its unrecorded part is sent again).
     """
 
     def __init__(self, record: RecordGroup, permits: asyncio.Semaphore, size: int,
-                 wait_s: float) -> None:
+                 wait_s: float, is_outage: Callable[[BaseException], bool] = never) -> None:
         self._record = record
         self._permits = permits
         self._size = size
         self._wait_s = wait_s
+        self._is_outage = is_outage
         self._pending: list[RecipientOutcome] = []
         self._timer: asyncio.TimerHandle | None = None
         self._writes: list[asyncio.Task[None]] = []
@@ -107,9 +125,13 @@ class OutcomeGroups:
             self._writes.append(asyncio.create_task(self._write(outcomes)))
 
     async def drain(self) -> None:
-        """Write the rest and wait for every write; raise the first write's failure."""
+        """Write the rest and wait for every write; raise the first write's failure.
+
+        The writes are tasks of their own: if the delivery is cancelled (its channel closed
+        under it), they still land (``asyncio.wait`` does not cancel what it waits for)."""
         self.flush()
-        await asyncio.gather(*self._writes, return_exceptions=True)
+        if self._writes:
+            await asyncio.wait(self._writes)
         self._writes.clear()
         if self.failure is not None:
             raise self.failure
@@ -118,12 +140,26 @@ class OutcomeGroups:
         try:
             async with self._writing:
                 if self.failure is None:
-                    await self._record(outcomes)
+                    await self._write_until_it_lands(outcomes)
         except Exception as exc:  # the chunk is handed back; its unrecorded part is resent
             self.failure = self.failure or exc
         finally:
             for _ in outcomes:
                 self._permits.release()
+
+    async def _write_until_it_lands(self, outcomes: list[RecipientOutcome]) -> None:
+        pause = WRITE_RETRY_FIRST_S
+        while True:
+            try:
+                await self._record(outcomes)
+                return
+            except Exception as exc:
+                if not self._is_outage(exc):
+                    raise
+                log.warning("recording %d answers failed (%s); trying again in %.1f s",
+                            len(outcomes), type(exc).__name__, pause)
+            await asyncio.sleep(pause)
+            pause = min(WRITE_RETRY_MAX_S, pause * 2)
 
 
 Stop = Callable[[SendResult], None]
@@ -139,6 +175,8 @@ class _Delivery:
     campaign_bucket: RateBucket | None
     groups: OutcomeGroups
     stop: Stop
+    fenced: Callable[[], bool]
+    """True once this pod may no longer act for the delivery (it was away: see ``fence.py``)."""
     tokens: int = 0
     failure: BaseException | None = None
     in_window: int = 0
@@ -191,7 +229,8 @@ class SendWindow:
     async def send(self, template: MessageTemplate, targets: Iterable[Target], *,
                    may_start: MayStart, cancelled: asyncio.Event,
                    campaign_bucket: RateBucket | None, record: RecordGroup,
-                   stop: Stop = lambda _result: None) -> None:
+                   stop: Stop = lambda _result: None,
+                   fenced: Callable[[], bool] = lambda: False) -> None:
         """Send to ``targets`` while ``may_start()`` allows, recording outcomes in groups.
 
         Returns once every request started here is answered and its outcome written; a target
@@ -201,8 +240,8 @@ class SendWindow:
         Raises the first failure to record (nothing more is started after it).
         """
         groups = OutcomeGroups(record, self._unrecorded, self._policy.group_size,
-                               self._policy.group_wait_s)
-        delivery = _Delivery(template, cancelled, campaign_bucket, groups, stop)
+                               self._policy.group_wait_s, self._policy.is_outage)
+        delivery = _Delivery(template, cancelled, campaign_bucket, groups, stop, fenced)
         try:
             await self._admit(delivery, targets, may_start)
         finally:
@@ -223,7 +262,8 @@ class SendWindow:
             self._enqueue(_Try(delivery, target))
 
     async def _may_continue(self, delivery: _Delivery, may_start: MayStart) -> bool:
-        if delivery.failure or delivery.groups.failure or delivery.cancelled.is_set():
+        if (delivery.failure or delivery.groups.failure or delivery.cancelled.is_set()
+                or delivery.fenced()):
             return False
         if not await may_start():
             return False
@@ -268,8 +308,8 @@ class SendWindow:
         delivery = attempt.delivery
         settled = True
         try:
-            if delivery.cancelled.is_set():
-                self._unrecorded.release()  # cancelled before the request started: unsent
+            if delivery.cancelled.is_set() or delivery.fenced():
+                self._unrecorded.release()  # cancelled, or fenced, before it started: unsent
                 return
             started = time.perf_counter()
             result = await self._fcm.send(delivery.template.body_for(attempt.target.token))
@@ -318,7 +358,7 @@ class SendWindow:
             await self._back_off(attempt.attempt, result, delivery)
         except Exception as exc:
             delivery.failure = delivery.failure or exc
-        if delivery.cancelled.is_set() or delivery.failure is not None:
+        if delivery.cancelled.is_set() or delivery.failure is not None or delivery.fenced():
             self._unrecorded.release()
             delivery.leave()
             return
