@@ -10,6 +10,7 @@ Google's ``google.rpc.Status`` and classified as ``herald/domain/fcm_errors.py``
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from datetime import UTC
@@ -145,8 +146,47 @@ def parse_retry_after(value: str | None) -> float | None:
     return min(max(0.0, moment.timestamp() - time.time()), MAX_RETRY_AFTER_S)
 
 
+STALL_S = 1.0
+"""A loop that did not run for this long was stopped (SIGSTOP, a stalled VM): no timeout fires
+before the answers that arrived meanwhile are read."""
+STALL_GRACE_S = 1.0
+WATCH_TICK_S = 0.1
+
+
+class StallWatch:
+    """Notices when this process's event loop was not running: a tick every 100 ms."""
+
+    def __init__(self) -> None:
+        self._last_tick = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    def stalled(self) -> bool:
+        """The loop has not ticked for a while: the process is just back from a stop."""
+        return time.monotonic() - self._last_tick > STALL_S
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_TICK_S)
+            self._last_tick = time.monotonic()
+
+
 class FcmClient:
-    """Sends pre-encoded FCM v1 request bodies over a keep-alive connection pool."""
+    """Sends pre-encoded FCM v1 request bodies over a keep-alive connection pool.
+
+    The answer's timeout (``HERALD_FCM_TIMEOUT_S``) is Herald's own, not aiohttp's: when a
+    process the kernel stopped (SIGSTOP, a stalled VM) runs again, every timeout is due at once,
+    and aiohttp's would fire before the answers that arrived meanwhile (already in the socket)
+    are read; they would be recorded as "no answer" although FCM answered. Herald's timeout
+    waits a moment more when the loop was stopped, so they are recorded as FCM said.
+    """
 
     def __init__(self, session: aiohttp.ClientSession, settings: Settings,
                  tokens: AccessTokens | None) -> None:
@@ -156,8 +196,13 @@ class FcmClient:
                         "/messages:send")
         self._tokens = tokens
         # The connection is bounded apart: a request that never left was not delivered.
-        self._timeout = aiohttp.ClientTimeout(total=settings.fcm_timeout_s,
-                                              connect=min(CONNECT_TIMEOUT_S, settings.fcm_timeout_s))
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=min(CONNECT_TIMEOUT_S,
+                                                                      settings.fcm_timeout_s))
+        self._answer_s = settings.fcm_timeout_s
+        self._stalls = StallWatch()
+
+    def close(self) -> None:
+        self._stalls.close()
 
     async def send(self, body: bytes) -> SendResult:
         headers, credential = HEADERS, None
@@ -173,6 +218,7 @@ class FcmClient:
 
     async def _post(self, body: bytes, headers: dict[str, str],
                     credential: str | None) -> SendResult:
+        deadline = _Deadline(self._answer_s, self._stalls)
         try:
             async with self._session.post(self._url, data=body, headers=headers,
                                           timeout=self._timeout) as response:
@@ -182,17 +228,52 @@ class FcmClient:
                 return SendResult(parse_error(response.status, payload),
                                   parse_retry_after(response.headers.get("Retry-After")),
                                   error_message(payload), credential=credential)
+        except asyncio.CancelledError:
+            if deadline.expired():  # sent, and no answer in time: FCM may have delivered it
+                return SendResult(FcmError.TIMEOUT, message="no answer within "
+                                                            "HERALD_FCM_TIMEOUT_S")
+            raise
         except aiohttp.ConnectionTimeoutError:
             return SendResult(FcmError.CONNECTION_ERROR, message="connection timed out")
-        except TimeoutError:  # sent, and no answer in time: FCM may have delivered it
-            return SendResult(FcmError.TIMEOUT, message="no answer within HERALD_FCM_TIMEOUT_S")
         except aiohttp.ClientError as exc:
             return SendResult(FcmError.CONNECTION_ERROR, message=type(exc).__name__)
+        finally:
+            deadline.cancel()
 
     def rejected(self, result: SendResult) -> None:
         """FCM refused the token ``result`` was sent with: the next request gets a new one."""
         if self._tokens is not None and result.credential is not None:
             self._tokens.rejected(result.credential)
+
+
+class _Deadline:
+    """Cancels the current task ``answer_s`` from now, unless the loop was just stopped (then
+    a little later, once what arrived meanwhile has been read)."""
+
+    __slots__ = ("_handle", "_loop", "_stalls", "_task", "_timed_out")
+
+    def __init__(self, answer_s: float, stalls: StallWatch) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._stalls = stalls
+        self._timed_out = False
+        stalls.start()
+        self._handle = self._loop.call_later(answer_s, self._expire)
+
+    def _expire(self) -> None:
+        if self._stalls.stalled():
+            self._handle = self._loop.call_later(STALL_GRACE_S, self._expire)
+            return
+        self._timed_out = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def expired(self) -> bool:
+        """This deadline cancelled the task (and nothing else did): the cancel is taken back."""
+        return bool(self._timed_out and self._task is not None and self._task.uncancel() == 0)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 def open_session(settings: Settings) -> aiohttp.ClientSession:

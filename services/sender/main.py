@@ -170,6 +170,7 @@ def compose(parts: PodParts) -> Sender:
                          parts.fence)
     closing = contextlib.AsyncExitStack()
     closing.push_async_callback(session.close)
+    closing.callback(client.close)
     if tokens is not None:
         closing.callback(tokens.close)
     sender = Sender(chunks, claims, resources.bus, closing)
