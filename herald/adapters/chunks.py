@@ -125,6 +125,25 @@ class ChunkStore:
                       "finished_at": now, "owner": None}})
         return result.modified_count == 1
 
+    async def held(self, campaign_id: str) -> list[ChunkState]:
+        """The campaign's pending chunks that some pod holds."""
+        cursor = self._chunks.find({"campaign_id": campaign_id,
+                                    "status": ChunkStatus.PENDING.value},
+                                   {"recipients": 0})
+        return [state for state in [from_bson(ChunkState, d) async for d in cursor]
+                if state.owner is not None]
+
+    async def mark_rescued(self, held: ChunkState, now: datetime, not_since: datetime) -> bool:
+        """Note that the sweep offers ``held`` to the live senders: True once per holder and
+        token, and again only after ``not_since`` (the copy may have been lost)."""
+        result = await self._chunks.update_one(
+            {"$and": [{"_id": chunk_id(held.campaign_id, held.seq)},
+                      {"status": ChunkStatus.PENDING.value, "owner": held.owner,
+                       "fence": held.fence},
+                      {"$or": [{"rescued_at": None}, {"rescued_at": {"$lt": not_since}}]}]},
+            {"$set": {"rescued_at": now}})
+        return result.modified_count == 1
+
     async def in_order(self, campaign_id: str) -> AsyncIterator[Chunk]:
         async for document in self._chunks.find({"campaign_id": campaign_id}).sort("seq", 1):
             yield _chunk(document)

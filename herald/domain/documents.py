@@ -236,6 +236,9 @@ class ChunkState:
     attempts: int = 0
     owner: str | None = None
     owner_until: datetime | None = None
+    rescued_at: datetime | None = None
+    """When the sweep last offered this chunk to the live senders (its holder's heartbeat had
+    expired)."""
     fence: int = 0
     """The chunk's fencing token: every claim, takeover and renewal increments it, and each is
     conditional on the value its maker read, so of a holder back from a freeze renewing and

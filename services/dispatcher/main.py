@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -30,7 +31,8 @@ from herald.runtime.tracking import WorkTracker
 from herald.runtime.worker import PodParts, Worker
 from herald.service_layer.cancellation import Cancellation
 from herald.service_layer.completion import complete, reconcile
-from herald.service_layer.ports import PodRegistry, Stores
+from herald.service_layer.ports import Bus, PodRegistry, Stores
+from herald.service_layer.sending.rescue import rescue_chunks_of_dead_senders
 from services.dispatcher.backpressure import Backpressure
 from services.dispatcher.paging import Paging
 
@@ -47,13 +49,16 @@ class DispatchPolicy:
     lease_s: float
     sweep_interval_s: float
     grace_period_s: float
+    heartbeat_ttl_s: float = 6.0
 
 
 class Dispatcher(Worker):
     def __init__(self, stores: Stores, registry: PodRegistry, cancellation: Cancellation,
                  tracker: WorkTracker, background: Background, paging: Paging,
-                 policy: DispatchPolicy, stopping: asyncio.Event) -> None:
+                 policy: DispatchPolicy, stopping: asyncio.Event, bus: Bus) -> None:
         self._stores = stores
+        self._bus = bus
+        self._rescued_at = 0.0
         self._registry = registry
         self._cancellation = cancellation
         self._tracker = tracker
@@ -151,11 +156,22 @@ class Dispatcher(Worker):
         while len(self._running) < MAX_CONCURRENT_CAMPAIGNS and await self._claim(None):
             pass
         await self._take_over_from_dead_dispatchers()
+        await self._rescue_chunks_of_dead_senders()
         for campaign in await self._stores.campaigns.with_status(Status.CANCELLING):
             await self._cancellation.try_finalize(campaign.id)
         self._sweeps += 1
         if self._sweeps % RECONCILE_EVERY_SWEEPS == 0:
             await self._finish_interrupted()
+
+    async def _rescue_chunks_of_dead_senders(self) -> None:
+        """At most twice per heartbeat TTL: chunks a stopped sender holds are taken over within
+        its heartbeat's life and one sweep, not when RabbitMQ drops its connection."""
+        now = time.monotonic()
+        if now - self._rescued_at < self._policy.heartbeat_ttl_s / 2:
+            return
+        self._rescued_at = now
+        await rescue_chunks_of_dead_senders(self._stores.campaigns, self._stores.chunks,
+                                            self._registry, self._bus, utcnow())
 
     async def _finish_interrupted(self) -> None:
         """Campaigns whose finishing a dead pod (or an outage) interrupted."""
@@ -186,13 +202,15 @@ def compose(parts: PodParts) -> Dispatcher:
     settings, resources, pod_id = parts.settings, parts.resources, parts.identity.id
     policy = DispatchPolicy(pod_id=pod_id, lease_s=settings.lease_s,
                             sweep_interval_s=settings.sweep_interval_s,
-                            grace_period_s=settings.grace_period_s)
+                            grace_period_s=settings.grace_period_s,
+                            heartbeat_ttl_s=settings.heartbeat_ttl_s)
     stopping = asyncio.Event()
     backpressure = Backpressure(resources.bus.chunks_ready, settings.dispatch_max_queued_chunks)
     paging = Paging(resources.stores, resources.bus.send_chunk, parts.watch.is_cancelled,
                     stopping.is_set, pod_id, settings.lease_s, backpressure)
     dispatcher = Dispatcher(resources.stores, resources.registry, parts.cancellation,
-                            parts.tracker, parts.background, paging, policy, stopping)
+                            parts.tracker, parts.background, paging, policy, stopping,
+                            resources.bus)
     rabbit.consume(resources.broker, rabbit.DISPATCH_QUEUE, dispatcher.on_dispatch,
                    prefetch=settings.dispatcher_prefetch)
     return dispatcher

@@ -616,6 +616,22 @@ class FakeChunks:
         return sum(1 for c in self._rows.values()
                    if c.campaign_id == campaign_id and c.state.status in CHUNK_CLOSED_FOR_GOOD)
 
+    async def held(self, campaign_id: str) -> list[ChunkState]:
+        await _round_trip()
+        return [c.state for key, c in sorted(self._rows.items())
+                if key[0] == campaign_id and c.state.status is ChunkStatus.PENDING
+                and c.state.owner is not None]
+
+    async def mark_rescued(self, held: ChunkState, now: datetime, not_since: datetime) -> bool:
+        await _round_trip()
+        current = self._state_if(held.campaign_id, held.seq, lambda s: (
+            s.status is ChunkStatus.PENDING and s.owner == held.owner and s.fence == held.fence
+            and (s.rescued_at is None or s.rescued_at < not_since)))
+        if current is None:
+            return False
+        self._set_state(replace(current, rescued_at=now))
+        return True
+
     def _state_if(self, campaign_id: str, seq: int,
                   test: Callable[[ChunkState], bool]) -> ChunkState | None:
         chunk = self._rows.get((campaign_id, seq))

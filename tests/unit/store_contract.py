@@ -513,6 +513,23 @@ class ChunkContract:
             ChunkStatus.DONE, 2, 1, now, None)
         assert await stores.chunks.claim(campaign_id, 0, "c", None, now + LEASE) is None
 
+    async def test_held_chunks_are_listed_and_a_rescue_is_noted_once_per_holder_and_token(
+            self, stores: Stores) -> None:
+        campaign_id, now = new_id(), utcnow()
+        for seq in range(3):
+            await stores.chunks.create(campaign_id, seq, recipients(seq, seq + 1), None, now)
+        await stores.chunks.claim(campaign_id, 1, "frozen", None, now + LEASE)
+        await stores.chunks.claim(campaign_id, 2, "a", None, now + LEASE)
+        await stores.chunks.finish(campaign_id, 2, ChunkStatus.DONE, 1, 0, now, "a")
+        [held] = await stores.chunks.held(campaign_id)
+        assert (held.seq, held.owner, held.fence) == (1, "frozen", 1)
+        later = now + timedelta(seconds=5)
+        assert await stores.chunks.mark_rescued(held, now, not_since=now - LEASE)
+        assert not await stores.chunks.mark_rescued(held, now, not_since=now - LEASE)
+        assert await stores.chunks.mark_rescued(held, later, not_since=later)  # offered again
+        await stores.chunks.claim(campaign_id, 1, "taker", "frozen", now + LEASE, fence=1)
+        assert not await stores.chunks.mark_rescued(held, later + LEASE, not_since=later + LEASE)
+
     async def test_chunks_closed_for_good_are_counted_and_all_are_read_in_order(
             self, stores: Stores) -> None:
         campaign_id, now = new_id(), utcnow()

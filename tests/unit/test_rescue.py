@@ -1,0 +1,52 @@
+"""Chunks held by a sender whose heartbeat expired are offered again to the live senders by the
+dispatchers' sweep (herald/service_layer/sending/rescue.py), once per holder and token."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from herald.clock import utcnow
+from herald.domain.status import Status
+from herald.service_layer.ports import Stores
+from herald.service_layer.sending.rescue import OFFER_AGAIN_AFTER, rescue_chunks_of_dead_senders
+from tests.factories import pod_beat, sending_campaign
+from tests.unit.fakes import FakeBus, FakeRegistry
+
+
+async def rescue(stores: Stores, registry: FakeRegistry, bus: FakeBus, later_s: float = 0) -> int:
+    return await rescue_chunks_of_dead_senders(stores.campaigns, stores.chunks, registry, bus,
+                                               utcnow() + timedelta(seconds=later_s))
+
+
+async def test_a_chunk_held_by_a_sender_without_a_heartbeat_is_offered_once(
+        stores: Stores, registry: FakeRegistry, bus: FakeBus) -> None:
+    campaign = await sending_campaign(stores, [["a", "b"], ["c"], ["d"]])
+    await registry.beat(pod_beat("alive"))
+    until = utcnow() + timedelta(minutes=5)
+    await stores.chunks.claim(campaign.id, 0, "frozen", None, until)
+    await stores.chunks.claim(campaign.id, 1, "alive", None, until)
+    assert await rescue(stores, registry, bus) == 1
+    [offered] = bus.chunks
+    assert (offered.campaign_id, offered.seq, [r.token for r in offered.recipients]) == (
+        campaign.id, 0, ["a", "b"])
+    assert await rescue(stores, registry, bus) == 0  # offered already: not again at once
+    assert await rescue(stores, registry, bus,
+                        later_s=OFFER_AGAIN_AFTER.total_seconds() + 1) == 1  # the copy was lost?
+
+
+async def test_a_chunk_taken_over_is_not_offered_again(
+        stores: Stores, registry: FakeRegistry, bus: FakeBus) -> None:
+    campaign = await sending_campaign(stores, [["a"]])
+    until = utcnow() + timedelta(minutes=5)
+    await stores.chunks.claim(campaign.id, 0, "frozen", None, until)
+    assert await rescue(stores, registry, bus) == 1
+    await registry.beat(pod_beat("taker"))
+    await stores.chunks.claim(campaign.id, 0, "taker", "frozen", until, fence=1)
+    assert await rescue(stores, registry, bus, later_s=3600) == 0
+
+
+async def test_chunks_of_campaigns_not_sending_are_left_alone(
+        stores: Stores, registry: FakeRegistry, bus: FakeBus) -> None:
+    campaign = await sending_campaign(stores, [["a"]], status=Status.CANCELLING)
+    await stores.chunks.claim(campaign.id, 0, "frozen", None, utcnow() + timedelta(minutes=5))
+    assert await rescue(stores, registry, bus) == 0
