@@ -212,7 +212,8 @@ class FcmClient:
             except TokenUnavailable as exc:
                 return SendResult(FcmError.OAUTH_REFUSED if exc.refused
                                   else FcmError.CONNECTION_ERROR,
-                                  message=f"OAuth token endpoint: {exc.message}", attempted=False)
+                                  message=f"OAuth token endpoint: {exc.message} (asked again "
+                                  "after a back-off of up to a minute)", attempted=False)
             headers = {**HEADERS, "Authorization": credential}
         return await self._post(body, headers, credential)
 

@@ -124,6 +124,9 @@ class AccessTokens:
         """FCM answered ``401`` to a request sent with ``header``: do not use it again."""
         if header == self._header:
             self._valid_until = 0.0
+            if self._timer is not None:  # the next request asks for one now
+                self._timer.cancel()
+                self._timer = None
 
     def close(self) -> None:
         if self._timer is not None:
@@ -175,6 +178,9 @@ class AccessTokens:
                     "refused" if failure.refused else "no answer", delay)
         if self._header is not None and self._clock() < self._valid_until:
             self._schedule(delay)  # the current token still holds: keep trying in the background
+        elif self._timer is not None:  # no token to keep fresh: the next request asks again
+            self._timer.cancel()
+            self._timer = None
 
     def _schedule(self, delay_s: float) -> None:
         if self._timer is not None:

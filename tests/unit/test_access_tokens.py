@@ -190,3 +190,17 @@ async def test_an_endpoint_that_does_not_answer_is_not_a_refusal() -> None:
         await tokens.header()
     assert not failed.value.refused
     tokens.close()
+
+
+async def test_a_refused_renewal_of_a_rejected_token_is_not_asked_again_by_a_stale_timer(
+        ) -> None:
+    grants = Grants(lifetime_s=1.0)  # renewal due after 0.5 s
+    tokens = AccessTokens(grants)
+    header = await tokens.header()
+    grants.refuse = True
+    tokens.rejected(header)  # a 401: the token is gone, and so is its renewal's timer
+    with pytest.raises(TokenUnavailable):
+        await tokens.header()
+    await asyncio.sleep(0.8)
+    assert grants.count == 2  # the grant and the one refused: nothing behind the back-off
+    tokens.close()
