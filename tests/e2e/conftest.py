@@ -56,6 +56,18 @@ def mongodb_restarter(mongodb_stack: Stack) -> Callable[[Callable[[], object]], 
     return restart
 
 
+@pytest.fixture
+def mongodb_killer(mongodb_stack: Stack) -> Callable[[Callable[[], object]], None]:
+    """kill -9 the MongoDB server, run ``while_down``, start it again on its files."""
+    def kill(while_down: Callable[[], object]) -> None:
+        mongodb_stack.processes["mongodb"].kill()
+        try:
+            while_down()
+        finally:
+            mongodb_stack.start_mongodb()
+    return kill
+
+
 @pytest.fixture(scope="session")
 def stack_brokers() -> Iterator[VhostPool]:
     """Vhosts for the session's stacks, with one pair of broker users (made once)."""

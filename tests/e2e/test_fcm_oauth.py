@@ -81,7 +81,7 @@ def test_tokens_are_read_in_utc_renewed_ahead_and_a_stalled_endpoint_pauses_noth
         api: Api, emulator: EmulatorClient, tokens: set[str]) -> None:
     emulator.configure(token_endpoint={"expires_in_s": LIFETIME_S})
     campaign_id = api.create_campaign(rate_per_s=RATE_PER_S, chunk_size=100)
-    wait_for(lambda: set(grants_by_account(emulator)) == {"herald-tokyo", "herald-la"}, 30,
+    wait_for(lambda: set(grants_by_account(emulator)) == {"herald-tokyo", "herald-la"}, 60,
              "both senders to have a token")
     emulator.configure(token_endpoint={"expires_in_s": LIFETIME_S, "stall_s": STALL_S})
     # Each sender renews at half life (30 s): that grant hangs 25 s, past the old token's
