@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Callable
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -20,6 +21,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from aiohttp.abc import AbstractStreamWriter
 from yarl import URL
 
 from herald.adapters.oauth import AccessTokens, TokenUnavailable, service_account_grant
@@ -204,7 +206,11 @@ class FcmClient:
     def close(self) -> None:
         self._stalls.close()
 
-    async def send(self, body: bytes) -> SendResult:
+    async def send(self, body: bytes, may_send: Callable[[], bool] | None = None) -> SendResult:
+        """One request. ``may_send`` is asked once more right before the request's bytes leave
+        (aiohttp holds the headers back to write them with the body): a process stopped by the
+        kernel between Herald's own checks and that moment sends nothing when it runs again
+        after a cancel or after losing its work (``WITHHELD``)."""
         headers, credential = HEADERS, None
         if self._tokens is not None:
             try:
@@ -215,9 +221,10 @@ class FcmClient:
                                   message=f"OAuth token endpoint: {exc.message} (asked again "
                                   "after a back-off of up to a minute)", attempted=False)
             headers = {**HEADERS, "Authorization": credential}
-        return await self._post(body, headers, credential)
+        return await self._post(LastCheckedBody(body, may_send) if may_send else body, headers,
+                                credential)
 
-    async def _post(self, body: bytes, headers: dict[str, str],
+    async def _post(self, body: bytes | LastCheckedBody, headers: dict[str, str],
                     credential: str | None) -> SendResult:
         deadline = _Deadline(self._answer_s, self._stalls)
         try:
@@ -237,6 +244,8 @@ class FcmClient:
         except aiohttp.ConnectionTimeoutError:
             return SendResult(FcmError.CONNECTION_ERROR, message="connection timed out")
         except aiohttp.ClientError as exc:
+            if isinstance(exc.__cause__, Withheld) or isinstance(exc, Withheld):
+                return WITHHELD
             return SendResult(FcmError.CONNECTION_ERROR, message=type(exc).__name__)
         finally:
             deadline.cancel()
@@ -245,6 +254,32 @@ class FcmClient:
         """FCM refused the token ``result`` was sent with: the next request gets a new one."""
         if self._tokens is not None and result.credential is not None:
             self._tokens.rejected(result.credential)
+
+
+class Withheld(OSError):
+    """The last check before a request's bytes left said no."""
+
+
+WITHHELD = SendResult(FcmError.CONNECTION_ERROR, message="withheld before it left",
+                      attempted=False, withheld=True)
+
+
+class LastCheckedBody(aiohttp.BytesPayload):
+    """A request body that asks ``may_send`` before it is written (and with it the headers,
+    which aiohttp buffers to write together): the last moment before a request leaves."""
+
+    def __init__(self, body: bytes, may_send: Callable[[], bool]) -> None:
+        super().__init__(body, content_type="application/json")
+        self._may_send = may_send
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        await self.write_with_length(writer, None)
+
+    async def write_with_length(self, writer: AbstractStreamWriter,
+                                content_length: int | None) -> None:
+        if not self._may_send():
+            raise Withheld("withheld: the campaign was stopped, or this pod lost its work")
+        await super().write_with_length(writer, content_length)
 
 
 class _Deadline:

@@ -215,13 +215,13 @@ class QueueDepths:
 
     async def ready(self, queue: str) -> int:
         """Messages ready in ``queue`` now; 0 for a queue not declared yet."""
-        channel = await self._open_channel()
         try:
+            channel = await self._open_channel()
             declared = await channel.declare_queue(queue, passive=True)
         except ChannelNotFoundEntity:
             self._channel = None  # RabbitMQ closes a channel after a failed passive declare
             return 0
-        except Exception:
+        except Exception:  # a connection the broker closed (it may still look open): anew next time
             await self.close()
             raise
         result = declared.declaration_result

@@ -139,6 +139,8 @@ class SendResult:
     """False when no request left (no access token): the recipient stays unsent."""
     credential: str | None = None
     """The ``Authorization`` header it was sent with, for a 401 to reject."""
+    withheld: bool = False
+    """Not sent after all: the last check before the bytes left said no (a cancel, a fence)."""
 
     @property
     def ok(self) -> bool:

@@ -8,7 +8,7 @@ use cases be tested without any server (cosmicpython's repository and fake unit 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -212,7 +212,10 @@ class PodRegistry(Protocol):
 class Fcm(Protocol):
     """FCM's ``messages:send`` (the FCM adapter): one pre-encoded request, its answer."""
 
-    async def send(self, body: bytes) -> SendResult: ...
+    async def send(self, body: bytes, may_send: Callable[[], bool] | None = None
+                   ) -> SendResult:
+        """One request; ``may_send`` is asked once more right before its bytes leave."""
+        ...
 
     def rejected(self, result: SendResult) -> None:
         """FCM refused the OAuth token ``result`` was sent with: use another from now on."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -62,8 +63,9 @@ def create_app(settings: Settings) -> FastAPI:
                 if settings.bootstrap_api_key is not None:
                     await ensure_bootstrap_key(parts.resources.stores.api_keys,
                                                settings.bootstrap_api_key.get_secret_value())
-                app.state.services = _services(parts)
-                parts.background.spawn(_refresh_gauges(parts), "gauges")
+                gauges = GaugeLoop()
+                app.state.services = _services(parts, gauges)
+                parts.background.spawn(_refresh_gauges(parts, gauges), "gauges")
                 log.info("api ready: pod %s on :%d", parts.identity.id, settings.api_port)
                 yield
         except StartTimedOut as failure:  # raised by the pod's start only, before the yield
@@ -84,12 +86,13 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
-def _services(parts: PodParts) -> AppServices:
+def _services(parts: PodParts, gauges: GaugeLoop) -> AppServices:
     resources = parts.resources
     readiness = Readiness({
         "mongodb": lambda: resources.db.command("ping"),
         "rabbitmq": lambda: resources.broker.ping(timeout=2.0),
         "redis": lambda: resources.redis.ping(),
+        "gauges": gauges.fresh,
     })
     settings = parts.settings
     return AppServices(
@@ -108,15 +111,31 @@ def _services(parts: PodParts) -> AppServices:
                                  stale_s=STREAM_STALE_S))
 
 
-async def _refresh_gauges(parts: PodParts) -> None:
+GAUGES_STALE_S = 12 * GAUGE_REFRESH_S
+"""Fleet gauges older than this make the api unready: the alerts that read them are blind."""
+
+
+class GaugeLoop:
+    """When the fleet gauges were last refreshed, for ``/readyz``."""
+
+    def __init__(self) -> None:
+        self.refreshed_at = time.monotonic()
+
+    async def fresh(self) -> bool:
+        return time.monotonic() - self.refreshed_at < GAUGES_STALE_S
+
+
+async def _refresh_gauges(parts: PodParts, loop: GaugeLoop) -> None:
     """Gauges of the whole stack, for dashboards and alerts: live pods per service, live cancel
-    flags, and the fleet gauges (campaigns by status, queues, the FCM bucket...)."""
+    flags, and the fleet gauges (campaigns by status, queues, the FCM bucket...). A failed
+    refresh is tried again, reconnecting to what went away."""
     resources, settings = parts.resources, parts.settings
     depths = QueueDepths(settings.rabbitmq_url)
     try:
         while True:
             try:
                 await _refresh_once(resources, depths, settings.fcm_rate_per_min)
+                loop.refreshed_at = time.monotonic()
             except Exception:
                 log.warning("refreshing gauges failed", exc_info=True)
             await asyncio.sleep(GAUGE_REFRESH_S)

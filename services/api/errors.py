@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.domain.payload import PayloadTooLarge
 from herald.domain.timing import AmbiguousTime
 from herald.service_layer.access import KeyNotFound
@@ -133,8 +134,16 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, INFRASTRUCTURE_ERRORS):  # a store or the broker away: not a bug
+            log.warning("%s %s: a dependency is unavailable (%s)", request.method,
+                        request.url.path, type(exc).__name__)
+            return error_response(503, "unavailable", "a dependency is unavailable; try again",
+                                  headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)})
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal_error", "internal error; see the server log")
+
+
+UNAVAILABLE_RETRY_AFTER_S = 5
 
 
 def _domain_handler(status: int, code: str) -> Any:

@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.rate_limit import Budget
 from herald.domain.access import ApiKey
 from herald.domain.access import Scope as KeyScope
@@ -80,7 +81,12 @@ class AccessGate:
         services: AppServices = scope["app"].state.services
         try:
             refusal = await self._refusal(scope, services)
-        except Exception:  # a store is down: /readyz says which
+        except INFRASTRUCTURE_ERRORS as exc:  # a store is down: /readyz says which
+            log.warning("access gate: could not decide on %s %s: %s unavailable",
+                        scope["method"], path, type(exc).__name__)
+            refusal = _error(503, "unavailable", "the api cannot check keys right now; retry",
+                             {"Retry-After": "1"})
+        except Exception:
             log.exception("access gate: could not decide on %s %s", scope["method"], path)
             refusal = _error(503, "unavailable", "the api cannot check keys right now; retry",
                              {"Retry-After": "1"})

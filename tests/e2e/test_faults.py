@@ -80,8 +80,8 @@ MARKER = "marker-of-the-test"
 
 def mark(stack: Stack) -> None:
     """A request of the test's own, sent the moment it saw what it waits for. The emulator
-    stamps requests as its loop reaches them (late, when it is busy): one that it recorded after
-    the marker was sent after the marker, whatever its stamp."""
+    stamps requests as its loop reaches them (late, when it is busy): one stamped after the
+    marker reached it after the marker, so it was sent after the test saw what it waited for."""
     httpx.post(f"{stack.config.fcm_url}/v1/projects/herald-local/messages:send",
                json={"message": {"token": MARKER, "notification": {"title": "m"}}},
                headers=stack.config.fcm_headers(), timeout=10).raise_for_status()
@@ -89,8 +89,8 @@ def mark(stack: Stack) -> None:
 
 def after_the_marker(emulator: EmulatorClient, tokens: set[str]) -> list[Received]:
     rows = emulator.received()
-    position = next(i for i, row in enumerate(rows) if row.token == MARKER)
-    return [row for row in rows[position + 1:] if row.token in tokens]
+    marker = next(row for row in rows if row.token == MARKER)
+    return [row for row in rows if row.token in tokens and row.received_at > marker.received_at]
 
 
 def assert_the_account_is_exact(api: Api, emulator: EmulatorClient, campaign_id: str,
@@ -120,12 +120,17 @@ def test_a_sender_stopped_while_its_campaign_is_cancelled_sends_nothing_after_th
     cancelled = api.wait_until(campaign_id, {"cancelled"}, timeout_s=30)
     mark(stack)
     time.sleep(2)  # stopped long after the confirmation
+    woken = time.time()
     stack.processes["sender-1"].process.send_signal(signal.SIGCONT)
     wait_for(lambda: settled(api, campaign_id, cancelled), 30,
              "the woken sender to record what it had on the wire")
 
     late = after_the_marker(emulator, tokens)
-    assert not late, f"{len(late)} requests started after the cancel was confirmed"
+    marker = next(row for row in emulator.received() if row.token == MARKER)
+    assert not late, (f"{len(late)} requests started after the cancel was confirmed: marker "
+                      f"{marker.received_at:.3f}, woken {woken:.3f}, late from "
+                      f"{min(r.received_at for r in late):.3f} to "
+                      f"{max(r.received_at for r in late):.3f}")
     assert_the_account_is_exact(api, emulator, campaign_id, tokens)
 
 
@@ -164,8 +169,17 @@ def test_the_database_killed_and_restarted_mid_campaign(
         fleet: Fleet, api: Api, emulator: EmulatorClient,
         mongodb_killer: Callable[[Callable[[], object]], None]) -> None:
     campaign_id, tokens = under_way(fleet, api, emulator)
-    mongodb_killer(lambda: time.sleep(5))
+    answers: list[httpx.Response] = []
+
+    def while_down() -> None:
+        time.sleep(1)
+        answers.append(api.http.get(f"/v1/campaigns/{campaign_id}"))
+        time.sleep(4)
+
+    mongodb_killer(while_down)
     back_at = time.time()
+    [meanwhile] = answers
+    assert meanwhile.status_code == 503 and "Retry-After" in meanwhile.headers
     campaign = api.wait_finished(campaign_id, timeout_s=90)
 
     assert campaign["status"] == "completed", campaign

@@ -32,7 +32,8 @@ async def test_health_readiness_and_pods(api: httpx.AsyncClient) -> None:
     assert (await api.get("/healthz")).json()["status"] == "ok"
     ready = await api.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json()["checks"] == {"mongodb": "ok", "rabbitmq": "ok", "redis": "ok"}
+    assert ready.json()["checks"] == {"mongodb": "ok", "rabbitmq": "ok", "redis": "ok",
+                                      "gauges": "ok"}
     pods = (await api.get("/v1/pods")).json()["pods"]
     assert [pod["service"] for pod in pods] == ["api"]
     metrics = await api.get("/metrics")

@@ -40,7 +40,7 @@ import orjson
 import redis.exceptions
 from pymongo.errors import DuplicateKeyError, WriteError
 
-from herald.adapters.fcm import SENT, FcmClient, SendResult
+from herald.adapters.fcm import SENT, WITHHELD, FcmClient, SendResult
 from herald.adapters.rate_limit import RateLimits, TokenBucket
 from herald.adapters.records import from_bson, to_bson
 from herald.clock import utcnow
@@ -1072,8 +1072,10 @@ class FakeFcm(FcmClient):
         self._answer = answer
         self._on_request = on_request
 
-    async def send(self, body: bytes) -> SendResult:
+    async def send(self, body: bytes, may_send: Callable[[], bool] | None = None) -> SendResult:
         await _round_trip()
+        if may_send is not None and not may_send():
+            return WITHHELD
         token: str = orjson.loads(body)["message"]["token"]
         self.sent.append(token)
         if self._on_request is not None:
@@ -1130,7 +1132,9 @@ class HeldFcm(FcmClient):
         self.most_on_wire = 0
         self._answer = answer
 
-    async def send(self, body: bytes) -> SendResult:
+    async def send(self, body: bytes, may_send: Callable[[], bool] | None = None) -> SendResult:
+        if may_send is not None and not may_send():
+            return WITHHELD
         token: str = orjson.loads(body)["message"]["token"]
         self.sent.append(token)
         answered = asyncio.get_running_loop().create_future()

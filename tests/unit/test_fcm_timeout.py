@@ -21,8 +21,10 @@ from herald.settings import Settings
 
 class SlowFcm(BaseHTTPRequestHandler):
     delay_s = 0.3
+    handled = 0
 
     def do_POST(self) -> None:
+        SlowFcm.handled += 1
         self.rfile.read(int(self.headers["Content-Length"]))
         time.sleep(self.delay_s)
         body = b'{"name": "projects/p/messages/1"}'
@@ -71,3 +73,18 @@ async def test_an_answer_that_arrived_while_the_process_was_stopped_is_read_not_
     """FCM answers after 0.3 s; the loop is stopped from 0.15 s to 1.65 s, past the 0.5 s
     timeout: when it runs again, the answer is in the socket and the timeout due."""
     assert await send_once(fcm_url, timeout_s=0.5, stop_loop_s=1.5) is None
+
+
+async def test_a_request_withheld_at_the_last_check_never_reaches_fcm(fcm_url: str) -> None:
+    """Herald checked before the request, the process stopped, a cancel was confirmed: the
+    request's bytes (headers included) do not leave when it runs again."""
+    settings = Settings(fcm_endpoint=fcm_url, fcm_timeout_s=2.0)
+    SlowFcm.handled = 0
+    async with open_session(settings) as session:
+        client = FcmClient(session, settings, None)
+        withheld = await client.send(b'{"message": {"token": "t"}}', lambda: False)
+        sent = await client.send(b'{"message": {"token": "t"}}', lambda: True)
+        client.close()
+    assert withheld.withheld and not withheld.attempted
+    assert sent.ok
+    assert SlowFcm.handled == 1

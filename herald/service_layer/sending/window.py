@@ -192,6 +192,10 @@ class _Delivery:
         if self.in_window == 0:
             self.settled.set()
 
+    def may_send(self) -> bool:
+        """Asked right before a request's bytes leave: not cancelled, not fenced off."""
+        return not (self.cancelled.is_set() or self.fenced())
+
 
 @dataclass(slots=True)
 class _Try:
@@ -312,7 +316,8 @@ class SendWindow:
                 self._unrecorded.release()  # cancelled, or fenced, before it started: unsent
                 return
             started = time.perf_counter()
-            result = await self._fcm.send(delivery.template.body_for(attempt.target.token))
+            result = await self._fcm.send(delivery.template.body_for(attempt.target.token),
+                                          delivery.may_send)
             FCM_REQUEST_SECONDS.observe(time.perf_counter() - started)
             settled = self._answered(attempt, result)
         except Exception as exc:
@@ -325,6 +330,9 @@ class SendWindow:
     def _answered(self, attempt: _Try, result: SendResult) -> bool:
         """File an answer; False while the target goes on (a retry holds its permit)."""
         delivery = attempt.delivery
+        if result.withheld:
+            self._unrecorded.release()  # never left: unsent
+            return True
         if result.error is not None:
             FCM_ERRORS.labels(result.error).inc()
         kind = result.consequence
