@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from herald import names
+from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.fleet_gauges import QueueDepths, refresh_fleet_gauges
 from herald.adapters.rate_limit import Budget, FailedAuthentications, Rate, RequestBudget
 from herald.adapters.redis import StreamSlots
@@ -136,6 +137,8 @@ async def _refresh_gauges(parts: PodParts, loop: GaugeLoop) -> None:
             try:
                 await _refresh_once(resources, depths, settings.fcm_rate_per_min)
                 loop.refreshed_at = time.monotonic()
+            except INFRASTRUCTURE_ERRORS as exc:
+                log.warning("refreshing gauges failed (%s); trying again", type(exc).__name__)
             except Exception:
                 log.warning("refreshing gauges failed", exc_info=True)
             await asyncio.sleep(GAUGE_REFRESH_S)
