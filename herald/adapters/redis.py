@@ -22,15 +22,31 @@ from herald.settings import Settings
 Redis = aioredis.Redis
 
 
+MAX_CONNECTIONS = 64
+"""Connections to Redis per process. Enough for every sender's bursts (a storm of FCM push-back
+retries takes a rate-limit token per retry: up to ``HERALD_SENDER_CONCURRENCY`` at once); past
+it, calls wait for a free connection instead of failing."""
+POOL_WAIT_S = 10.0
+"""Longest a call waits for a free connection before it fails like an outage."""
+
+
 def connect(settings: Settings) -> Redis:
-    """Client for the stack's Redis (database chosen by the URL); connects on first use."""
-    return aioredis.Redis.from_url(
+    """Client for the stack's Redis (database chosen by the URL); connects on first use.
+
+    A blocking pool: redis-py's default pool (100 connections) raises "Too many connections" on
+    the 101st concurrent call, which the sender took for a Redis outage and handed chunks back
+    (issue 23, under a 429 storm). Here a burst queues for a connection.
+    """
+    pool = aioredis.BlockingConnectionPool.from_url(
         settings.redis_url,
+        max_connections=MAX_CONNECTIONS,
+        timeout=POOL_WAIT_S,
         socket_connect_timeout=5,
         socket_timeout=5,
         health_check_interval=10,
         retry_on_timeout=True,
     )
+    return aioredis.Redis(connection_pool=pool)
 
 
 class CancelFlags:
