@@ -46,7 +46,7 @@ def connect(settings: Settings) -> Redis:
         health_check_interval=10,
         retry_on_timeout=True,
     )
-    return aioredis.Redis(connection_pool=pool)
+    return aioredis.Redis.from_pool(pool)  # owns it: closing the client closes the pool
 
 
 class CancelFlags:
