@@ -170,8 +170,9 @@ class Dispatcher(Worker):
         if now - self._rescued_at < self._policy.heartbeat_ttl_s / 2:
             return
         self._rescued_at = now
-        await rescue_chunks_of_dead_senders(self._stores.campaigns, self._stores.chunks,
-                                            self._registry, self._bus, utcnow())
+        await rescue_chunks_of_dead_senders(
+            self._stores.campaigns, self._stores.chunks, self._registry, self._bus, utcnow(),
+            offer_again_after=timedelta(seconds=2 * self._policy.heartbeat_ttl_s))
 
     async def _finish_interrupted(self) -> None:
         """Campaigns whose finishing a dead pod (or an outage) interrupted."""

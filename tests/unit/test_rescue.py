@@ -8,14 +8,17 @@ from datetime import timedelta
 from herald.clock import utcnow
 from herald.domain.status import Status
 from herald.service_layer.ports import Stores
-from herald.service_layer.sending.rescue import OFFER_AGAIN_AFTER, rescue_chunks_of_dead_senders
+from herald.service_layer.sending.rescue import rescue_chunks_of_dead_senders
 from tests.factories import pod_beat, sending_campaign
 from tests.unit.fakes import FakeBus, FakeRegistry
+
+OFFER_AGAIN_AFTER = timedelta(seconds=12)
 
 
 async def rescue(stores: Stores, registry: FakeRegistry, bus: FakeBus, later_s: float = 0) -> int:
     return await rescue_chunks_of_dead_senders(stores.campaigns, stores.chunks, registry, bus,
-                                               utcnow() + timedelta(seconds=later_s))
+                                               utcnow() + timedelta(seconds=later_s),
+                                               OFFER_AGAIN_AFTER)
 
 
 async def test_a_chunk_held_by_a_sender_without_a_heartbeat_is_offered_once(

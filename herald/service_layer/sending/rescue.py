@@ -21,20 +21,21 @@ from herald.service_layer.ports import Bus, CampaignRepository, ChunkRepository,
 
 log = logging.getLogger(__name__)
 
-OFFER_AGAIN_AFTER = timedelta(seconds=30)
-"""A copy offered and still not taken (lost, or no live sender) is offered again after this."""
-
-
 async def rescue_chunks_of_dead_senders(campaigns: CampaignRepository, chunks: ChunkRepository,
-                                        registry: PodRegistry, bus: Bus, now: datetime) -> int:
-    """Offer every chunk held by a sender without a heartbeat again; how many were offered."""
+                                        registry: PodRegistry, bus: Bus, now: datetime,
+                                        offer_again_after: timedelta) -> int:
+    """Offer every chunk held by a sender without a heartbeat again; how many were offered.
+
+    A copy not taken by ``offer_again_after`` is offered again: RabbitMQ may have handed it to
+    the stopped sender itself, whose connection is still open (a consumer with room in its
+    prefetch); once that is full, copies go to the live ones."""
     live = {pod.id for pod in await registry.live(("sender",))}
     offered = 0
     for status in sorted(ACTIVE):
         for campaign in await campaigns.with_status(status):
             for held in await chunks.held(campaign.id):
                 if held.owner in live or not await chunks.mark_rescued(
-                        held, now, not_since=now - OFFER_AGAIN_AFTER):
+                        held, now, not_since=now - offer_again_after):
                     continue
                 chunk = await chunks.get(campaign.id, held.seq)
                 if chunk is None:
