@@ -34,12 +34,6 @@ class AppServices:
     failed_authentications: FailedAuthentications
     stream_slots: StreamSlots
 
-    def finalize_cancel_soon(self, campaign_id: str) -> None:
-        """Finish a cancel nobody has to acknowledge (no sender alive) without waiting for a
-        sweep; if it fails, the dispatchers' sweep retries."""
-        self.background.spawn(self.cancellation.try_finalize_quietly(campaign_id),
-                              f"finalize-{campaign_id}")
-
 
 def _services(request: Request) -> AppServices:
     services: AppServices = request.app.state.services

@@ -152,7 +152,7 @@ class Dispatcher(Worker):
             pass
         await self._take_over_from_dead_dispatchers()
         for campaign in await self._stores.campaigns.with_status(Status.CANCELLING):
-            await self._cancellation.try_finalize(campaign.id)
+            await self._cancellation.finish(campaign.id)
         self._sweeps += 1
         if self._sweeps % RECONCILE_EVERY_SWEEPS == 0:
             await self._finish_interrupted()

@@ -59,7 +59,7 @@ async def test_cancel_racing_the_last_chunks_completion(
         await chunk_finished(stores, campaign_id, 2, 0, done=True)
 
     await asyncio.gather(cancel(), finish_last_chunk())
-    await cancellation.try_finalize(campaign_id)
+    await cancellation.finish(campaign_id)
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
     assert stored.status in (Status.COMPLETED, Status.CANCELLED)
@@ -88,7 +88,7 @@ async def test_a_cancelled_campaign_counts_exactly_what_was_recorded(
         stores: Stores, cancellation: Cancellation) -> None:
     campaign_id = await last_chunk_pending(stores)
     await cancellation.request(campaign_id, None, None, broadcast=False)
-    cancelled = await cancellation.try_finalize(campaign_id)
+    cancelled = await cancellation.finish(campaign_id)
     assert cancelled is not None
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
@@ -111,7 +111,7 @@ async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
                                everyone[19][0], utcnow())
     await stores.deliveries.record(campaign_id, 0, "s", at([(p, None) for p in range(5)]), utcnow())
     await cancellation.request(campaign_id, None, None, broadcast=False)
-    cancelled = await cancellation.try_finalize(campaign_id)
+    cancelled = await cancellation.finish(campaign_id)
     assert cancelled is not None
     assert cancelled.counts == Counts(targeted=50, sent=5, failed=0)
     await stores.devices.mark_invalid([r.token for _, r in everyone[30:]], "UNREGISTERED",
@@ -135,10 +135,10 @@ async def test_a_live_pod_busy_with_the_campaign_delays_the_cancel_even_if_not_e
     newcomer = PodRegistry(redis, RedisKeys(settings.mongodb_database), 5)
     await newcomer.beat(PodBeat(id="late-sender", service="sender", host="h", pid=1, version="t",
                                 started_at=0.0, campaigns=[campaign_id]))
-    assert await cancellation.try_finalize(campaign_id) is None
+    assert await cancellation.finish(campaign_id) is None
     await newcomer.beat(PodBeat(id="late-sender", service="sender", host="h", pid=1, version="t",
                                 started_at=0.0, campaigns=[]))
-    assert await cancellation.try_finalize(campaign_id) is not None
+    assert await cancellation.finish(campaign_id) is not None
 
 
 async def test_a_campaign_whose_finishing_was_interrupted_is_finished_by_the_sweep(

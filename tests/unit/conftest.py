@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from herald.service_layer import recipients
 from herald.service_layer.ports import Stores
-from tests.unit.fakes import FakeBus, FakeClock, FakeFlags, FakeRegistry, fake_stores
+from tests.unit.fakes import (
+    FakeBackground,
+    FakeBus,
+    FakeClock,
+    FakeFlags,
+    FakeRegistry,
+    fake_stores,
+)
 
 # The contract's assertions live outside a test module: pytest explains their failures too.
 pytest.register_assert_rewrite("tests.unit.store_contract")
@@ -25,6 +34,13 @@ def bus() -> FakeBus:
 @pytest.fixture
 def flags() -> FakeFlags:
     return FakeFlags()
+
+
+@pytest.fixture
+def background() -> Iterator[FakeBackground]:
+    held = FakeBackground()
+    yield held
+    held.close()
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -892,6 +892,30 @@ def fake_stores() -> Stores:
                   deliveries=FakeDeliveries(), idempotency=FakeIdempotency(),
                   schedules=FakeSchedules(), api_keys=FakeApiKeys(),
                   operator_log=FakeOperatorLog())
+
+
+class FakeBackground:
+    """A pod's ``Background.spawn`` that holds what it is given until the test runs it."""
+
+    def __init__(self) -> None:
+        self.spawned: list[tuple[str, Coroutine[Any, Any, None]]] = []
+
+    def spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        self.spawned.append((name, coroutine))
+
+    async def run(self) -> list[str]:
+        """Run what was spawned (and what that spawns), in order; their names."""
+        ran = []
+        while self.spawned:
+            name, coroutine = self.spawned.pop(0)
+            await coroutine
+            ran.append(name)
+        return ran
+
+    def close(self) -> None:
+        for _, coroutine in self.spawned:
+            coroutine.close()
+        self.spawned.clear()
 
 
 # --- RabbitMQ and Redis ------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from herald.domain.api import (
     RetargetRequest,
 )
 from herald.domain.documents import Campaign, Outcome
-from herald.domain.status import CancelDecision, Status
+from herald.domain.status import Status
 from herald.domain.types import OBJECT_ID_PATTERN
 from herald.observability import API_REFUSED
 from herald.service_layer import queries
@@ -151,8 +151,6 @@ async def cancel_campaign(
     outcome = await services.cancellation.request(
         campaign_id, body.reason if body else None, caller.actor, broadcast=True,
         on_behalf_of=caller.on_behalf_of)
-    if outcome.decision is CancelDecision.STOP_PODS:
-        services.finalize_cancel_soon(campaign_id)
     response.status_code = 200 if outcome.status is Status.CANCELLED else 202
     view = campaign_view(outcome.campaign)
     return CancelResult(id=view.id, status=view.status, counts=view.counts, cancel=view.cancel)
