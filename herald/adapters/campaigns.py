@@ -19,7 +19,7 @@ from pymongo.errors import DuplicateKeyError
 from herald import names
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, maybe, object_id, to_bson
-from herald.domain.documents import Campaign, CancelRecord, Counts
+from herald.domain.documents import Campaign, CampaignCounts, CancelRecord
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
 
@@ -27,7 +27,7 @@ _STILL_COUNTING = sorted(status.value for status in Status if status not in TERM
 """Statuses in which a finished chunk still adds to the live counts."""
 
 
-def _counts(counts: Counts) -> Document:
+def _counts(counts: CampaignCounts) -> Document:
     return {"counts.targeted": counts.targeted, "counts.sent": counts.sent,
             "counts.failed": counts.failed, "counts.maybe_delivered": counts.maybe_delivered}
 
@@ -88,7 +88,7 @@ class CampaignStore:
         return await self.transition(campaign_id, Transition.MISS, now,
                                      also_set={"error": reason, "finished_at": now})
 
-    async def finish(self, campaign_id: str, transition: Transition, counts: Counts,
+    async def finish(self, campaign_id: str, transition: Transition, counts: CampaignCounts,
                      error: str | None, now: datetime) -> Campaign | None:
         """``complete`` or ``fail`` with the final counts."""
         return await self.transition(campaign_id, transition, now, also_set={
@@ -103,7 +103,7 @@ class CampaignStore:
         return await self.transition(campaign_id, Transition.BEGIN_CANCEL, record.requested_at,
                                      also_set={"cancel": asdict(record)})
 
-    async def confirm_cancel(self, campaign_id: str, counts: Counts, now: datetime,
+    async def confirm_cancel(self, campaign_id: str, counts: CampaignCounts, now: datetime,
                              error: str | None = None) -> Campaign | None:
         """``cancelling → cancelled`` with final counts; ``→ failed`` with ``error`` for a
         campaign Herald stopped itself (``CancelRecord.fails_with``)."""

@@ -18,7 +18,7 @@ from pymongo.errors import BulkWriteError
 from herald import names
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import maybe, object_id
-from herald.domain.api import DeviceIn
+from herald.contracts.http import DeviceIn
 from herald.domain.documents import Device, UpsertCounts
 from herald.domain.messages import Recipient
 

@@ -33,7 +33,7 @@ def connect(settings: Settings) -> Redis:
     )
 
 
-class CancelFlags:
+class RedisCancelFlags:
     """``cancel:<campaign>`` keys: the cancel intent, for pods that missed the broadcast.
 
     The TTL (``HERALD_CANCEL_FLAG_TTL_S``, a week by default) is longer than any campaign runs,
@@ -60,7 +60,7 @@ class CancelFlags:
         return found
 
 
-class PodRegistry:
+class RedisPodRegistry:
     """Heartbeats: one key per pod, rewritten every interval, expiring after missed beats."""
 
     def __init__(self, redis: Redis, keys: RedisKeys, ttl_s: float) -> None:

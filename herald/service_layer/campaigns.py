@@ -13,13 +13,13 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from herald.clock import utcnow
-from herald.domain import api
+from herald.contracts import http
+from herald.contracts.http import CampaignCreate, CampaignPatch, RetargetRequest
 from herald.domain.access import Actor
-from herald.domain.api import CampaignCreate, CampaignPatch, RetargetRequest
 from herald.domain.audience import Audience
 from herald.domain.documents import (
     Campaign,
-    Content,
+    CampaignContent,
     FollowUp,
     FollowUpOf,
     IdempotencyBinding,
@@ -129,7 +129,7 @@ class Correction:
     amend: Campaign | None
 
 
-def new_campaign(*, content: Content, name: str | None, audience: Audience | None,
+def new_campaign(*, content: CampaignContent, name: str | None, audience: Audience | None,
                  follow_up: FollowUp | None, chunk_size: int, rate_per_s: int | None,
                  due_at: datetime, now: datetime, source: str, schedule_id: str | None = None,
                  local_time: LocalTime | None = None, run_key: str | None = None,
@@ -144,24 +144,25 @@ def new_campaign(*, content: Content, name: str | None, audience: Audience | Non
         created_by=created_by, created_at=now, updated_at=now, due_at=due_at)
 
 
-def content_of(template: api.Content) -> Content:
+def content_of(template: http.Content) -> CampaignContent:
     """What a validated request asks the devices to show."""
-    return Content(title=template.title, body=template.body, data=dict(template.data),
+    return CampaignContent(title=template.title, body=template.body, data=dict(template.data),
                    image_url=str(template.image_url) if template.image_url else None,
                    options=template.options)
 
 
-def sized(content: dict[str, Any], replace_key: str) -> Content:
+def sized(content: dict[str, Any], replace_key: str) -> CampaignContent:
     """``content`` as it will be sent with ``replace_key``; :class:`InvalidChange` if it is
     not valid or, with that key, over FCM's size limit."""
     try:
-        return content_of(api.KeyedContent.model_validate({**content,
+        return content_of(http.KeyedContent.model_validate({**content,
                                                            "replace_key": replace_key}))
     except ValidationError as exc:
         raise InvalidChange(exc) from exc
 
 
-def _follow_up_content(request: RetargetRequest, base: Content, replace_key: str) -> Content:
+def _follow_up_content(request: RetargetRequest, base: CampaignContent,
+                       replace_key: str) -> CampaignContent:
     """The follow-up's content: what the request gives, the original's for the rest, sized
     with the key it is sent with."""
     return sized({"title": request.title or base.title, "body": request.body or base.body,

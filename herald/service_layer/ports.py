@@ -13,22 +13,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from herald.contracts.http import DeviceIn
 from herald.domain.access import Actor, ApiKey, LogEntry
-from herald.domain.api import DeviceIn
 from herald.domain.documents import (
     Campaign,
+    CampaignCounts,
     CancelRecord,
     Chunk,
     ChunkState,
     ChunkStatus,
-    Counts,
     Cursor,
     Delivery,
     Device,
     IdempotencyBinding,
     Recorded,
     Schedule,
-    ScheduleRun,
+    ScheduleRunRecord,
     UpsertCounts,
 )
 from herald.domain.fcm_errors import SendResult
@@ -50,11 +50,11 @@ class CampaignRepository(Protocol):
                          where: Mapping[str, Any] | None = None) -> Campaign | None: ...
     async def fire(self, campaign_id: str, now: datetime, fired_by: str) -> Campaign | None: ...
     async def miss(self, campaign_id: str, reason: str, now: datetime) -> Campaign | None: ...
-    async def finish(self, campaign_id: str, transition: Transition, counts: Counts,
+    async def finish(self, campaign_id: str, transition: Transition, counts: CampaignCounts,
                      error: str | None, now: datetime) -> Campaign | None: ...
     async def cancel_at_once(self, campaign_id: str, record: CancelRecord) -> Campaign | None: ...
     async def begin_cancel(self, campaign_id: str, record: CancelRecord) -> Campaign | None: ...
-    async def confirm_cancel(self, campaign_id: str, counts: Counts, now: datetime,
+    async def confirm_cancel(self, campaign_id: str, counts: CampaignCounts, now: datetime,
                              error: str | None = None) -> Campaign | None: ...
     async def insert_run(self, campaign: Campaign) -> Campaign: ...
     async def find_run(self, run_key: str) -> Campaign | None: ...
@@ -131,7 +131,7 @@ class ScheduleRepository(Protocol):
     async def claim(self, schedule_id: str, occurrence: datetime, pod_id: str,
                     now: datetime, lease_until: datetime) -> Schedule | None: ...
     async def advance(self, claimed: Schedule, pod_id: str, next_run_at: datetime | None,
-                      runs: Sequence[ScheduleRun], missed: int, now: datetime) -> bool: ...
+                      runs: Sequence[ScheduleRunRecord], missed: int, now: datetime) -> bool: ...
 
 
 class IdempotencyRepository(Protocol):

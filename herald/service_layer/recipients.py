@@ -19,8 +19,8 @@ from herald.clock import utcnow
 from herald.domain.audience import Audience, audience_query
 from herald.domain.documents import (
     Campaign,
+    CampaignCounts,
     ChunkStatus,
-    Counts,
     Cursor,
     FollowUpOf,
     Outcome,
@@ -48,7 +48,7 @@ class RecipientLine:
 
 @dataclass(frozen=True, slots=True)
 class FinalCounts:
-    counts: Counts
+    counts: CampaignCounts
     failed_not_by_token: int = 0
     """Failures a retry could fix (quota, outages, dead-lettered chunks, a configuration error
     once fixed), not dead tokens nor tokens of another project."""
@@ -316,6 +316,6 @@ async def final_counts(stores: Stores, campaign: Campaign) -> FinalCounts:
         failed += len(errors)
         retryable += sum(not token_is_unusable(error) for error in errors)
         maybe_delivered += errors.count(FcmError.TIMEOUT.value)
-    counts = Counts(targeted=await targeted(stores, campaign), sent=sent, failed=failed,
+    counts = CampaignCounts(targeted=await targeted(stores, campaign), sent=sent, failed=failed,
                     maybe_delivered=maybe_delivered)
     return FinalCounts(counts, failed_not_by_token=retryable)

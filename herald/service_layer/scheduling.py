@@ -22,9 +22,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from herald.clock import utcnow
+from herald.contracts.http import CampaignTemplate, ScheduleCreate
 from herald.domain.access import Actor
-from herald.domain.api import CampaignTemplate, ScheduleCreate
-from herald.domain.documents import Campaign, Schedule, ScheduleRun, ScheduleState, new_id
+from herald.domain.documents import Campaign, Schedule, ScheduleRunRecord, ScheduleState, new_id
 from herald.domain.timing import next_occurrence, occurrences_until
 from herald.observability import (
     SCHEDULE_CLAIMS,
@@ -118,7 +118,7 @@ class Scheduling:
         due = occurrences_until(schedule.cron, schedule.timezone, schedule.next_run_at, now)
         grace_s = _grace_s(schedule, self._policy.misfire_grace_s)
         latest = due[-1]
-        runs: list[ScheduleRun] = []
+        runs: list[ScheduleRunRecord] = []
         # A run a replica created before dying went out, however late this replica is.
         started = await self._stores.campaigns.find_run(run_key(schedule, latest))
         on_time = started is not None or _overdue_s(latest, now) <= grace_s
@@ -137,7 +137,7 @@ class Scheduling:
                         schedule.id)
 
     async def _start_run(self, schedule: Schedule, occurrence: datetime,
-                         now: datetime) -> ScheduleRun:
+                         now: datetime) -> ScheduleRunRecord:
         template = CampaignTemplate.model_validate(schedule.template)
         fresh = new_campaign(
             content=content_of(template), name=template.name or schedule.name,
@@ -163,15 +163,15 @@ def _grace_s(schedule: Schedule, default_s: float) -> float:
     return default_s if schedule.misfire_grace_s is None else float(schedule.misfire_grace_s)
 
 
-def _fired_run(occurrence: datetime, campaign_id: str, now: datetime) -> ScheduleRun:
-    return ScheduleRun(occurrence=occurrence, outcome="fired", campaign_id=campaign_id,
+def _fired_run(occurrence: datetime, campaign_id: str, now: datetime) -> ScheduleRunRecord:
+    return ScheduleRunRecord(occurrence=occurrence, outcome="fired", campaign_id=campaign_id,
                        reason=None, recorded_at=now)
 
 
-def _missed_run(missed: list[datetime], grace_s: float, now: datetime) -> ScheduleRun:
+def _missed_run(missed: list[datetime], grace_s: float, now: datetime) -> ScheduleRunRecord:
     count = len(missed)
     what = "1 occurrence" if count == 1 else f"{count} occurrences up to this one"
-    return ScheduleRun(
+    return ScheduleRunRecord(
         occurrence=missed[-1], outcome="missed", campaign_id=None, recorded_at=now,
         reason=f"{what} overdue beyond the misfire grace of {grace_s:.0f}s (scheduler down?)")
 

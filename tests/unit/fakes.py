@@ -41,19 +41,19 @@ import redis.exceptions
 from pymongo.errors import DuplicateKeyError, WriteError
 
 from herald.adapters.fcm import SENT, FcmClient, SendResult
-from herald.adapters.rate_limit import RateLimits, TokenBucket
+from herald.adapters.rate_limit import RedisRateLimits, TokenBucket
 from herald.adapters.records import from_bson, to_bson
 from herald.clock import utcnow
+from herald.contracts.http import DeviceIn
 from herald.domain.access import TALLY_WINDOW_S, Actor, ApiKey, LogEntry, Role
-from herald.domain.api import DeviceIn
 from herald.domain.documents import (
     CHUNK_CLOSED_FOR_GOOD,
     Campaign,
+    CampaignCounts,
     CancelRecord,
     Chunk,
     ChunkState,
     ChunkStatus,
-    Counts,
     Cursor,
     Delivery,
     Device,
@@ -61,7 +61,7 @@ from herald.domain.documents import (
     Recorded,
     Schedule,
     ScheduleClaim,
-    ScheduleRun,
+    ScheduleRunRecord,
     ScheduleState,
     UpsertCounts,
     new_id,
@@ -291,7 +291,7 @@ class FakeCampaigns:
         return self._apply(campaign_id, Transition.MISS, now,
                            lambda c: replace(c, error=reason, finished_at=now))
 
-    async def finish(self, campaign_id: str, transition: Transition, counts: Counts,
+    async def finish(self, campaign_id: str, transition: Transition, counts: CampaignCounts,
                      error: str | None, now: datetime) -> Campaign | None:
         await _round_trip()
         return self._apply(campaign_id, transition, now,
@@ -309,7 +309,7 @@ class FakeCampaigns:
         return self._apply(campaign_id, Transition.BEGIN_CANCEL, record.requested_at,
                            lambda c: replace(c, cancel=record))
 
-    async def confirm_cancel(self, campaign_id: str, counts: Counts, now: datetime,
+    async def confirm_cancel(self, campaign_id: str, counts: CampaignCounts, now: datetime,
                              error: str | None = None) -> Campaign | None:
         await _round_trip()
         transition = Transition.CONFIRM_CANCEL if error is None else Transition.CONFIRM_STOP
@@ -760,7 +760,7 @@ class FakeSchedules:
         return self._store(replace(current, claim=ScheduleClaim(by=pod_id, until=lease_until)))
 
     async def advance(self, claimed: Schedule, pod_id: str, next_run_at: datetime | None,
-                      runs: Sequence[ScheduleRun], missed: int, now: datetime) -> bool:
+                      runs: Sequence[ScheduleRunRecord], missed: int, now: datetime) -> bool:
         await _round_trip()
         current = self._rows.get(claimed.id)
         if (current is None or current.claim is None or current.claim.by != pod_id
@@ -1090,7 +1090,7 @@ class UnlimitedBucket(TokenBucket):
         self.penalties_s.append(seconds)
 
 
-class UnlimitedLimits(RateLimits):
+class UnlimitedLimits(RedisRateLimits):
     """The project's and campaigns' rate limits, none of them ever reached."""
 
     def __init__(self) -> None:

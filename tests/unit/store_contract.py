@@ -20,13 +20,13 @@ from herald.clock import utcnow
 from herald.domain.audience import AttributeFilter, Audience, Platform, audience_query
 from herald.domain.documents import (
     Campaign,
+    CampaignCounts,
     CancelRecord,
     ChunkState,
     ChunkStatus,
-    Counts,
     Dispatch,
     IdempotencyBinding,
-    ScheduleRun,
+    ScheduleRunRecord,
     ScheduleState,
     new_id,
 )
@@ -122,7 +122,7 @@ class CampaignContract:
     async def test_finishing_writes_the_final_counts(self, stores: Stores, transition: Transition,
                                                      error: str | None) -> None:
         campaign_id = await insert(stores, status=Status.FINALIZING)
-        now, counts = utcnow(), Counts(targeted=10, sent=7, failed=2)
+        now, counts = utcnow(), CampaignCounts(targeted=10, sent=7, failed=2)
         finished = await stores.campaigns.finish(campaign_id, transition, counts, error, now)
         assert finished is not None
         assert (finished.status, finished.counts, finished.error, finished.finished_at) == (
@@ -149,7 +149,7 @@ class CampaignContract:
     async def test_confirming_a_cancel_writes_the_counts_and_the_acknowledgement(
             self, stores: Stores) -> None:
         campaign_id = await insert(stores, **cancelling(["a"]))
-        now, counts = utcnow(), Counts(targeted=9, sent=4, failed=1)
+        now, counts = utcnow(), CampaignCounts(targeted=9, sent=4, failed=1)
         cancelled = await stores.campaigns.confirm_cancel(campaign_id, counts, now)
         assert cancelled is not None and cancelled.cancel is not None
         assert (cancelled.status, cancelled.counts, cancelled.finished_at) == (
@@ -203,13 +203,13 @@ class CampaignContract:
         campaign_id = await insert(stores, due_in_s=60, status=Status.SCHEDULED)
         current = await stored(stores, campaign_id)
         edited = replace(current, name="renamed", due_at=current.due_at + timedelta(hours=1),
-                         counts=Counts(targeted=99))  # not a field a patch may change
+                         counts=CampaignCounts(targeted=99))  # not a field a patch may change
         now = utcnow()
         patched = await stores.campaigns.patch_scheduled(edited, now)
         assert patched is not None
         assert (patched.name, patched.due_at, patched.updated_at) == ("renamed", edited.due_at,
                                                                       now)
-        assert patched.counts == Counts()
+        assert patched.counts == CampaignCounts()
         await stores.campaigns.fire(campaign_id, now, "scheduler")
         assert await stores.campaigns.patch_scheduled(edited, now) is None
 
@@ -342,7 +342,7 @@ class CampaignContract:
         await stores.campaigns.count_finished_chunk(campaign_id, 4, 0, done=False)
         counted = await stores.campaigns.count_finished_chunk(campaign_id, 10, 0, done=True)
         assert counted is not None
-        assert counted.counts == Counts(targeted=30, sent=22, failed=2)
+        assert counted.counts == CampaignCounts(targeted=30, sent=22, failed=2)
         assert counted.progress.chunks_done == 2 and not counted.all_chunks_finished
 
     async def test_a_cancelling_campaign_still_counts_finished_chunks(
@@ -354,7 +354,7 @@ class CampaignContract:
     @pytest.mark.parametrize("status", sorted(TERMINAL))
     async def test_a_campaign_already_finished_keeps_its_counts(self, stores: Stores,
                                                                 status: Status) -> None:
-        counts = Counts(targeted=10, sent=9, failed=1)
+        counts = CampaignCounts(targeted=10, sent=9, failed=1)
         campaign_id = await insert(stores, status=status, counts=counts)
         assert await stores.campaigns.count_finished_chunk(campaign_id, 5, 0, done=True) is None
         assert (await stored(stores, campaign_id)).counts == counts
@@ -398,7 +398,7 @@ class CampaignContract:
         now = utcnow()
         earlier = await insert(stores, **cancelling())
         assert await stores.campaigns.claim_cancel_finalization(earlier, "old", now, now)
-        await stores.campaigns.confirm_cancel(earlier, Counts(), now)
+        await stores.campaigns.confirm_cancel(earlier, CampaignCounts(), now)
         current = await insert(stores, **cancelling())
         later = now + timedelta(seconds=1)
         first = await stores.campaigns.claim_cancel_finalization(current, "a", later,
@@ -716,7 +716,7 @@ class ScheduleContract:
         assert left is not None and left.claim is not None and left.claim.by == "dead"
 
     async def test_advancing_records_the_runs_moves_on_and_lets_go(self, stores: Stores) -> None:
-        history = tuple(ScheduleRun(utcnow(), "fired", new_id(), None, utcnow())
+        history = tuple(ScheduleRunRecord(utcnow(), "fired", new_id(), None, utcnow())
                         for _ in range(19))
         due = schedule(runs=history, missed_total=3)
         await stores.schedules.insert(due)
@@ -724,8 +724,8 @@ class ScheduleContract:
         now = utcnow()
         claimed_now = await stores.schedules.claim(due.id, due.next_run_at, "me", now, now + LEASE)
         assert claimed_now is not None
-        runs = [ScheduleRun(due.next_run_at, "missed", None, "late", now),
-                ScheduleRun(due.next_run_at, "fired", new_id(), None, now)]
+        runs = [ScheduleRunRecord(due.next_run_at, "missed", None, "late", now),
+                ScheduleRunRecord(due.next_run_at, "fired", new_id(), None, now)]
         following = due.next_run_at + timedelta(days=1)
         assert not await stores.schedules.advance(claimed_now, "other", following, runs, 2, now)
         assert await stores.schedules.advance(claimed_now, "me", following, runs, 2, now)

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from herald.clock import utcnow
-from herald.domain.api import CampaignCreate, CampaignPatch, RetargetRequest
+from herald.contracts.http import CampaignCreate, CampaignPatch, RetargetRequest
 from herald.domain.audience import Audience, Platform
 from herald.domain.documents import (
     Campaign,
-    Content,
+    CampaignContent,
     Dispatch,
     FollowUp,
     FollowUpOf,
@@ -67,7 +67,7 @@ async def test_a_campaign_to_send_now_is_stored_pending_and_a_dispatcher_is_woke
     created = await creator.create(request(data={"landingUrl": "https://x.test"}), None, ACTOR)
     campaign = created.campaign
     assert created.created and campaign.status is Status.PENDING
-    assert campaign.content == Content("Live now", "Tap to watch",
+    assert campaign.content == CampaignContent("Live now", "Tap to watch",
                                        {"landingUrl": "https://x.test"})
     assert await stored(stores, campaign.id) == campaign
     assert bus.dispatches == [campaign.id]
@@ -169,7 +169,7 @@ async def test_a_second_request_waits_for_the_first_with_the_same_key(bus: FakeB
 async def finished(stores: Stores, status: Status, **changes: Any) -> str:
     """A campaign that finished after paging had started."""
     return await insert(stores, status=status, dispatch=Dispatch(owner="d", done=True),
-                        content=Content("Old title", "Old body", {"k": "v"}, "https://i.test/a"),
+                        content=CampaignContent("Old title", "Old body", {"k": "v"}, "https://i.test/a"),
                         name="launch", chunk_size=250, rate_per_s=100, **changes)
 
 
@@ -181,7 +181,7 @@ async def test_a_retarget_reaches_the_unsent_of_a_finished_campaign_with_new_con
     follow_up = await creator.retarget(parent_id, RetargetRequest(title="Fixed link"), ACTOR)
     assert follow_up is not None and follow_up.status is Status.PENDING
     assert follow_up.follow_up == FollowUp(parent_id, FollowUpOf.UNSENT)
-    assert follow_up.content == Content("Fixed link", "Old body", {"k": "v"}, "https://i.test/a")
+    assert follow_up.content == CampaignContent("Fixed link", "Old body", {"k": "v"}, "https://i.test/a")
     assert (follow_up.name, follow_up.source, follow_up.audience) == ("launch (retarget)",
                                                                       "retarget", None)
     assert (follow_up.chunk_size, follow_up.rate_per_s) == (250, 100)
@@ -196,7 +196,7 @@ async def test_a_retarget_may_replace_the_data_and_the_chunk_size(
     follow_up = await creator.retarget(parent_id, RetargetRequest.model_validate(
         {"data": {"k": "w"}, "chunk_size": 10, "name": "again", "image_url": "https://i.test/b"}), ACTOR)
     assert follow_up is not None
-    assert follow_up.content == Content("Old title", "Old body", {"k": "w"}, "https://i.test/b")
+    assert follow_up.content == CampaignContent("Old title", "Old body", {"k": "w"}, "https://i.test/b")
     assert (follow_up.name, follow_up.chunk_size) == ("again", 10)
 
 
@@ -229,7 +229,7 @@ async def test_a_failed_campaign_is_retried_for_everyone_it_did_not_reach(
     assert retry is not None
     assert retry.follow_up == FollowUp(parent_id, FollowUpOf.NOT_SENT)
     assert (retry.name, retry.source) == ("launch (retry)", "retry")
-    assert retry.content == Content("Old title", "Old body", {"k": "v"}, "https://i.test/a")
+    assert retry.content == CampaignContent("Old title", "Old body", {"k": "v"}, "https://i.test/a")
 
 
 @pytest.mark.parametrize("status", [Status.COMPLETED, Status.CANCELLED, Status.IN_PROGRESS])
@@ -259,7 +259,7 @@ async def test_a_scheduled_campaign_takes_the_changes_given(
     edited = await edit_scheduled(stores, current.id, patch(
         title="New", data={"k": "w"}, audience=audience.model_dump(), name="renamed"), ACTOR)
     assert edited is not None
-    assert edited.content == Content("New", "Tap to watch", {"k": "w"}, "https://i.test/a")
+    assert edited.content == CampaignContent("New", "Tap to watch", {"k": "w"}, "https://i.test/a")
     assert (edited.name, edited.audience, edited.due_at) == ("renamed", audience,
                                                              current.due_at)
     assert edited == await stored(stores, current.id)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from herald.clock import utcnow
-from herald.domain.documents import Counts, new_id
+from herald.domain.documents import CampaignCounts, new_id
 from herald.domain.status import Status, Transition
 from herald.service_layer.campaign_events import (
     CampaignChanged,
@@ -58,7 +58,7 @@ def test_a_reading_that_changes_nothing_seen_is_no_event_until_a_quiet_stretch()
     running = campaign(**paged(2, 1000))
     first = detector.observe(running)
     quiet = [detector.observe(running) for _ in range(3)]
-    moved = detector.observe(replace(running, counts=Counts(targeted=1000, sent=500)))
+    moved = detector.observe(replace(running, counts=CampaignCounts(targeted=1000, sent=500)))
     assert isinstance(first, CampaignChanged) and first.seq == 1 and not first.final
     assert quiet == [None, None, KeepAlive()]
     assert isinstance(moved, CampaignChanged) and moved.seq == 2

@@ -10,9 +10,9 @@ import pytest
 from herald.clock import utcnow
 from herald.domain.documents import (
     Campaign,
+    CampaignCounts,
     CancelRecord,
     ChunkStatus,
-    Counts,
     Dispatch,
     Outcome,
     Progress,
@@ -280,7 +280,7 @@ async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unp
     await stores.devices.upsert([device(i) for i in range(12)], utcnow())
     ids = [i async for i, _ in stores.devices.stream({}, None, None)]
     campaign_id = await insert(
-        stores, status=Status.IN_PROGRESS, chunk_size=3, counts=Counts(targeted=5),
+        stores, status=Status.IN_PROGRESS, chunk_size=3, counts=CampaignCounts(targeted=5),
         progress=Progress(chunks_published=1),
         dispatch=Dispatch(owner="d1", until=ids[-1], next_seq=1))
     recipients = [r async for _, r in stores.devices.stream({}, None, ids[4])]
@@ -294,7 +294,7 @@ async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unp
                                                  Outcome.UNSENT)]
     frozen = [c.state async for c in stores.chunks.in_order(campaign_id)][1:]
     assert cancelled is not None and cancelled.status is Status.CANCELLED
-    assert cancelled.counts == Counts(targeted=12, sent=2, failed=1)
+    assert cancelled.counts == CampaignCounts(targeted=12, sent=2, failed=1)
     assert cancelled.dispatch.done
     assert unsent == [f"tok-{i:05d}" for i in range(3, 12)]
     assert [(s.size, s.status.value) for s in frozen] == [(3, "cancelled")] * 2 + [
@@ -317,7 +317,7 @@ async def test_a_finalizer_that_died_mid_freeze_is_finished_by_the_next_one(
     await stores.chunks.create(campaign_id, 0, firsts, ids[1], utcnow(),
                                status=ChunkStatus.CANCELLED)
     cancelled = await cancellation.finish(campaign_id)
-    assert cancelled is not None and cancelled.counts == Counts(targeted=6)
+    assert cancelled is not None and cancelled.counts == CampaignCounts(targeted=6)
     assert [c.state.size async for c in stores.chunks.in_order(campaign_id)] == [2, 2, 2]
 
 
@@ -325,12 +325,12 @@ async def test_final_counts_of_a_cancel_come_from_the_records_not_the_live_count
         stores: Stores, cancellation: Cancellation) -> None:
     campaign_id = await insert(stores, status=Status.IN_PROGRESS,
                                dispatch=Dispatch(owner="d1", next_seq=1, done=True),
-                               counts=Counts(targeted=2, sent=99))
+                               counts=CampaignCounts(targeted=2, sent=99))
     await stores.chunks.create(campaign_id, 0, recipients(0, 2), None, utcnow())
     await stores.deliveries.record(campaign_id, 0, "s1", at([(0, None)]), utcnow())
     await cancellation.request(campaign_id, None, None, broadcast=True)
     cancelled = await cancellation.finish(campaign_id)
-    assert cancelled is not None and cancelled.counts == Counts(targeted=2, sent=1, failed=0)
+    assert cancelled is not None and cancelled.counts == CampaignCounts(targeted=2, sent=1, failed=0)
 
 
 # --- a campaign FCM refused as misconfigured ---------------------------------------------------------

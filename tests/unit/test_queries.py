@@ -6,7 +6,7 @@ import pytest
 
 from herald.clock import utcnow
 from herald.domain.audience import Audience, Platform
-from herald.domain.documents import Counts, Dispatch, Outcome, new_id
+from herald.domain.documents import CampaignCounts, Dispatch, Outcome, new_id
 from herald.domain.status import Status
 from herald.service_layer import queries
 from herald.service_layer.cancellation import CampaignNotFound
@@ -46,7 +46,7 @@ async def test_an_audit_of_an_unknown_campaign_fails_before_it_streams(stores: S
 
 
 async def test_an_audit_streams_the_recipients_of_one_outcome(stores: Stores) -> None:
-    campaign_id = await insert(stores, status=Status.COMPLETED, counts=Counts(targeted=3),
+    campaign_id = await insert(stores, status=Status.COMPLETED, counts=CampaignCounts(targeted=3),
                                dispatch=Dispatch(owner="d", next_seq=1, done=True))
     await stores.chunks.create(campaign_id, 0, recipients(0, 3), None, utcnow())
     await stores.deliveries.record(campaign_id, 0, "s1", at([(0, None), (2, "UNREGISTERED")]),

@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from herald.clock import utcnow
-from herald.domain.api import ScheduleCreate
+from herald.contracts.http import ScheduleCreate
 from herald.domain.documents import (
     Campaign,
     Schedule,
     ScheduleClaim,
-    ScheduleRun,
+    ScheduleRunRecord,
     ScheduleState,
     new_id,
 )
@@ -200,7 +200,7 @@ class DiesBeforeAdvancing(FakeSchedules):
     dying = True
 
     async def advance(self, claimed: Schedule, pod_id: str, next_run_at: datetime | None,
-                      runs: Sequence[ScheduleRun], missed: int, now: datetime) -> bool:
+                      runs: Sequence[ScheduleRunRecord], missed: int, now: datetime) -> bool:
         if self.dying:
             raise ConnectionError("the replica died here")
         return await super().advance(claimed, pod_id, next_run_at, runs, missed, now)

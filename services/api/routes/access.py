@@ -6,8 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from herald.domain.access import ROLE_SCOPES, Scope
-from herald.domain.api import (
+from herald.contracts.http import (
     ApiKeyCreate,
     ApiKeyCreated,
     ApiKeyPage,
@@ -15,6 +14,7 @@ from herald.domain.api import (
     Me,
     OperatorLogPage,
 )
+from herald.domain.access import ROLE_SCOPES, Scope
 from herald.service_layer.access import mint_key, revoke_key
 from services.api.auth import Caller, RequireKey, scoped
 from services.api.deps import Services

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter
 
+from herald.contracts.http import AudienceEstimate, AudienceEstimateRequest
 from herald.domain.access import Scope
-from herald.domain.api import AudienceEstimate, AudienceEstimateRequest
 from herald.service_layer import queries
 from services.api.auth import Caller, scoped
 from services.api.deps import Services

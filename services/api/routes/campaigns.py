@@ -8,8 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from herald.domain.access import Scope
-from herald.domain.api import (
+from herald.contracts.http import (
     AmendRequest,
     CampaignCreate,
     CampaignCreated,
@@ -22,6 +21,7 @@ from herald.domain.api import (
     CorrectResult,
     RetargetRequest,
 )
+from herald.domain.access import Scope
 from herald.domain.documents import Campaign, Outcome
 from herald.domain.status import Status
 from herald.domain.types import OBJECT_ID_PATTERN

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Response
 
+from herald.contracts.http import DeviceBulkIn, DeviceBulkResult, DeviceIn, DeviceUpserted
 from herald.domain.access import Scope
-from herald.domain.api import DeviceBulkIn, DeviceBulkResult, DeviceIn, DeviceUpserted
 from herald.service_layer.devices import register_devices
 from services.api.auth import Caller, scoped
 from services.api.deps import Services

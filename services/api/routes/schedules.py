@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
+from herald.contracts.http import ScheduleCreate, SchedulePage, SchedulePatch, ScheduleView
 from herald.domain.access import Scope
-from herald.domain.api import ScheduleCreate, SchedulePage, SchedulePatch, ScheduleView
 from herald.domain.documents import Schedule
 from herald.domain.types import OBJECT_ID_PATTERN
 from herald.service_layer import queries, scheduling
