@@ -33,6 +33,9 @@ from herald.service_layer.ports import Bus, Stores
 from herald.service_layer.recipients import final_counts
 from herald.service_layer.scheduling import new_schedule
 
+EVERYONE = Audience(push_enabled=None)
+"""Every device whose token is still valid (push enabled or not)."""
+
 ACTOR = Actor(id="6b0000000000000000000001", name="test-operator", kind=ActorKind.API_KEY)
 """Who made the changes a test makes (an operator's key)."""
 

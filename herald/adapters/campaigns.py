@@ -62,8 +62,7 @@ class CampaignStore:
         return await self._find({"status": status.value}, sort=("_id", 1), limit=limit)
 
     async def transition(self, campaign_id: str, transition: Transition, now: datetime, *,
-                         also_set: Mapping[str, Any] | None = None,
-                         where: Mapping[str, Any] | None = None) -> Campaign | None:
+                         also_set: Mapping[str, Any] | None = None) -> Campaign | None:
         """Apply ``transition`` if the campaign's status allows it; the updated campaign, or None.
 
         The status test and the write are one atomic operation, so of two racing transitions
@@ -72,8 +71,7 @@ class CampaignStore:
         oid = object_id(campaign_id)
         if oid is None:
             return None
-        query = {"_id": oid, "status": {"$in": [s.value for s in sources_for(transition)]},
-                 **(where or {})}
+        query = {"_id": oid, "status": {"$in": [s.value for s in sources_for(transition)]}}
         update = {"$set": {"status": target_of(transition).value, "updated_at": now,
                            **(also_set or {})}}
         return maybe(Campaign, await self._campaigns.find_one_and_update(

@@ -33,7 +33,7 @@ from herald.observability import (
     CANCEL_LATENCY_SECONDS,
     CANCEL_SENT_RATIO,
 )
-from herald.service_layer.ports import Bus, CancelFlags, PodRegistry, Stores
+from herald.service_layer.ports import Bus, CampaignRecords, CancelFlags, PodRegistry
 from herald.service_layer.recipients import final_counts, freeze_unpaged
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class Cancellation:
     with nobody to wait for is finished by the sweep or the caller's own ``finish``.
     """
 
-    def __init__(self, stores: Stores, flags: CancelFlags, pods: PodRegistry, bus: Bus | None,
+    def __init__(self, stores: CampaignRecords, flags: CancelFlags, pods: PodRegistry, bus: Bus | None,
                  pod_id: str, *, spawn: Spawn | None = None) -> None:
         self._stores = stores
         self._flags = flags

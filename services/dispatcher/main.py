@@ -30,7 +30,7 @@ from herald.runtime.tracking import WorkTracker
 from herald.runtime.worker import PodParts, Worker
 from herald.service_layer.cancellation import Cancellation
 from herald.service_layer.completion import complete, reconcile
-from herald.service_layer.ports import PodRegistry, Stores
+from herald.service_layer.ports import CampaignRecords, PodRegistry
 from services.dispatcher.backpressure import Backpressure
 from services.dispatcher.paging import Paging
 
@@ -50,7 +50,7 @@ class DispatchPolicy:
 
 
 class Dispatcher(Worker):
-    def __init__(self, stores: Stores, registry: PodRegistry, cancellation: Cancellation,
+    def __init__(self, stores: CampaignRecords, registry: PodRegistry, cancellation: Cancellation,
                  tracker: WorkTracker, background: Background, paging: Paging,
                  policy: DispatchPolicy, stopping: asyncio.Event) -> None:
         self._stores = stores

@@ -21,7 +21,7 @@ from herald.service_layer.completion import chunk_finished, complete, reconcile
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import audit, final_counts
 from herald.settings import Settings
-from tests.factories import actor, at, campaign, device, recipients_of
+from tests.factories import EVERYONE, actor, at, campaign, device, recipients_of
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
     """The unpaged rest is written down as never-published chunks at the cancel, so the
     numbers and the unsent list stay equal even when devices change afterwards."""
     await stores.devices.upsert([device(i) for i in range(50)], utcnow())
-    everyone = [d async for d in stores.devices.stream({}, None, None)]
+    everyone = [d async for d in stores.devices.stream(EVERYONE, None, None)]
     record = campaign(status=Status.IN_PROGRESS, chunk_size=20, counts=CampaignCounts(targeted=20),
                       dispatch=Dispatch(owner="d", until=everyone[-1][0], next_seq=1))
     await stores.campaigns.insert(record)

@@ -17,7 +17,7 @@ import pytest
 from pymongo.errors import DuplicateKeyError
 
 from herald.clock import utcnow
-from herald.domain.audience import AttributeFilter, Audience, Platform, audience_query
+from herald.domain.audience import AttributeFilter, Audience, Platform, Zones
 from herald.domain.documents import (
     Campaign,
     CampaignCounts,
@@ -33,7 +33,7 @@ from herald.domain.documents import (
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
 from herald.service_layer.ports import Stores
-from tests.factories import actor, at, cancelling, device, insert, paged, recipients, schedule
+from tests.factories import EVERYONE, actor, at, cancelling, device, insert, paged, recipients, schedule
 from tests.factories import campaign as new_campaign
 
 LEASE = timedelta(seconds=30)
@@ -584,26 +584,26 @@ class DeviceContract:
     async def people(self, stores: Stores) -> list[str]:
         """``PEOPLE`` registered; their ids, in registration (and paging) order."""
         await stores.devices.upsert([device(i, **p) for i, p in enumerate(PEOPLE)], utcnow())
-        return [device_id async for device_id, _ in stores.devices.stream({}, None, None)]
+        return [device_id async for device_id, _ in stores.devices.stream(EVERYONE, None, None)]
 
     @pytest.mark.parametrize(("audience", "selected"), AUDIENCES)
     async def test_an_audience_streams_exactly_its_devices_in_id_order(
             self, stores: Stores, audience: Audience, selected: list[int]) -> None:
         await self.people(stores)
-        streamed = [r.token async for _, r in stores.devices.stream(audience_query(audience),
-                                                                    None, None)]
+        streamed = [r.token async for _, r in stores.devices.stream(audience, None,
+                                                                    None)]
         assert streamed == [f"tok-{i:05d}" for i in selected]
 
     async def test_a_boolean_attribute_is_not_the_number_one(self, stores: Stores) -> None:
         await stores.devices.upsert([device(0, attributes={"vip": True}),
                                      device(1, attributes={"vip": 1})], utcnow())
         for value, token in ((True, "tok-00000"), (1, "tok-00001")):
-            query = audience_query(Audience(attributes={"vip": AttributeFilter(eq=value)}))
-            assert [r.token async for _, r in stores.devices.stream(query, None, None)] == [token]
+            vip = Audience(attributes={"vip": AttributeFilter(eq=value)})
+            assert [r.token async for _, r in stores.devices.stream(vip, None, None)] == [token]
 
     async def test_a_stream_runs_after_its_cursor_up_to_its_bound(self, stores: Stores) -> None:
         ids = await self.people(stores)
-        streamed = [(i, r.token) async for i, r in stores.devices.stream({}, ids[1], ids[4])]
+        streamed = [(i, r.token) async for i, r in stores.devices.stream(EVERYONE, ids[1], ids[4])]
         assert streamed == [(ids[i], f"tok-{i:05d}") for i in (2, 3, 4)]
 
     async def test_a_retired_token_leaves_every_audience(self, stores: Stores) -> None:
@@ -613,7 +613,7 @@ class DeviceContract:
                                                     "UNREGISTERED", now)
         again = await stores.devices.mark_invalid(["tok-00001"], "UNREGISTERED", now)
         streamed = [r.token async for _, r in stores.devices.stream(
-            audience_query(Audience(push_enabled=None)), None, None)]
+            EVERYONE, None, None)]
         dead = await stores.devices.find_by_token("tok-00001")
         assert (retired, again) == (2, 0)
         assert streamed == ["tok-00000", "tok-00002", "tok-00004", "tok-00005"]
@@ -637,15 +637,15 @@ class DeviceContract:
         zones = ["Asia/Seoul", "Europe/Madrid", None, "America/Lima", "Asia/Tokyo", None]
         await stores.devices.upsert([device(i, timezone=zone, push_enabled=i != 5)
                                      for i, zone in enumerate(zones)], utcnow())
-        listed = ["Asia/Seoul", "Asia/Tokyo", "Europe/Madrid"]
-        own = {"timezone": {"$in": ["Asia/Seoul", "Asia/Tokyo"]}}
-        with_others = {**audience_query(Audience()),
-                       "$or": [own, {"timezone": {"$nin": listed}}]}
-        madrid = {**audience_query(Audience()), "timezone": {"$in": ["Europe/Madrid"]}}
-        first = [(i, r.token) async for i, r in stores.devices.stream(with_others, None, None)]
-        resumed = [r.token async for _, r in stores.devices.stream(with_others, first[1][0],
-                                                                   None)]
-        second = [r.token async for _, r in stores.devices.stream(madrid, None, None)]
+        listed = ("Asia/Seoul", "Asia/Tokyo", "Europe/Madrid")
+        with_others = Zones(("Asia/Seoul", "Asia/Tokyo"), others=True, listed=listed)
+        madrid = Zones(("Europe/Madrid",), listed=listed)
+        first = [(i, r.token) async for i, r in stores.devices.stream(Audience(), None, None,
+                                                                      zones=with_others)]
+        resumed = [r.token async for _, r in stores.devices.stream(
+            Audience(), first[1][0], None, zones=with_others)]
+        second = [r.token async for _, r in stores.devices.stream(Audience(), None, None,
+                                                                  zones=madrid)]
         assert [token for _, token in first] == ["tok-00000", "tok-00002", "tok-00003",
                                                  "tok-00004"]
         assert resumed == ["tok-00003", "tok-00004"]
@@ -655,24 +655,24 @@ class DeviceContract:
         zones = ["Asia/Seoul", "Europe/Madrid", None, "Asia/Seoul", "Asia/Tokyo"]
         await stores.devices.upsert([device(i, timezone=zone, push_enabled=i != 4)
                                      for i, zone in enumerate(zones)], utcnow())
-        found = await stores.devices.timezones(audience_query(Audience()))
+        found = await stores.devices.timezones(Audience())
         assert sorted(found) == ["Asia/Seoul", "Europe/Madrid"]
 
     @pytest.mark.parametrize(("audience", "selected"), AUDIENCES)
     async def test_an_audience_counts_exactly_the_devices_it_streams(
             self, stores: Stores, audience: Audience, selected: list[int]) -> None:
         await self.people(stores)
-        assert await stores.devices.count(audience_query(audience)) == len(selected)
+        assert await stores.devices.count(audience) == len(selected)
 
     async def test_nobody_counts_zero(self, stores: Stores) -> None:
-        nobody = audience_query(Audience(user_ids=["nobody"]))
+        nobody = Audience(user_ids=["nobody"])
         assert await stores.devices.count(nobody) == 0
         await self.people(stores)
         assert await stores.devices.count(nobody) == 0
 
     async def test_a_retired_token_is_not_counted(self, stores: Stores) -> None:
         await self.people(stores)
-        everyone = audience_query(Audience(push_enabled=None))
+        everyone = EVERYONE
         before = await stores.devices.count(everyone)
         await stores.devices.mark_invalid(["tok-00001"], "UNREGISTERED", utcnow())
         assert await stores.devices.count(everyone) == before - 1

@@ -49,7 +49,7 @@ FIXED = {"landingUrl": "https://example.com/fixed"}
 
 @pytest.fixture
 def creator(stores: Stores, bus: FakeBus) -> CampaignCreator:
-    return CampaignCreator(stores, bus)
+    return CampaignCreator(stores.campaigns, stores.idempotency, bus)
 
 
 async def stored(stores: Stores, campaign_id: str) -> Campaign:
@@ -315,7 +315,7 @@ class LinkFailsOnce(FakeCampaigns):
 async def test_an_amend_whose_first_call_died_before_linking_it_is_linked_by_the_retry(
         bus: FakeBus) -> None:
     stores = replace(fake_stores(), campaigns=LinkFailsOnce())
-    creator = CampaignCreator(stores, bus)
+    creator = CampaignCreator(stores.campaigns, stores.idempotency, bus)
     original = await cancelled_paged_campaign(stores)
     with pytest.raises(ConnectionError):
         await creator.amend(original.id, AmendRequest(), ACTOR, "k1")

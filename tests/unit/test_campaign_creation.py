@@ -44,7 +44,7 @@ from tests.unit.fakes import FakeBus, FakeCampaigns, fake_stores
 
 @pytest.fixture
 def creator(stores: Stores, bus: FakeBus) -> CampaignCreator:
-    return CampaignCreator(stores, bus)
+    return CampaignCreator(stores.campaigns, stores.idempotency, bus)
 
 
 def request(**fields: Any) -> CampaignCreate:
@@ -157,11 +157,13 @@ class AppearsAfterOneLook(FakeCampaigns):
 
 async def test_a_second_request_waits_for_the_first_with_the_same_key(bus: FakeBus) -> None:
     body = request()
-    first = await CampaignCreator(fake_stores(), bus).create(body, None, ACTOR)
+    elsewhere = fake_stores()
+    first = await CampaignCreator(elsewhere.campaigns, elsewhere.idempotency, bus).create(
+        body, None, ACTOR)
     stores = replace(fake_stores(), campaigns=AppearsAfterOneLook(first.campaign))
     await stores.idempotency.reserve(IdempotencyBinding(
         f"{ACTOR.id}:key-1", fingerprint(body), first.campaign.id, utcnow()))
-    again = await CampaignCreator(stores, bus).create(body, "key-1", ACTOR)
+    again = await CampaignCreator(stores.campaigns, stores.idempotency, bus).create(body, "key-1", ACTOR)
     assert (again.created, again.campaign) == (False, first.campaign)
 
 
@@ -256,7 +258,7 @@ async def test_a_scheduled_campaign_takes_the_changes_given(
         stores: Stores, creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     audience = Audience(platforms=[Platform.IOS])
-    edited = await edit_scheduled(stores, current.id, patch(
+    edited = await edit_scheduled(stores.campaigns, current.id, patch(
         title="New", data={"k": "w"}, audience=audience.model_dump(), name="renamed"), ACTOR)
     assert edited is not None
     assert edited.content == CampaignContent("New", "Tap to watch", {"k": "w"}, "https://i.test/a")
@@ -267,7 +269,7 @@ async def test_a_scheduled_campaign_takes_the_changes_given(
 
 async def test_nulls_in_a_patch_change_nothing(stores: Stores, creator: CampaignCreator) -> None:
     current = await scheduled(creator)
-    edited = await edit_scheduled(stores, current.id, patch(
+    edited = await edit_scheduled(stores.campaigns, current.id, patch(
         title=None, body=None, data=None, image_url=None, name=None, audience=None,
         send_at=None, timezone=None), ACTOR)
     assert edited is not None
@@ -279,7 +281,7 @@ async def test_a_change_past_fcms_size_limit_is_refused(stores: Stores,
                                                          creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     with pytest.raises(InvalidChange) as refused:
-        await edit_scheduled(stores, current.id, patch(data={"big": "x" * 3900},
+        await edit_scheduled(stores.campaigns, current.id, patch(data={"big": "x" * 3900},
                                                        body="y" * 400), ACTOR)
     assert "FCM accepts at most 4096" in str(refused.value)
     assert await stored(stores, current.id) == current
@@ -289,7 +291,7 @@ async def test_moving_a_campaign_moves_its_due_time(stores: Stores,
                                                      creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     later = utcnow().replace(microsecond=0) + timedelta(hours=5)
-    edited = await edit_scheduled(stores, current.id, patch(send_at=later.isoformat()), ACTOR)
+    edited = await edit_scheduled(stores.campaigns, current.id, patch(send_at=later.isoformat()), ACTOR)
     assert edited is not None and edited.due_at == later
 
 
@@ -297,7 +299,7 @@ async def test_a_local_time_campaign_moved_to_another_zone_keeps_its_wall_clock(
         stores: Stores, creator: CampaignCreator) -> None:
     current = await scheduled(creator, send_at="2030-06-01T09:00:00", timezone="Asia/Seoul",
                               deliver_in_local_time=True)
-    edited = await edit_scheduled(stores, current.id, patch(timezone="Europe/Madrid"), ACTOR)
+    edited = await edit_scheduled(stores.campaigns, current.id, patch(timezone="Europe/Madrid"), ACTOR)
     assert edited is not None
     assert edited.local_time == LocalTime("2030-06-01T09:00:00", "Europe/Madrid")
     assert edited.due_at == current.due_at  # still where 09:00 comes first on Earth
@@ -307,26 +309,26 @@ async def test_a_timezone_alone_does_not_move_a_campaign(stores: Stores,
                                                           creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     with pytest.raises(AmbiguousTime):
-        await edit_scheduled(stores, current.id, patch(timezone="Asia/Seoul"), ACTOR)
+        await edit_scheduled(stores.campaigns, current.id, patch(timezone="Asia/Seoul"), ACTOR)
 
 
 async def test_a_campaign_cannot_be_moved_into_the_past(stores: Stores,
                                                         creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     with pytest.raises(SendAtInPast):
-        await edit_scheduled(stores, current.id, patch(send_at="2020-01-01T00:00:00Z"), ACTOR)
+        await edit_scheduled(stores.campaigns, current.id, patch(send_at="2020-01-01T00:00:00Z"), ACTOR)
 
 
 @pytest.mark.parametrize("status", [Status.PENDING, Status.IN_PROGRESS, Status.CANCELLED])
 async def test_only_a_scheduled_campaign_is_edited(stores: Stores, status: Status) -> None:
     campaign_id = await insert(stores, status=status)
     with pytest.raises(NotEditable) as refused:
-        await edit_scheduled(stores, campaign_id, patch(title="New"), ACTOR)
+        await edit_scheduled(stores.campaigns, campaign_id, patch(title="New"), ACTOR)
     assert refused.value.status is status
 
 
 async def test_an_unknown_campaign_is_not_edited(stores: Stores) -> None:
-    assert await edit_scheduled(stores, new_id(), patch(title="New"), ACTOR) is None
+    assert await edit_scheduled(stores.campaigns, new_id(), patch(title="New"), ACTOR) is None
 
 
 class FiresWhileEdited(FakeCampaigns):
@@ -339,8 +341,8 @@ class FiresWhileEdited(FakeCampaigns):
 
 async def test_a_campaign_that_fired_during_the_edit_is_not_edited(bus: FakeBus) -> None:
     stores = replace(fake_stores(), campaigns=FiresWhileEdited())
-    current = await scheduled(CampaignCreator(stores, bus))
+    current = await scheduled(CampaignCreator(stores.campaigns, stores.idempotency, bus))
     with pytest.raises(NotEditable) as refused:
-        await edit_scheduled(stores, current.id, patch(title="New"), ACTOR)
+        await edit_scheduled(stores.campaigns, current.id, patch(title="New"), ACTOR)
     assert refused.value.status is Status.PENDING
     assert (await stored(stores, current.id)).content.title == "Live now"

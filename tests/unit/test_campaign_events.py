@@ -48,7 +48,7 @@ def nothing() -> Step:
 async def collect(stores: Stores, campaign_id: str, steps: list[Step],
                   keepalive_ticks: int = 100) -> list[Event]:
     ticks = ScriptedTicks(steps)
-    events = await campaign_events(stores, campaign_id, poll_s=1.0,
+    events = await campaign_events(stores.campaigns, campaign_id, poll_s=1.0,
                                    keepalive_s=float(keepalive_ticks), sleep=ticks)
     return [event async for event in events]
 
@@ -110,4 +110,4 @@ async def test_a_finished_campaign_is_one_event_and_the_end(stores: Stores) -> N
 
 async def test_an_unknown_campaign_is_refused_before_any_event(stores: Stores) -> None:
     with pytest.raises(CampaignNotFound):
-        await campaign_events(stores, new_id())
+        await campaign_events(stores.campaigns, new_id())

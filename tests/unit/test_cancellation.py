@@ -29,7 +29,7 @@ from herald.service_layer.cancellation import (
 )
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import audit
-from tests.factories import actor, at, device, insert, pod_beat, recipients
+from tests.factories import EVERYONE, actor, at, device, insert, pod_beat, recipients
 from tests.unit.fakes import (
     FakeBus,
     FakeCampaigns,
@@ -278,12 +278,12 @@ async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unp
     paged are frozen into chunks, so the audit and a retarget see them, whatever happens to
     the devices afterwards."""
     await stores.devices.upsert([device(i) for i in range(12)], utcnow())
-    ids = [i async for i, _ in stores.devices.stream({}, None, None)]
+    ids = [i async for i, _ in stores.devices.stream(EVERYONE, None, None)]
     campaign_id = await insert(
         stores, status=Status.IN_PROGRESS, chunk_size=3, counts=CampaignCounts(targeted=5),
         progress=Progress(chunks_published=1),
         dispatch=Dispatch(owner="d1", until=ids[-1], next_seq=1))
-    recipients = [r async for _, r in stores.devices.stream({}, None, ids[4])]
+    recipients = [r async for _, r in stores.devices.stream(EVERYONE, None, ids[4])]
     await stores.chunks.create(campaign_id, 0, recipients, ids[4], utcnow())
     await stores.deliveries.record(campaign_id, 0, "s1", at([(0, None), (1, None),
                                                           (2, "UNREGISTERED")]), utcnow())
@@ -307,13 +307,13 @@ async def test_a_finalizer_that_died_mid_freeze_is_finished_by_the_next_one(
     """A finalizer froze chunk 0 and died before counting it; its claim expires, and the next
     one counts that chunk once and goes on from there."""
     await stores.devices.upsert([device(i) for i in range(6)], utcnow())
-    ids = [i async for i, _ in stores.devices.stream({}, None, None)]
+    ids = [i async for i, _ in stores.devices.stream(EVERYONE, None, None)]
     campaign_id = await insert(stores, status=Status.IN_PROGRESS, chunk_size=2,
                                dispatch=Dispatch(owner="d1", until=ids[-1], next_seq=0))
     await cancellation.request(campaign_id, None, None, broadcast=True)
     earlier = utcnow() - 2 * FINALIZER_LEASE
     await stores.campaigns.claim_cancel_finalization(campaign_id, "dead", earlier, earlier)
-    firsts = [r async for _, r in stores.devices.stream({}, None, ids[1])]
+    firsts = [r async for _, r in stores.devices.stream(EVERYONE, None, ids[1])]
     await stores.chunks.create(campaign_id, 0, firsts, ids[1], utcnow(),
                                status=ChunkStatus.CANCELLED)
     cancelled = await cancellation.finish(campaign_id)

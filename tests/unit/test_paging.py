@@ -28,7 +28,7 @@ from herald.service_layer.recipients import freeze_unpaged
 from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
 from services.dispatcher.backpressure import Backpressure
 from services.dispatcher.paging import Paging
-from tests.factories import at, device, insert, recipients_of
+from tests.factories import EVERYONE, at, device, insert, recipients_of
 from tests.support import eventually
 from tests.unit.fakes import FakeBus
 
@@ -86,7 +86,7 @@ async def stored(stores: Stores, campaign_id: str) -> Campaign:
 
 async def register(stores: Stores, numbers: range, **fields: object) -> list[str]:
     await stores.devices.upsert([device(i, **fields) for i in numbers], utcnow())
-    return [i async for i, _ in stores.devices.stream({}, None, None)]
+    return [i async for i, _ in stores.devices.stream(EVERYONE, None, None)]
 
 
 def tokens(*numbers: int) -> list[str]:

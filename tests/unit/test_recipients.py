@@ -33,7 +33,7 @@ from herald.service_layer.recipients import (
     targeted,
     unsent,
 )
-from tests.factories import at, campaign, device, insert, recipients
+from tests.factories import EVERYONE, at, campaign, device, insert, recipients
 
 
 def sent(*positions: int) -> list[tuple[int, str | None]]:
@@ -103,7 +103,7 @@ async def devices_bounded(stores: Stores, count: int, **fields: object) -> list[
     """``count`` devices (every tenth push-disabled), their ids."""
     await stores.devices.upsert([device(i, push_enabled=i % 10 != 9, **fields)
                                  for i in range(count)], utcnow())
-    return [i async for i, _ in stores.devices.stream({}, None, None)]
+    return [i async for i, _ in stores.devices.stream(EVERYONE, None, None)]
 
 
 async def test_unsent_includes_the_part_of_the_audience_never_paged(stores: Stores) -> None:
