@@ -267,7 +267,7 @@ class CampaignCreator:
           (every position recorded; a dead-lettered chunk's rest recorded failed), or it was
           cancelled once every sender alive at the cancel had acknowledged, after recording the
           requests it had on the wire, and its unpaged rest was frozen into chunks that are
-          never published (``cancellation``, ``recipients.freeze_unpaged``). So every reading,
+          never published (``cancellation``, ``freezing.freeze_unpaged``). So every reading,
           by either half, whenever its dispatcher pages, sees the same outcomes, and the
           positions a follow-up resumes from stay valid.
 

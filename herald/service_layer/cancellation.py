@@ -33,8 +33,9 @@ from herald.observability import (
     CANCEL_LATENCY_SECONDS,
     CANCEL_SENT_RATIO,
 )
+from herald.service_layer.freezing import freeze_unpaged
 from herald.service_layer.ports import Bus, CampaignRecords, CancelFlags, PodRegistry
-from herald.service_layer.recipients import final_counts, freeze_unpaged
+from herald.service_layer.recipients import final_counts
 
 log = logging.getLogger(__name__)
 

@@ -27,13 +27,9 @@ from herald.domain.status import Status
 from herald.domain.timing import Wave, local_time_waves
 from herald.observability import CHUNKS_PUBLISHED
 from herald.service_layer.completion import finalize
+from herald.service_layer.freezing import freeze_rest
 from herald.service_layer.ports import CampaignRecords
-from herald.service_layer.recipients import (
-    LocalTimeSource,
-    RecipientSource,
-    freeze_rest,
-    source_for,
-)
+from herald.service_layer.recipients import LocalTimeSource, RecipientSource, source_for
 from services.dispatcher.backpressure import Backpressure, unbounded
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from herald.service_layer import recipients
+from herald.service_layer import freezing
 from herald.service_layer.ports import Stores
 from tests.unit.fakes import (
     FakeBackground,
@@ -58,4 +58,4 @@ def registry(clock: FakeClock) -> FakeRegistry:
 def frozen_like_sent(monkeypatch: pytest.MonkeyPatch) -> None:
     """Frozen chunks as large as the campaign's own (not ``FROZEN_CHUNK_SIZE``), for tests that
     follow a freeze chunk by chunk."""
-    monkeypatch.setattr(recipients, "FROZEN_CHUNK_SIZE", 0)
+    monkeypatch.setattr(freezing, "FROZEN_CHUNK_SIZE", 0)

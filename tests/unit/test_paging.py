@@ -23,8 +23,8 @@ from herald.domain.documents import (
 )
 from herald.domain.messages import SendChunk
 from herald.domain.status import Status
+from herald.service_layer.freezing import freeze_unpaged
 from herald.service_layer.ports import Stores
-from herald.service_layer.recipients import freeze_unpaged
 from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
 from services.dispatcher.backpressure import Backpressure
 from services.dispatcher.paging import Paging

@@ -22,13 +22,13 @@ from herald.domain.documents import (
 )
 from herald.domain.status import Status
 from herald.domain.timing import Wave
+from herald.service_layer.freezing import freeze_unpaged
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import (
     FollowUpSource,
     LocalTimeSource,
     audit,
     final_counts,
-    freeze_unpaged,
     source_for,
     targeted,
     unsent,
