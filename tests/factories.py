@@ -12,14 +12,14 @@ from datetime import timedelta
 from typing import Any
 
 from herald.clock import utcnow
+from herald.contracts.http import CampaignTemplate, DeviceIn, ScheduleCreate
 from herald.domain.access import Actor, ActorKind
-from herald.domain.api import CampaignTemplate, DeviceIn, ScheduleCreate
 from herald.domain.audience import Audience
 from herald.domain.documents import (
     Campaign,
+    CampaignContent,
+    CampaignCounts,
     CancelRecord,
-    Content,
-    Counts,
     Dispatch,
     Progress,
     Schedule,
@@ -32,6 +32,9 @@ from herald.service_layer.campaigns import new_campaign
 from herald.service_layer.ports import Bus, Stores
 from herald.service_layer.recipients import final_counts
 from herald.service_layer.scheduling import new_schedule
+
+EVERYONE = Audience(push_enabled=None)
+"""Every device whose token is still valid (push enabled or not)."""
 
 ACTOR = Actor(id="6b0000000000000000000001", name="test-operator", kind=ActorKind.API_KEY)
 """Who made the changes a test makes (an operator's key)."""
@@ -47,7 +50,7 @@ def campaign(due_in_s: float = 0.0, *, status: Status | None = None, chunk_size:
     """A campaign to every push-enabled device, due ``due_in_s`` from now."""
     now = utcnow()
     fresh = new_campaign(
-        content=Content(title="t", body="b"), name="c", audience=Audience(), follow_up=None,
+        content=CampaignContent(title="t", body="b"), name="c", audience=Audience(), follow_up=None,
         chunk_size=chunk_size, rate_per_s=None, due_at=now + timedelta(seconds=due_in_s), now=now,
         source="test")
     if status is not None:
@@ -75,7 +78,7 @@ def paged(chunks: int, targeted: int, *, owner: str = "dispatcher", done: bool =
     return {"status": Status.IN_PROGRESS,
             "dispatch": Dispatch(owner=owner, next_seq=chunks, done=done),
             "progress": Progress(chunks_published=chunks),
-            "counts": Counts(targeted=targeted)}
+            "counts": CampaignCounts(targeted=targeted)}
 
 
 async def sending_campaign(stores: Stores, chunks: list[list[str]],

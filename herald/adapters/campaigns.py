@@ -19,7 +19,7 @@ from pymongo.errors import DuplicateKeyError
 from herald import names
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, maybe, object_id, to_bson
-from herald.domain.documents import Campaign, CancelRecord, Counts
+from herald.domain.documents import Campaign, CampaignCounts, CancelRecord
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
 
@@ -27,7 +27,7 @@ _STILL_COUNTING = sorted(status.value for status in Status if status not in TERM
 """Statuses in which a finished chunk still adds to the live counts."""
 
 
-def _counts(counts: Counts) -> Document:
+def _counts(counts: CampaignCounts) -> Document:
     return {"counts.targeted": counts.targeted, "counts.sent": counts.sent,
             "counts.failed": counts.failed, "counts.maybe_delivered": counts.maybe_delivered}
 
@@ -62,8 +62,7 @@ class CampaignStore:
         return await self._find({"status": status.value}, sort=("_id", 1), limit=limit)
 
     async def transition(self, campaign_id: str, transition: Transition, now: datetime, *,
-                         also_set: Mapping[str, Any] | None = None,
-                         where: Mapping[str, Any] | None = None) -> Campaign | None:
+                         also_set: Mapping[str, Any] | None = None) -> Campaign | None:
         """Apply ``transition`` if the campaign's status allows it; the updated campaign, or None.
 
         The status test and the write are one atomic operation, so of two racing transitions
@@ -72,8 +71,7 @@ class CampaignStore:
         oid = object_id(campaign_id)
         if oid is None:
             return None
-        query = {"_id": oid, "status": {"$in": [s.value for s in sources_for(transition)]},
-                 **(where or {})}
+        query = {"_id": oid, "status": {"$in": [s.value for s in sources_for(transition)]}}
         update = {"$set": {"status": target_of(transition).value, "updated_at": now,
                            **(also_set or {})}}
         return maybe(Campaign, await self._campaigns.find_one_and_update(
@@ -88,7 +86,7 @@ class CampaignStore:
         return await self.transition(campaign_id, Transition.MISS, now,
                                      also_set={"error": reason, "finished_at": now})
 
-    async def finish(self, campaign_id: str, transition: Transition, counts: Counts,
+    async def finish(self, campaign_id: str, transition: Transition, counts: CampaignCounts,
                      error: str | None, now: datetime) -> Campaign | None:
         """``complete`` or ``fail`` with the final counts."""
         return await self.transition(campaign_id, transition, now, also_set={
@@ -103,7 +101,7 @@ class CampaignStore:
         return await self.transition(campaign_id, Transition.BEGIN_CANCEL, record.requested_at,
                                      also_set={"cancel": asdict(record)})
 
-    async def confirm_cancel(self, campaign_id: str, counts: Counts, now: datetime,
+    async def confirm_cancel(self, campaign_id: str, counts: CampaignCounts, now: datetime,
                              error: str | None = None) -> Campaign | None:
         """``cancelling → cancelled`` with final counts; ``→ failed`` with ``error`` for a
         campaign Herald stopped itself (``CancelRecord.fails_with``)."""
@@ -112,7 +110,7 @@ class CampaignStore:
             **_counts(counts), "cancel.acknowledged_at": now, "finished_at": now,
             **({"error": error} if error is not None else {})})
 
-    async def recount(self, campaign_id: str, counts: Counts) -> bool:
+    async def recount(self, campaign_id: str, counts: CampaignCounts) -> bool:
         """Final counts of a finished campaign computed again (answers recorded late)."""
         result = await self._campaigns.update_one(
             {"_id": object_id(campaign_id), "status": {"$in": sorted(s.value for s in TERMINAL)}},

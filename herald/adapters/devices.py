@@ -1,7 +1,8 @@
 """The device registry in MongoDB: upsert by token, stream an audience, retire dead tokens.
 
 A device document is ``herald.domain.documents.Device`` as stored, its ``_id`` an ``ObjectId``:
-``_id`` order is the order in which audiences are paged.
+``_id`` order is the order in which audiences are paged. An ``Audience`` (and a wave's ``Zones``)
+becomes a MongoDB filter here only (``audience_filter``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pymongo.errors import BulkWriteError
 from herald import names
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import maybe, object_id
-from herald.domain.api import DeviceIn
+from herald.contracts.http import DeviceIn
+from herald.domain.audience import AttributeFilter, Audience, Zones
 from herald.domain.documents import Device, UpsertCounts
 from herald.domain.messages import Recipient
 
@@ -27,6 +29,37 @@ UPDATE_BULK = 500
 FEW_TOKENS = 32
 STREAM_BATCH = 5000
 """Documents per round trip when streaming an audience: one cursor, large batches."""
+
+
+def audience_filter(audience: Audience, zones: Zones | None = None) -> dict[str, Any]:
+    """The MongoDB filter of the devices ``audience`` admits (``Audience.admits``), within
+    ``zones`` if given. Every operator is built here from validated scalars."""
+    query: dict[str, Any] = {"invalid": False}
+    if audience.push_enabled is not None:
+        query["push_enabled"] = audience.push_enabled
+    if audience.marketing_enabled is not None:
+        query["marketing_enabled"] = audience.marketing_enabled
+    for field, values in audience.memberships().items():
+        if values is not None:
+            query[field] = {"$in": values}
+    for name, condition in (audience.attributes or {}).items():
+        query[f"attributes.{name}"] = _attribute_condition(condition)
+    return query if zones is None else {"$and": [query, _zones_filter(zones)]}
+
+
+def _attribute_condition(condition: AttributeFilter) -> Any:
+    if condition.eq is not None:
+        return condition.eq
+    if condition.in_ is not None:
+        return {"$in": list(condition.in_)}
+    return {f"${op}": value for op, value in condition.bounds().items()}
+
+
+def _zones_filter(zones: Zones) -> dict[str, Any]:
+    own: dict[str, Any] = {"timezone": {"$in": list(zones.zones)}}
+    if zones.others:  # no timezone, or one unknown when the waves were planned
+        own = {"$or": [own, {"timezone": {"$nin": list(zones.listed)}}]}
+    return own
 
 
 class DeviceStore:
@@ -68,10 +101,11 @@ class DeviceStore:
             ordered=False)
         return result.modified_count
 
-    async def stream(self, query: Mapping[str, Any], after: str | None,
-                     until: str | None) -> AsyncIterator[tuple[str, Recipient]]:
-        """Devices matching ``query`` with ``after < id <= until``, in id order, on one cursor:
-        each device's id and the recipient it is."""
+    async def stream(self, audience: Audience, after: str | None, until: str | None, *,
+                     zones: Zones | None = None) -> AsyncIterator[tuple[str, Recipient]]:
+        """Devices of ``audience`` (in ``zones``) with ``after < id <= until``, in id order, on
+        one cursor: each device's id and the recipient it is."""
+        query = audience_filter(audience, zones)
         id_range: dict[str, ObjectId | None] = {}
         if after is not None:
             id_range["$gt"] = object_id(after)
@@ -84,19 +118,20 @@ class DeviceStore:
             yield str(device["_id"]), Recipient.model_construct(
                 token=device["token"], user_id=device.get("user_id"))
 
-    async def timezones(self, query: Mapping[str, Any]) -> list[str]:
-        """The distinct device timezones among the devices matching ``query``."""
-        zones = await self._devices.distinct("timezone", dict(query))
+    async def timezones(self, audience: Audience) -> list[str]:
+        """The distinct device timezones among the devices of ``audience``."""
+        zones = await self._devices.distinct("timezone", audience_filter(audience))
         return [zone for zone in zones if isinstance(zone, str)]
 
-    async def count(self, query: Mapping[str, Any]) -> int:
-        """How many devices match ``query``.
+    async def count(self, audience: Audience) -> int:
+        """How many devices ``audience`` admits.
 
         A ``$match`` then ``$count`` pipeline: exact on both servers, and on nx-27017 about 17
         times faster than ``count_documents`` (whose ``$group`` stage it runs in Python: 3.0 s
         against 0.18 s at 20,000 devices, while its single thread serves nobody else).
         """
-        cursor = await self._devices.aggregate([{"$match": dict(query)}, {"$count": "devices"}])
+        cursor = await self._devices.aggregate([{"$match": audience_filter(audience)},
+                                                {"$count": "devices"}])
         found = [row async for row in cursor]
         return int(found[0]["devices"]) if found else 0
 

@@ -183,7 +183,7 @@ async def declare_topology(broker: RabbitBroker) -> None:
     await broker.declare_queue(DISPATCH_QUEUE)
 
 
-class Bus:
+class RabbitBus:
     """Publishes Herald's commands; every publish waits for the broker's confirm."""
 
     def __init__(self, broker: RabbitBroker) -> None:

@@ -102,7 +102,7 @@ async def _sleep_unless(stop: asyncio.Event | None, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), seconds)
 
 
-class RateLimits:
+class RedisRateLimits:
     """The project-wide FCM bucket, plus one bucket per campaign that asks for its own cap."""
 
     def __init__(self, redis: Redis, keys: RedisKeys, project_rate_per_min: int) -> None:

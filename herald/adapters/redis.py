@@ -49,7 +49,7 @@ def connect(settings: Settings) -> Redis:
     return aioredis.Redis.from_pool(pool)  # owns it: closing the client closes the pool
 
 
-class CancelFlags:
+class RedisCancelFlags:
     """``cancel:<campaign>`` keys: the cancel intent, for pods that missed the broadcast.
 
     The TTL (``HERALD_CANCEL_FLAG_TTL_S``, a week by default) is longer than any campaign runs,
@@ -76,7 +76,7 @@ class CancelFlags:
         return found
 
 
-class PodRegistry:
+class RedisPodRegistry:
     """Heartbeats: one key per pod, rewritten every interval, expiring after missed beats."""
 
     def __init__(self, redis: Redis, keys: RedisKeys, ttl_s: float) -> None:

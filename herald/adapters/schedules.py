@@ -18,7 +18,7 @@ from pymongo import DESCENDING, ReturnDocument
 from herald import names
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, maybe, object_id, to_bson
-from herald.domain.documents import Schedule, ScheduleRun, ScheduleState
+from herald.domain.documents import Schedule, ScheduleRunRecord, ScheduleState
 
 RECENT_RUNS = 20
 
@@ -76,7 +76,7 @@ class ScheduleStore:
             return_document=ReturnDocument.AFTER))
 
     async def advance(self, claimed: Schedule, pod_id: str, next_run_at: datetime | None,
-                      runs: Sequence[ScheduleRun], missed: int, now: datetime) -> bool:
+                      runs: Sequence[ScheduleRunRecord], missed: int, now: datetime) -> bool:
         """Record the claimed occurrence's runs, move to the next one and release the claim.
 
         The run history is rewritten whole from the claimed schedule (the claim makes that

@@ -1,17 +1,25 @@
-"""Who a campaign is for: the audience filter and its translation into a MongoDB query.
+"""Who a campaign is for: the audience filter, and which devices it admits.
 
-The translation is the only place where user input becomes a query, so it builds every operator
-itself from validated scalars; nothing a caller sends is ever passed through as a query fragment.
+``Audience`` is what the device repository is asked with (``DeviceRepository.stream``,
+``count``, ``timezones``), with ``Zones`` for one wave of local-time delivery. The MongoDB adapter
+translates both into a query (``herald.adapters.devices``), building every operator itself from
+validated scalars, so nothing a caller sends is ever passed through as a query fragment; the
+unit tests' fakes evaluate them here (``Audience.admits``). The shared store contract holds the
+two to the same answers.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from herald.domain.types import AttributeName, Locale, Scalar, Topic, UserId
+
+if TYPE_CHECKING:
+    from herald.domain.documents import Device
 
 
 class Platform(StrEnum):
@@ -21,7 +29,11 @@ class Platform(StrEnum):
 
 
 class AttributeFilter(BaseModel):
-    """Condition on one free device attribute: equality, membership, or a range."""
+    """Condition on one free device attribute: equality, membership, or a range.
+
+    A condition holds only for a value of the same type as its own (``True`` is not ``1``,
+    ``"1"`` is not ``1``), and never for a device without the attribute.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -40,13 +52,18 @@ class AttributeFilter(BaseModel):
             raise ValueError("an attribute filter needs exactly one of: eq, in, or a range")
         return self
 
-    def to_condition(self) -> Any:
+    def bounds(self) -> dict[str, Scalar]:
+        """The range's bounds by operator (``gt``, ``gte``, ``lt``, ``lte``), those given."""
+        given = {"gt": self.gt, "gte": self.gte, "lt": self.lt, "lte": self.lte}
+        return {op: value for op, value in given.items() if value is not None}
+
+    def holds(self, value: object) -> bool:
+        """Whether a device whose attribute is ``value`` (``MISSING``: it has none) passes."""
         if self.eq is not None:
-            return self.eq
+            return _same(value, self.eq)
         if self.in_ is not None:
-            return {"$in": list(self.in_)}
-        bounds = {"gt": self.gt, "gte": self.gte, "lt": self.lt, "lte": self.lte}
-        return {f"${op}": value for op, value in bounds.items() if value is not None}
+            return any(_same(value, wanted) for wanted in self.in_)
+        return all(_bounded(value, op, bound) for op, bound in self.bounds().items())
 
 
 class Audience(BaseModel):
@@ -65,23 +82,72 @@ class Audience(BaseModel):
     locales: list[Locale] | None = Field(default=None, min_length=1, max_length=100)
     attributes: dict[AttributeName, AttributeFilter] | None = Field(default=None, max_length=20)
 
+    def memberships(self) -> dict[str, list[str] | None]:
+        """The device field each list condition is on, and the values it admits."""
+        return {"platform": _strings(self.platforms), "topics": _strings(self.topics),
+                "user_id": _strings(self.user_ids), "locale": _strings(self.locales)}
 
-def audience_query(audience: Audience) -> dict[str, Any]:
-    """MongoDB filter selecting the devices of ``audience``."""
-    query: dict[str, Any] = {"invalid": False}
-    if audience.push_enabled is not None:
-        query["push_enabled"] = audience.push_enabled
-    if audience.marketing_enabled is not None:
-        query["marketing_enabled"] = audience.marketing_enabled
-    memberships = {
-        "platform": audience.platforms,
-        "topics": audience.topics,
-        "user_id": audience.user_ids,
-        "locale": audience.locales,
-    }
-    for field, values in memberships.items():
-        if values is not None:
-            query[field] = {"$in": [str(v) for v in values]}
-    for name, condition in (audience.attributes or {}).items():
-        query[f"attributes.{name}"] = condition.to_condition()
-    return query
+    def admits(self, device: Device) -> bool:
+        """Whether ``device`` belongs to this audience."""
+        return (not device.invalid
+                and self.push_enabled in (None, device.push_enabled)
+                and self.marketing_enabled in (None, device.marketing_enabled)
+                and all(_member(getattr(device, field), values)
+                        for field, values in self.memberships().items() if values is not None)
+                and all(condition.holds(device.attributes.get(name, MISSING))
+                        for name, condition in (self.attributes or {}).items()))
+
+
+@dataclass(frozen=True, slots=True)
+class Zones:
+    """The devices of one wave of local-time delivery, by timezone: those in ``zones``, and
+    with ``others`` also those with no timezone or one not in ``listed`` (every zone some wave
+    was planned for)."""
+
+    zones: tuple[str, ...]
+    others: bool = False
+    listed: tuple[str, ...] = ()
+
+    def admits(self, timezone: str | None) -> bool:
+        return timezone in self.zones or (self.others and timezone not in self.listed)
+
+
+MISSING: Any = object()
+"""The value of an attribute a device does not have."""
+
+
+def _strings(values: list[Any] | None) -> list[str] | None:
+    return None if values is None else [str(value) for value in values]
+
+
+def _member(value: object, wanted: list[str]) -> bool:
+    """A list field (``topics``) is a member if one of its elements is."""
+    if isinstance(value, list | tuple):
+        return any(element in wanted for element in value)
+    return value in wanted
+
+
+def _kind(value: object) -> str:
+    """An attribute's comparison type: a condition never matches a value of another type."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return type(value).__name__
+
+
+def _same(value: object, wanted: object) -> bool:
+    return value is not MISSING and _kind(value) == _kind(wanted) and value == wanted
+
+
+def _bounded(value: object, op: str, bound: Any) -> bool:
+    if value is MISSING or _kind(value) != _kind(bound):
+        return False
+    compare: Any = value
+    if op == "gt":
+        return bool(compare > bound)
+    if op == "gte":
+        return bool(compare >= bound)
+    if op == "lt":
+        return bool(compare < bound)
+    return bool(compare <= bound)

@@ -80,7 +80,7 @@ class ScheduleState(StrEnum):
 
 # --- campaigns -------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class Counts:
+class CampaignCounts:
     """Live counts grow by whole chunks; final counts are recomputed from the records."""
 
     targeted: int = 0
@@ -156,7 +156,7 @@ class LocalTime:
 
 
 @dataclass(frozen=True, slots=True)
-class Content:
+class CampaignContent:
     title: str
     body: str
     data: dict[str, str] = field(default_factory=dict)
@@ -168,7 +168,7 @@ class Content:
 class Campaign:
     id: str
     status: Status
-    content: Content
+    content: CampaignContent
     created_at: datetime
     updated_at: datetime
     due_at: datetime
@@ -177,7 +177,7 @@ class Campaign:
     follow_up: FollowUp | None = None
     chunk_size: int = 500
     rate_per_s: int | None = None
-    counts: Counts = Counts()
+    counts: CampaignCounts = CampaignCounts()
     progress: Progress = Progress()
     dispatch: Dispatch = Dispatch()
     cancel: CancelRecord | None = None
@@ -311,7 +311,7 @@ class ScheduleClaim:
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleRun:
+class ScheduleRunRecord:
     occurrence: datetime
     outcome: str  # "fired" | "missed"
     campaign_id: str | None
@@ -333,7 +333,7 @@ class Schedule:
     name: str | None = None
     misfire_grace_s: int | None = None
     claim: ScheduleClaim | None = None
-    runs: tuple[ScheduleRun, ...] = ()
+    runs: tuple[ScheduleRunRecord, ...] = ()
     missed_total: int = 0
     created_by: Actor | None = None
     updated_by: Actor | None = None

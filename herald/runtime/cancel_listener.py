@@ -1,6 +1,9 @@
 """A pod's part in the cancel protocol: it hears the broadcast on its own queue, stops its local
-work at once, makes the cancel take effect (idempotently, so a cancel published by any AMQP tool
-does what the API call does), and, for senders and dispatchers, acknowledges once idle.
+work at once and, for senders and dispatchers, acknowledges once idle. It does not finish cancels
+(``Cancellation.finish`` does, on the last acknowledgement). It asks for the decision without
+broadcasting: a cancel the api decided is seen decided (nothing is written), and a cancel
+published by any AMQP tool is decided by the first pod that asks, so it does what the API call
+does.
 
 The actor of a cancel published by an outside tool is its AMQP ``user_id`` property, which
 RabbitMQ checks against the publishing connection's user; without one, the message's own
@@ -59,7 +62,8 @@ class CancelListener:
         await rabbit.execute(message, CancelCampaign, apply, first_copy=self._first_copy)
 
     async def apply(self, command: CancelCampaign, actor: Actor) -> None:
-        """Stop here at once, make the cancel take effect (idempotent), then acknowledge it."""
+        """Stop here at once, see the cancel decided (deciding it if nobody did), then
+        acknowledge it once idle."""
         acknowledge = self._watch.mark(command.campaign_id) and self._acknowledges
         try:
             outcome = await self._cancellation.request(
@@ -69,14 +73,11 @@ class CancelListener:
             log.warning("cancel message for %s matches no cancellable campaign: %s",
                         command.campaign_id, exc)
             return
-        if outcome.decision is not CancelDecision.ALREADY:  # this pod made it take effect
+        if outcome.decision is not CancelDecision.ALREADY:  # this pod decided it
             await self._log(command, actor, outcome.status)
-        if outcome.status is not Status.CANCELLING:
-            return
-        if acknowledge:  # in the background: the next cancel message must not wait for this one
+        if outcome.status is Status.CANCELLING and acknowledge:
+            # in the background: the next cancel message must not wait for this one
             self._acknowledge_soon(command.campaign_id)
-        else:  # nothing to stop here; finish the cancel at once if no pod has to confirm
-            await self._cancellation.try_finalize(command.campaign_id)
 
     async def _log(self, command: CancelCampaign, actor: Actor, status: Status) -> None:
         """The operator log's entry, with the code the API answers for the same cancel (200

@@ -12,9 +12,9 @@ from pymongo import AsyncMongoClient
 from herald.adapters import mongo, rabbit
 from herald.adapters import redis as redis_adapter
 from herald.adapters.mongo import Database, Document
-from herald.adapters.redis import CancelFlags, PodRegistry, Redis
-from herald.adapters.stores import mongo_stores
+from herald.adapters.redis import Redis, RedisCancelFlags, RedisPodRegistry
 from herald.names import RedisKeys
+from herald.runtime.stores import mongo_stores
 from herald.service_layer.ports import Stores
 from herald.settings import Settings, warn_about_insecure_tls
 
@@ -26,10 +26,10 @@ class Resources:
     stores: Stores
     redis: Redis
     keys: RedisKeys
-    flags: CancelFlags
-    registry: PodRegistry
+    flags: RedisCancelFlags
+    registry: RedisPodRegistry
     broker: RabbitBroker
-    bus: rabbit.Bus
+    bus: rabbit.RabbitBus
 
     @classmethod
     def build(cls, service: str, settings: Settings) -> Resources:
@@ -41,9 +41,9 @@ class Resources:
         keys = RedisKeys(settings.mongodb_database)
         broker = rabbit.make_broker(settings, graceful_timeout_s=settings.grace_period_s)
         return cls(mongo_client=client, db=db, stores=mongo_stores(db), redis=redis, keys=keys,
-                   flags=CancelFlags(redis, keys, settings.cancel_flag_ttl_s),
-                   registry=PodRegistry(redis, keys, settings.heartbeat_ttl_s),
-                   broker=broker, bus=rabbit.Bus(broker))
+                   flags=RedisCancelFlags(redis, keys, settings.cancel_flag_ttl_s),
+                   registry=RedisPodRegistry(redis, keys, settings.heartbeat_ttl_s),
+                   broker=broker, bus=rabbit.RabbitBus(broker))
 
     async def startup(self) -> None:
         """Indexes, then the broker: consumers first (each declares its queue on its own

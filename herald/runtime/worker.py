@@ -87,7 +87,7 @@ def build_parts(service: str, settings: Settings, *, acknowledges_cancels: bool)
     background, tracker = Background(), WorkTracker()
     watch = CancelWatch(resources.flags)
     cancellation = Cancellation(resources.stores, resources.flags, resources.registry,
-                                resources.bus, identity.id)
+                                resources.bus, identity.id, spawn=background.spawn)
     first_copies = FirstSightings(resources.redis, resources.keys, MALFORMED_SEEN_TTL_S)
     listener = CancelListener(watch, cancellation, tracker, background,
                               OperatorLog(resources.stores.operator_log), pod_id=identity.id,

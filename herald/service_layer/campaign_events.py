@@ -15,7 +15,7 @@ from datetime import datetime
 
 from herald.domain.documents import Campaign
 from herald.domain.status import TERMINAL, Status
-from herald.service_layer.ports import Stores
+from herald.service_layer.ports import CampaignLookup
 from herald.service_layer.queries import campaign as find_campaign
 
 POLL_S = 0.25
@@ -84,18 +84,18 @@ async def _always() -> bool:
     return True
 
 
-async def campaign_events(stores: Stores, campaign_id: str, *, poll_s: float = POLL_S,
+async def campaign_events(campaigns: CampaignLookup, campaign_id: str, *, poll_s: float = POLL_S,
                           keepalive_s: float = KEEPALIVE_S, sleep: Sleep = asyncio.sleep,
                           keep_going: KeepGoing = _always) -> AsyncIterator[Event]:
     """The events of one campaign until its final status, or until ``keep_going`` (asked at
     every tick) says no: the watcher's key was revoked, say. Raises ``CampaignNotFound`` at once
     for an unknown id (before any event, so a caller can answer 404)."""
-    first = await find_campaign(stores, campaign_id)
-    return _events(stores, first, ChangeDetector(round(keepalive_s / poll_s)), poll_s, sleep,
+    first = await find_campaign(campaigns, campaign_id)
+    return _events(campaigns, first, ChangeDetector(round(keepalive_s / poll_s)), poll_s, sleep,
                    keep_going)
 
 
-async def _events(stores: Stores, first: Campaign, detector: ChangeDetector, poll_s: float,
+async def _events(campaigns: CampaignLookup, first: Campaign, detector: ChangeDetector, poll_s: float,
                   sleep: Sleep, keep_going: KeepGoing) -> AsyncIterator[Event]:
     reading: Campaign | None = first
     while reading is not None:
@@ -107,4 +107,4 @@ async def _events(stores: Stores, first: Campaign, detector: ChangeDetector, pol
         await sleep(poll_s)
         if not await keep_going():
             return
-        reading = await stores.campaigns.get(first.id)
+        reading = await campaigns.get(first.id)

@@ -13,13 +13,13 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from herald.clock import utcnow
-from herald.domain import api
+from herald.contracts import http
+from herald.contracts.http import CampaignCreate, CampaignPatch, RetargetRequest
 from herald.domain.access import Actor
-from herald.domain.api import CampaignCreate, CampaignPatch, RetargetRequest
 from herald.domain.audience import Audience
 from herald.domain.documents import (
     Campaign,
-    Content,
+    CampaignContent,
     FollowUp,
     FollowUpOf,
     IdempotencyBinding,
@@ -28,7 +28,7 @@ from herald.domain.documents import (
 )
 from herald.domain.status import TERMINAL, Status
 from herald.domain.timing import AmbiguousTime, first_instant_anywhere, to_utc
-from herald.service_layer.ports import Bus, Stores
+from herald.service_layer.ports import Bus, IdempotencyRepository, NewCampaigns, ScheduledCampaigns
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class Correction:
     amend: Campaign | None
 
 
-def new_campaign(*, content: Content, name: str | None, audience: Audience | None,
+def new_campaign(*, content: CampaignContent, name: str | None, audience: Audience | None,
                  follow_up: FollowUp | None, chunk_size: int, rate_per_s: int | None,
                  due_at: datetime, now: datetime, source: str, schedule_id: str | None = None,
                  local_time: LocalTime | None = None, run_key: str | None = None,
@@ -144,24 +144,25 @@ def new_campaign(*, content: Content, name: str | None, audience: Audience | Non
         created_by=created_by, created_at=now, updated_at=now, due_at=due_at)
 
 
-def content_of(template: api.Content) -> Content:
+def content_of(template: http.Content) -> CampaignContent:
     """What a validated request asks the devices to show."""
-    return Content(title=template.title, body=template.body, data=dict(template.data),
+    return CampaignContent(title=template.title, body=template.body, data=dict(template.data),
                    image_url=str(template.image_url) if template.image_url else None,
                    options=template.options)
 
 
-def sized(content: dict[str, Any], replace_key: str) -> Content:
+def sized(content: dict[str, Any], replace_key: str) -> CampaignContent:
     """``content`` as it will be sent with ``replace_key``; :class:`InvalidChange` if it is
     not valid or, with that key, over FCM's size limit."""
     try:
-        return content_of(api.KeyedContent.model_validate({**content,
+        return content_of(http.KeyedContent.model_validate({**content,
                                                            "replace_key": replace_key}))
     except ValidationError as exc:
         raise InvalidChange(exc) from exc
 
 
-def _follow_up_content(request: RetargetRequest, base: Content, replace_key: str) -> Content:
+def _follow_up_content(request: RetargetRequest, base: CampaignContent,
+                       replace_key: str) -> CampaignContent:
     """The follow-up's content: what the request gives, the original's for the rest, sized
     with the key it is sent with."""
     return sized({"title": request.title or base.title, "body": request.body or base.body,
@@ -200,8 +201,10 @@ FOLLOW_UP_SOURCES = {FollowUpOf.UNSENT: "retarget", FollowUpOf.SENT: "amend",
 
 
 class CampaignCreator:
-    def __init__(self, stores: Stores, bus: Bus) -> None:
-        self._stores = stores
+    def __init__(self, campaigns: NewCampaigns, idempotency: IdempotencyRepository,
+                 bus: Bus) -> None:
+        self._campaigns = campaigns
+        self._idempotency = idempotency
         self._bus = bus
 
     async def create(self, request: CampaignCreate, idempotency_key: str | None,
@@ -264,7 +267,7 @@ class CampaignCreator:
           (every position recorded; a dead-lettered chunk's rest recorded failed), or it was
           cancelled once every sender alive at the cancel had acknowledged, after recording the
           requests it had on the wire, and its unpaged rest was frozen into chunks that are
-          never published (``cancellation``, ``recipients.freeze_unpaged``). So every reading,
+          never published (``cancellation``, ``freezing.freeze_unpaged``). So every reading,
           by either half, whenever its dispatcher pages, sees the same outcomes, and the
           positions a follow-up resumes from stay valid.
 
@@ -292,7 +295,7 @@ class CampaignCreator:
                     idempotency_key: str | None = None) -> Campaign | None:
         """Re-run a ``failed`` campaign for everyone it did not reach: unsent, or failed for a
         reason other than their token (an operator's manual retry). None if unknown."""
-        parent = await self._stores.campaigns.get(parent_id)
+        parent = await self._campaigns.get(parent_id)
         if parent is None:
             return None
         if parent.status is not Status.FAILED:
@@ -302,7 +305,7 @@ class CampaignCreator:
 
     async def _finished(self, campaign_id: str,
                         refusal: type[NotFinished]) -> Campaign | None:
-        campaign = await self._stores.campaigns.get(campaign_id)
+        campaign = await self._campaigns.get(campaign_id)
         if campaign is not None and campaign.status not in TERMINAL:
             raise refusal(campaign.status)
         return campaign
@@ -329,7 +332,7 @@ class CampaignCreator:
             if earlier is not None:
                 await self._link(earlier)  # a first call that died before linking it
                 return earlier
-        await self._stores.campaigns.insert(campaign)
+        await self._campaigns.insert(campaign)
         await self._link(campaign)
         await self.wake_dispatcher(campaign.id)
         return campaign
@@ -337,11 +340,11 @@ class CampaignCreator:
     async def _link(self, follow_up: Campaign) -> None:
         """An amend is listed on its original (``amended_by``), once however often linked."""
         if follow_up.amends is not None:
-            await self._stores.campaigns.link_amendment(follow_up.amends, follow_up.id)
+            await self._campaigns.link_amendment(follow_up.amends, follow_up.id)
 
     async def launch(self, campaign: Campaign) -> None:
         """Store the campaign and, if it is due, wake a dispatcher (its sweep is the fallback)."""
-        await self._stores.campaigns.insert(campaign)
+        await self._campaigns.insert(campaign)
         if campaign.status is Status.PENDING:
             await self.wake_dispatcher(campaign.id)
 
@@ -355,16 +358,16 @@ class CampaignCreator:
     async def _earlier_campaign(self, key: str, print_: str, campaign: Campaign) -> Campaign | None:
         binding = IdempotencyBinding(key, print_, campaign.id, campaign.created_at)
         for _ in range(20):
-            bound = await self._stores.idempotency.reserve(binding)
+            bound = await self._idempotency.reserve(binding)
             if bound is None:
                 return None
             if bound.fingerprint != print_:
                 raise IdempotencyMismatch(key)
-            earlier = await self._stores.campaigns.get(bound.campaign_id)
+            earlier = await self._campaigns.get(bound.campaign_id)
             if earlier is not None:
                 return earlier
             stale = utcnow() - bound.created_at > STALE_KEY_AFTER
-            if stale and await self._stores.idempotency.rebind(key, bound.campaign_id,
+            if stale and await self._idempotency.rebind(key, bound.campaign_id,
                                                                 campaign.id):
                 return None
             await asyncio.sleep(0.05)
@@ -405,16 +408,16 @@ def _edited(current: Campaign, patch: CampaignPatch, by: Actor) -> Campaign:
     return edited
 
 
-async def edit_scheduled(stores: Stores, campaign_id: str, patch: CampaignPatch,
+async def edit_scheduled(campaigns: ScheduledCampaigns, campaign_id: str, patch: CampaignPatch,
                          by: Actor) -> Campaign | None:
     """Change the time or content of a campaign that has not fired yet; None if unknown."""
-    current = await stores.campaigns.get(campaign_id)
+    current = await campaigns.get(campaign_id)
     if current is None:
         return None
     if current.status is not Status.SCHEDULED:
         raise NotEditable(current.status)
-    updated = await stores.campaigns.patch_scheduled(_edited(current, patch, by), utcnow())
+    updated = await campaigns.patch_scheduled(_edited(current, patch, by), utcnow())
     if updated is None:  # it fired (or was cancelled) between our read and our write
-        latest = await stores.campaigns.get(campaign_id)
+        latest = await campaigns.get(campaign_id)
         raise NotEditable(latest.status if latest else Status.SCHEDULED)
     return updated

@@ -1,21 +1,27 @@
-"""The cancellation protocol, shared by the API and every pod.
+"""The cancel protocol's one owner: one decider, one finisher (docs/cancel-protocol.md).
 
-Asking (``request``): a conditional status change in MongoDB decides, once, what the cancel
-means; then a Redis flag (for pods that start later or miss the broadcast) and a message on the
-``herald.cancel`` fanout (for every live pod at once). A pod that receives the broadcast calls
-``request`` too, without broadcasting again, so a cancel published by any AMQP tool has the same
-effect as the API call, and repeated cancels are idempotent.
+Deciding (``_decide``, reached by ``request`` and ``stop_for_error``): a conditional status change
+in MongoDB decides, once, what the cancel means; then a Redis flag (for pods that start later or
+miss the broadcast) and a message on the ``herald.cancel`` fanout (for every live pod at once).
+The api decides the cancels it is asked for. A pod that hears a broadcast asks the same question
+without broadcasting again: for a cancel published by any AMQP tool nobody else decided, the
+first pod to ask decides; for every other, the guarded transition has decided already and the pod
+only stops and acknowledges.
 
-Finishing (``acknowledge``/``try_finalize``): each sender and dispatcher alive at the request
-acknowledges once it has stopped and recorded its in-flight work; when none is left waiting (acked,
-dead, or seen idle by its heartbeat), the campaign becomes ``cancelled`` with exact final counts.
+Finishing (``finish``, the only code that writes ``cancelled``): each sender and dispatcher alive
+at the decision acknowledges once it has stopped and recorded its in-flight work
+(``acknowledge``); whoever records the last acknowledgement finishes. The decider reports too,
+since a decision with nobody to wait for has seen its last acknowledgement already, and the
+dispatchers' sweep finishes cancels whose last acknowledgement never comes (a pod died).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import Any, Protocol
 
 from herald.clock import utcnow
 from herald.domain.access import Actor, ActorKind
@@ -27,8 +33,9 @@ from herald.observability import (
     CANCEL_LATENCY_SECONDS,
     CANCEL_SENT_RATIO,
 )
-from herald.service_layer.ports import Bus, CancelFlags, PodRegistry, Stores
-from herald.service_layer.recipients import final_counts, freeze_unpaged
+from herald.service_layer.freezing import freeze_unpaged
+from herald.service_layer.ports import Bus, CampaignRecords, CancelFlags, PodRegistry
+from herald.service_layer.recipients import final_counts
 
 log = logging.getLogger(__name__)
 
@@ -68,19 +75,35 @@ class CancelOutcome:
         return self.campaign.status
 
 
+class Spawn(Protocol):
+    """Runs a coroutine in the background (the pod's ``Background.spawn``)."""
+
+    def __call__(self, coroutine: Coroutine[Any, Any, None], name: str, /) -> None: ...
+
+
 class Cancellation:
-    def __init__(self, stores: Stores, flags: CancelFlags, pods: PodRegistry, bus: Bus | None,
-                 pod_id: str) -> None:
+    """The cancel protocol: ``request``/``stop_for_error`` decide, pods ``acknowledge``,
+    ``finish`` finishes.
+
+    ``spawn`` runs the decider's report to the finisher in the background, so the API answers
+    before the final counts are written; without it (a tool or test that runs no pod) a decision
+    with nobody to wait for is finished by the sweep or the caller's own ``finish``.
+    """
+
+    def __init__(self, stores: CampaignRecords, flags: CancelFlags, pods: PodRegistry, bus: Bus | None,
+                 pod_id: str, *, spawn: Spawn | None = None) -> None:
         self._stores = stores
         self._flags = flags
         self._pods = pods
         self._bus = bus
         self._pod_id = pod_id
+        self._spawn = spawn
 
     async def request(self, campaign_id: str, reason: str | None, requested_by: Actor | None,
                       *, broadcast: bool, on_behalf_of: str | None = None) -> CancelOutcome:
-        """Cancel ``campaign_id`` as ``requested_by``; raises ``CampaignNotFound`` or
-        ``CannotCancel``."""
+        """Decide the cancel of ``campaign_id`` as ``requested_by`` (``broadcast``: tell every pod;
+        False for a pod that heard the broadcast). Idempotent: once decided, the outcome is
+        ``ALREADY`` and nothing is written. Raises ``CampaignNotFound`` or ``CannotCancel``."""
         for _ in range(MAX_RACE_RETRIES):
             campaign = await self._stores.campaigns.get(campaign_id)
             if campaign is None:
@@ -134,7 +157,14 @@ class Cancellation:
             await self._broadcast(campaign_id, record)
         log.info("campaign %s cancelling; waiting for %s pods", campaign_id,
                  "unknown" if record.expected_pods is None else len(record.expected_pods))
+        self._report_decided(campaign_id)
         return updated
+
+    def _report_decided(self, campaign_id: str) -> None:
+        """The decider's report to the finisher: with nobody to wait for (or only pods that
+        died since), this was the last word; else ``finish`` finds pods still stopping."""
+        if self._spawn is not None:
+            self._spawn(self._finish_quietly(campaign_id), f"finish-cancel-{campaign_id}")
 
     async def _stopping_pods(self) -> tuple[str, ...] | None:
         """Senders and dispatchers alive now; None if Redis cannot tell (then every pod alive
@@ -165,12 +195,16 @@ class Cancellation:
                         campaign_id, exc_info=True)
 
     async def acknowledge(self, campaign_id: str, pod_id: str) -> None:
-        """This pod stopped sending ``campaign_id`` and recorded what it had in flight."""
+        """``pod_id`` stopped sending ``campaign_id`` and recorded what it had in flight; if it
+        was the last to, the cancel is finished here."""
         await self._stores.campaigns.add_cancel_ack(campaign_id, pod_id)
-        await self.try_finalize(campaign_id)
+        await self.finish(campaign_id)
 
-    async def try_finalize(self, campaign_id: str) -> Campaign | None:
-        """``cancelling → cancelled`` if no pod is still stopping; the cancelled campaign."""
+    async def finish(self, campaign_id: str) -> Campaign | None:
+        """The one finisher: ``cancelling → cancelled`` (or ``failed`` for ``stop_for_error``)
+        with exact counts if no pod is still stopping; the finished campaign, else None.
+        Called on an acknowledgement, on the decider's report, and by the dispatchers' sweep;
+        a lease makes one caller write the final counts."""
         campaign = await self._stores.campaigns.get(campaign_id)
         if campaign is None or campaign.status is not Status.CANCELLING:
             return None
@@ -191,10 +225,10 @@ class Cancellation:
                      cancelled.status.value, counts.sent, counts.targeted, counts.failed)
         return cancelled
 
-    async def try_finalize_quietly(self, campaign_id: str) -> None:
-        """``try_finalize`` in the background: a failure is logged; the sweep retries."""
+    async def _finish_quietly(self, campaign_id: str) -> None:
+        """``finish`` in the background: a failure is logged; the sweep retries."""
         try:
-            await self.try_finalize(campaign_id)
+            await self.finish(campaign_id)
         except Exception:
             log.warning("finalizing cancel of %s failed; the sweep retries", campaign_id,
                         exc_info=True)

@@ -13,13 +13,13 @@ from herald.clock import utcnow
 from herald.domain.documents import Campaign
 from herald.domain.status import Transition
 from herald.observability import CAMPAIGNS_FINISHED
-from herald.service_layer.ports import Stores
+from herald.service_layer.ports import CampaignRecords
 from herald.service_layer.recipients import final_counts
 
 log = logging.getLogger(__name__)
 
 
-async def chunk_finished(stores: Stores, campaign_id: str, sent: int, failed: int,
+async def chunk_finished(stores: CampaignRecords, campaign_id: str, sent: int, failed: int,
                          *, done: bool) -> Campaign | None:
     """Count a chunk that was just closed; finalize the campaign if it was the last one.
 
@@ -32,7 +32,7 @@ async def chunk_finished(stores: Stores, campaign_id: str, sent: int, failed: in
     return None
 
 
-async def finalize(stores: Stores, campaign_id: str) -> Campaign | None:
+async def finalize(stores: CampaignRecords, campaign_id: str) -> Campaign | None:
     """``in_progress → finalizing → completed`` with exact counts; None if someone else did.
 
     A campaign some recipients of which failed for a reason other than their own token (FCM
@@ -45,7 +45,7 @@ async def finalize(stores: Stores, campaign_id: str) -> Campaign | None:
     return await complete(stores, finalizing)
 
 
-async def complete(stores: Stores, finalizing: Campaign) -> Campaign | None:
+async def complete(stores: CampaignRecords, finalizing: Campaign) -> Campaign | None:
     """``finalizing → completed`` (or ``failed``) with exact counts; idempotent, so a campaign
     whose finalizer died half-way is finished by the dispatchers' sweep."""
     final = await final_counts(stores, finalizing)
@@ -68,7 +68,7 @@ async def complete(stores: Stores, finalizing: Campaign) -> Campaign | None:
     return finished
 
 
-async def reconcile(stores: Stores, campaign: Campaign) -> Campaign | None:
+async def reconcile(stores: CampaignRecords, campaign: Campaign) -> Campaign | None:
     """Finish a paged campaign whose finishing was interrupted: its last chunk closed but not
     counted, or counted but not finalized (its sender died, or MongoDB went away in between).
 

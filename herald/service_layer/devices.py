@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from herald.clock import utcnow
-from herald.domain.api import DeviceIn
+from herald.contracts.http import DeviceIn
 from herald.domain.documents import UpsertCounts
 from herald.service_layer.ports import DeviceRepository
 

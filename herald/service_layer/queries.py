@@ -6,11 +6,17 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from herald.domain.audience import Audience, audience_query
+from herald.domain.audience import Audience
 from herald.domain.documents import Campaign, Outcome, Schedule
 from herald.domain.status import Status
 from herald.service_layer.cancellation import CampaignNotFound
-from herald.service_layer.ports import Stores
+from herald.service_layer.ports import (
+    CampaignLookup,
+    CampaignReads,
+    CampaignRecords,
+    DeviceRepository,
+    ScheduleRepository,
+)
 from herald.service_layer.recipients import RecipientLine, audit
 
 Item = TypeVar("Item", Campaign, Schedule)
@@ -33,36 +39,37 @@ def _page(found: list[Item], limit: int) -> Page[Item]:
     return Page(items, items[-1].id if len(found) > limit else None)
 
 
-async def campaign(stores: Stores, campaign_id: str) -> Campaign:
-    found = await stores.campaigns.get(campaign_id)
+async def campaign(campaigns: CampaignLookup, campaign_id: str) -> Campaign:
+    found = await campaigns.get(campaign_id)
     if found is None:
         raise CampaignNotFound(campaign_id)
     return found
 
 
-async def campaigns(stores: Stores, statuses: list[Status] | None, cursor: str | None,
+async def campaigns(reads: CampaignReads, statuses: list[Status] | None, cursor: str | None,
                     limit: int) -> Page[Campaign]:
     """Newest first, ``limit`` campaigns older than the campaign ``cursor``."""
-    return _page(await stores.campaigns.page(statuses, cursor, limit + 1), limit)
+    return _page(await reads.page(statuses, cursor, limit + 1), limit)
 
 
-async def recipients(stores: Stores, campaign_id: str,
+async def recipients(records: CampaignRecords, campaign_id: str,
                      outcome: Outcome) -> AsyncIterator[RecipientLine]:
     """The audit of one outcome: found first (a 404 before the stream starts), then streamed."""
-    return audit(stores, await campaign(stores, campaign_id), outcome)
+    return audit(records, await campaign(records.campaigns, campaign_id), outcome)
 
 
-async def audience_size(stores: Stores, audience: Audience) -> int:
-    """How many devices ``audience`` selects now: the dispatcher's own query, counted."""
-    return await stores.devices.count(audience_query(audience))
+async def audience_size(devices: DeviceRepository, audience: Audience) -> int:
+    """How many devices ``audience`` selects now: the dispatcher's own question, counted."""
+    return await devices.count(audience)
 
 
-async def schedule(stores: Stores, schedule_id: str) -> Schedule:
-    found = await stores.schedules.get(schedule_id)
+async def schedule(schedules: ScheduleRepository, schedule_id: str) -> Schedule:
+    found = await schedules.get(schedule_id)
     if found is None:
         raise ScheduleNotFound(schedule_id)
     return found
 
 
-async def schedules(stores: Stores, cursor: str | None, limit: int) -> Page[Schedule]:
-    return _page(await stores.schedules.page(cursor, limit + 1), limit)
+async def schedules(book: ScheduleRepository, cursor: str | None,
+                    limit: int) -> Page[Schedule]:
+    return _page(await book.page(cursor, limit + 1), limit)

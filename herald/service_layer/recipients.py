@@ -2,10 +2,12 @@
 
 Two questions share this module because each answers part of the other:
 - *recipient sources*: the ordered, resumable stream of recipients a dispatcher pages into chunks
-  (an audience over the device registry, or some recipients of an earlier campaign);
+  (an audience over the device registry, or some recipients of an earlier campaign, read from
+  its audit);
 - *the audit*: per recipient, ``sent``/``failed`` as recorded from FCM's answers, and ``unsent``
   for everyone targeted (in a chunk, or still in the source past the last chunk) but not recorded.
 Final counts are computed from the audit itself, so the numbers and the lists never disagree.
+Freezing what a cancelled campaign never paged is ``freezing.py``'s.
 """
 
 from __future__ import annotations
@@ -15,12 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from herald.clock import utcnow
-from herald.domain.audience import Audience, audience_query
+from herald.domain.audience import Audience, Zones
 from herald.domain.documents import (
     Campaign,
-    ChunkStatus,
-    Counts,
+    CampaignCounts,
     Cursor,
     FollowUpOf,
     Outcome,
@@ -29,7 +29,7 @@ from herald.domain.documents import (
 from herald.domain.fcm_errors import FcmError, token_is_unusable
 from herald.domain.messages import Recipient
 from herald.domain.timing import Wave
-from herald.service_layer.ports import Stores
+from herald.service_layer.ports import CampaignRecords
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ class RecipientLine:
 
 @dataclass(frozen=True, slots=True)
 class FinalCounts:
-    counts: Counts
+    counts: CampaignCounts
     failed_not_by_token: int = 0
     """Failures a retry could fix (quota, outages, dead-lettered chunks, a configuration error
     once fixed), not dead tokens nor tokens of another project."""
@@ -63,14 +63,14 @@ class RecipientSource(Protocol):
 class AudienceSource:
     """Devices matching an audience, in id order, up to the newest device at claim time."""
 
-    def __init__(self, stores: Stores, audience: Audience, until: str | None) -> None:
+    def __init__(self, stores: CampaignRecords, audience: Audience, until: str | None) -> None:
         self._stores = stores
-        self._query = audience_query(audience)
+        self._audience = audience
         self._until = until
 
     async def stream(self, after: Cursor) -> AsyncGenerator[tuple[Cursor, Recipient], None]:
         start = after if isinstance(after, str) else None
-        async for device_id, recipient in self._stores.devices.stream(self._query, start,
+        async for device_id, recipient in self._stores.devices.stream(self._audience, start,
                                                                       self._until):
             yield device_id, recipient
 
@@ -83,7 +83,7 @@ class FollowUpSource:
     The positions stay valid across pages because a finished campaign's records no longer
     change (``CampaignCreator.correct`` says why)."""
 
-    def __init__(self, stores: Stores, parent: Campaign,
+    def __init__(self, stores: CampaignRecords, parent: Campaign,
                  of: FollowUpOf = FollowUpOf.UNSENT) -> None:
         self._stores = stores
         self._parent = parent
@@ -118,20 +118,19 @@ class LocalTimeSource:
     that is not due yet; without it, it runs to the end (what the audit counts as unsent).
     """
 
-    def __init__(self, stores: Stores, audience: Audience, waves: tuple[Wave, ...],
+    def __init__(self, stores: CampaignRecords, audience: Audience, waves: tuple[Wave, ...],
                  until: str | None, due_by: datetime | None) -> None:
         self._stores = stores
-        self._query = audience_query(audience)
+        self._audience = audience
         self._waves = waves
         self._until = until
         self._due_by = due_by
-        self._listed = sorted({zone for wave in waves for zone in wave.zones})
+        self._listed = tuple(sorted({zone for wave in waves for zone in wave.zones}))
 
-    def _wave_query(self, wave: Wave) -> dict[str, Any]:
-        own: dict[str, Any] = {"timezone": {"$in": list(wave.zones)}}
-        if wave.others:  # no timezone, or one unknown when the waves were planned
-            own = {"$or": [own, {"timezone": {"$nin": self._listed}}]}
-        return {"$and": [self._query, own]}
+    def _zones(self, wave: Wave) -> Zones:
+        """The wave's devices: in its zones, and for ``others`` those with no timezone or one
+        unknown when the waves were planned."""
+        return Zones(tuple(wave.zones), others=wave.others, listed=self._listed)
 
     async def stream(self, after: Cursor) -> AsyncGenerator[tuple[Cursor, Recipient], None]:
         first_wave, after_id = after if isinstance(after, tuple) else (0, None)
@@ -141,7 +140,7 @@ class LocalTimeSource:
                 return
             start = after_id if index == first_wave else None
             async for device_id, recipient in self._stores.devices.stream(
-                    self._wave_query(wave), start, self._until):
+                    self._audience, start, self._until, zones=self._zones(wave)):
                 yield (index, device_id), recipient
 
     def next_wave_due(self) -> datetime | None:
@@ -151,7 +150,7 @@ class LocalTimeSource:
         return min((w.due_at for w in self._waves if w.due_at > self._due_by), default=None)
 
 
-async def source_for(stores: Stores, campaign: Campaign,
+async def source_for(stores: CampaignRecords, campaign: Campaign,
                      due_by: datetime | None = None) -> RecipientSource:
     """Where ``campaign``'s recipients come from; ``due_by`` limits local-time waves to the due."""
     if campaign.follow_up is not None:
@@ -166,7 +165,8 @@ async def source_for(stores: Stores, campaign: Campaign,
     return AudienceSource(stores, audience, dispatch.until)
 
 
-async def _recorded_by_chunk(stores: Stores, campaign_id: str) -> AsyncIterator[tuple[int, Recorded]]:
+async def _recorded_by_chunk(stores: CampaignRecords,
+                             campaign_id: str) -> AsyncIterator[tuple[int, Recorded]]:
     """Recorded outcomes grouped by chunk, in chunk order; a position recorded twice counts once."""
     seq: int | None = None
     group: Recorded = {}
@@ -205,7 +205,7 @@ def outcome_of(recorded: Recorded, position: int) -> tuple[Outcome, str | None]:
     return (Outcome.SENT, None) if error is None else (Outcome.FAILED, error)
 
 
-async def audit(stores: Stores, campaign: Campaign,
+async def audit(stores: CampaignRecords, campaign: Campaign,
                 outcome: Outcome) -> AsyncIterator[RecipientLine]:
     """The recipients of ``campaign`` whose outcome is ``outcome``, in chunk order.
 
@@ -226,69 +226,12 @@ async def audit(stores: Stores, campaign: Campaign,
             yield RecipientLine(recipient.token, recipient.user_id, Outcome.UNSENT)
 
 
-def unsent(stores: Stores, campaign: Campaign) -> AsyncIterator[RecipientLine]:
+def unsent(stores: CampaignRecords, campaign: Campaign) -> AsyncIterator[RecipientLine]:
     """Targeted but neither sent nor failed: the rest of every chunk, then the unpaged source."""
     return audit(stores, campaign, Outcome.UNSENT)
 
 
-FROZEN_CHUNK_SIZE = 5000
-"""Recipients per frozen chunk. Frozen chunks are never sent, so only the number of writes at a
-cancel matters: a campaign of chunks of 5 cancelled early froze thousands of them one write at a
-time (a document of 5,000 recipients is under 1 MB)."""
-
-
-async def freeze_unpaged(stores: Stores, campaign: Campaign) -> Campaign | None:
-    """Write what a cancelled dispatcher never paged as chunks that are never published.
-
-    From then on the campaign's recipients are fixed: the audit's ``unsent`` list, the final
-    counts and a retarget all read the same frozen chunks, whatever later happens to the devices.
-    Returns the updated campaign, or None when there was nothing left to page.
-    """
-    if not campaign.source_not_exhausted:
-        return None
-    seq = campaign.dispatch.next_seq
-    cursor, seq = await _count_unchecked(stores, campaign, seq)
-    source = await source_for(stores, campaign)
-    await freeze_rest(stores, campaign, seq, [], cursor, source.stream(after=cursor))
-    return await stores.campaigns.close_paging(campaign.id)
-
-
-async def freeze_rest(stores: Stores, campaign: Campaign, seq: int, batch: list[Recipient],
-                      cursor: Cursor, rest: AsyncIterator[tuple[Cursor, Recipient]]) -> bool:
-    """Freeze ``batch`` (recipients up to ``cursor``) and then ``rest`` as chunks from ``seq``
-    on (see ``freeze_unpaged``). A cancelled dispatcher calls it with its own open cursor, so the
-    rest of the audience is not read a second time; False if the campaign's chunk count had moved
-    on (someone else froze it: the finalizer picks up from there)."""
-    batch = list(batch)
-    size = max(campaign.chunk_size, FROZEN_CHUNK_SIZE)
-    async for cursor, recipient in rest:
-        batch.append(recipient)
-        if len(batch) >= size:
-            if not await _freeze(stores, campaign, seq, batch, cursor):
-                return False
-            seq, batch = seq + 1, []
-    return not batch or await _freeze(stores, campaign, seq, batch, cursor)
-
-
-async def _count_unchecked(stores: Stores, campaign: Campaign, seq: int) -> tuple[Cursor, int]:
-    """Where freezing starts: after a chunk a dead dispatcher wrote but never checkpointed
-    (counted now), or after the last checkpointed chunk. The cursor and the next seq."""
-    written = await stores.chunks.state(campaign.id, seq)
-    if written is not None:
-        await stores.campaigns.count_frozen_chunk(campaign.id, seq, written.size)
-        return written.cursor, seq + 1
-    previous = await stores.chunks.state(campaign.id, seq - 1) if seq else None
-    return (previous.cursor if previous else None), seq
-
-
-async def _freeze(stores: Stores, campaign: Campaign, seq: int, recipients: list[Recipient],
-                  cursor: Cursor) -> bool:
-    chunk = await stores.chunks.create(campaign.id, seq, recipients, cursor, utcnow(),
-                                       status=ChunkStatus.CANCELLED)
-    return await stores.campaigns.count_frozen_chunk(campaign.id, seq, chunk.state.size)
-
-
-async def targeted(stores: Stores, campaign: Campaign) -> int:
+async def targeted(stores: CampaignRecords, campaign: Campaign) -> int:
     """Every recipient of every chunk, plus what the source still holds if paging stopped early.
 
     The checkpoints counted each published chunk once; a chunk its dispatcher wrote but died
@@ -307,7 +250,7 @@ async def targeted(stores: Stores, campaign: Campaign) -> int:
     return total
 
 
-async def final_counts(stores: Stores, campaign: Campaign) -> FinalCounts:
+async def final_counts(stores: CampaignRecords, campaign: Campaign) -> FinalCounts:
     """Exact counts from the records (what the audit lists), read once a campaign is finished."""
     sent = failed = retryable = maybe_delivered = 0
     async for _, group in _recorded_by_chunk(stores, campaign.id):
@@ -316,6 +259,6 @@ async def final_counts(stores: Stores, campaign: Campaign) -> FinalCounts:
         failed += len(errors)
         retryable += sum(not token_is_unusable(error) for error in errors)
         maybe_delivered += errors.count(FcmError.TIMEOUT.value)
-    counts = Counts(targeted=await targeted(stores, campaign), sent=sent, failed=failed,
+    counts = CampaignCounts(targeted=await targeted(stores, campaign), sent=sent, failed=failed,
                     maybe_delivered=maybe_delivered)
     return FinalCounts(counts, failed_not_by_token=retryable)

@@ -22,9 +22,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from herald.clock import utcnow
+from herald.contracts.http import CampaignTemplate, ScheduleCreate
 from herald.domain.access import Actor
-from herald.domain.api import CampaignTemplate, ScheduleCreate
-from herald.domain.documents import Campaign, Schedule, ScheduleRun, ScheduleState, new_id
+from herald.domain.documents import Campaign, Schedule, ScheduleRunRecord, ScheduleState, new_id
 from herald.domain.timing import next_occurrence, occurrences_until
 from herald.observability import (
     SCHEDULE_CLAIMS,
@@ -33,7 +33,7 @@ from herald.observability import (
     SCHEDULE_MISSED,
 )
 from herald.service_layer.campaigns import CampaignCreator, content_of, new_campaign
-from herald.service_layer.ports import Stores
+from herald.service_layer.ports import ScheduledCampaigns, ScheduleRepository
 
 log = logging.getLogger(__name__)
 
@@ -50,22 +50,24 @@ def _overdue_s(due_at: datetime, now: datetime) -> float:
 
 
 class Scheduling:
-    def __init__(self, stores: Stores, creator: CampaignCreator, policy: SchedulerPolicy) -> None:
-        self._stores = stores
+    def __init__(self, campaigns: ScheduledCampaigns, schedules: ScheduleRepository,
+                 creator: CampaignCreator, policy: SchedulerPolicy) -> None:
+        self._campaigns = campaigns
+        self._schedules = schedules
         self._creator = creator
         self._policy = policy
 
     async def seconds_until_due(self, now: datetime) -> float | None:
         """Time to the next due campaign or schedule run; None if nothing is scheduled."""
-        candidates = [await self._stores.campaigns.next_scheduled_due(),
-                      await self._stores.schedules.next_run_at()]
+        candidates = [await self._campaigns.next_scheduled_due(),
+                      await self._schedules.next_run_at()]
         due = [c for c in candidates if c is not None]
         return max(0.0, (min(due) - now).total_seconds()) if due else None
 
     async def fire_due_campaigns(self, now: datetime) -> int:
         """Fire (or mark missed) every one-off campaign due at or before ``now``."""
         handled = 0
-        for campaign in await self._stores.campaigns.due_scheduled(now):
+        for campaign in await self._campaigns.due_scheduled(now):
             grace_s = self._policy.misfire_grace_s
             overdue_s = _overdue_s(campaign.due_at, now)
             if overdue_s > grace_s:
@@ -75,7 +77,7 @@ class Scheduling:
         return handled
 
     async def _fire_campaign(self, campaign: Campaign, overdue_s: float, now: datetime) -> int:
-        fired = await self._stores.campaigns.fire(campaign.id, now, self._policy.pod_id)
+        fired = await self._campaigns.fire(campaign.id, now, self._policy.pod_id)
         if fired is None:
             SCHEDULE_CLAIMS_LOST.inc()
             return 0
@@ -89,7 +91,7 @@ class Scheduling:
                              now: datetime) -> int:
         reason = (f"missed: found {overdue_s:.0f}s overdue, beyond the misfire grace of "
                   f"{grace_s:.0f}s")
-        missed = await self._stores.campaigns.miss(campaign.id, reason, now)
+        missed = await self._campaigns.miss(campaign.id, reason, now)
         if missed is None:
             SCHEDULE_CLAIMS_LOST.inc()
             return 0
@@ -100,10 +102,10 @@ class Scheduling:
     async def run_due_schedules(self, now: datetime) -> int:
         """Run (or mark missed) the due occurrence of every active schedule."""
         handled = 0
-        for schedule in await self._stores.schedules.due(now):
+        for schedule in await self._schedules.due(now):
             assert schedule.next_run_at is not None
             lease_until = now + timedelta(seconds=self._policy.lease_s)
-            claimed = await self._stores.schedules.claim(
+            claimed = await self._schedules.claim(
                 schedule.id, schedule.next_run_at, self._policy.pod_id, now, lease_until)
             if claimed is None:
                 SCHEDULE_CLAIMS_LOST.inc()
@@ -118,9 +120,9 @@ class Scheduling:
         due = occurrences_until(schedule.cron, schedule.timezone, schedule.next_run_at, now)
         grace_s = _grace_s(schedule, self._policy.misfire_grace_s)
         latest = due[-1]
-        runs: list[ScheduleRun] = []
+        runs: list[ScheduleRunRecord] = []
         # A run a replica created before dying went out, however late this replica is.
-        started = await self._stores.campaigns.find_run(run_key(schedule, latest))
+        started = await self._campaigns.find_run(run_key(schedule, latest))
         on_time = started is not None or _overdue_s(latest, now) <= grace_s
         missed = due[:-1] if on_time else due
         if missed:
@@ -131,13 +133,13 @@ class Scheduling:
         elif on_time:
             runs.append(await self._start_run(schedule, latest, now))
         following = next_occurrence(schedule.cron, schedule.timezone, max(latest, now))
-        if not await self._stores.schedules.advance(schedule, self._policy.pod_id, following,
+        if not await self._schedules.advance(schedule, self._policy.pod_id, following,
                                                     runs, len(missed), now):
             log.warning("schedule %s was changed while running; its next run is recomputed",
                         schedule.id)
 
     async def _start_run(self, schedule: Schedule, occurrence: datetime,
-                         now: datetime) -> ScheduleRun:
+                         now: datetime) -> ScheduleRunRecord:
         template = CampaignTemplate.model_validate(schedule.template)
         fresh = new_campaign(
             content=content_of(template), name=template.name or schedule.name,
@@ -145,7 +147,7 @@ class Scheduling:
             rate_per_s=template.rate_per_s, due_at=occurrence, now=now, source="schedule",
             schedule_id=schedule.id, run_key=run_key(schedule, occurrence),
             created_by=schedule.created_by)
-        run = await self._stores.campaigns.insert_run(
+        run = await self._campaigns.insert_run(
             replace(fresh, fired_at=now, fired_by=self._policy.pod_id))
         SCHEDULE_CLAIMS.inc()
         SCHEDULE_LAG_SECONDS.observe(max(0.0, _overdue_s(occurrence, now)))
@@ -163,15 +165,15 @@ def _grace_s(schedule: Schedule, default_s: float) -> float:
     return default_s if schedule.misfire_grace_s is None else float(schedule.misfire_grace_s)
 
 
-def _fired_run(occurrence: datetime, campaign_id: str, now: datetime) -> ScheduleRun:
-    return ScheduleRun(occurrence=occurrence, outcome="fired", campaign_id=campaign_id,
+def _fired_run(occurrence: datetime, campaign_id: str, now: datetime) -> ScheduleRunRecord:
+    return ScheduleRunRecord(occurrence=occurrence, outcome="fired", campaign_id=campaign_id,
                        reason=None, recorded_at=now)
 
 
-def _missed_run(missed: list[datetime], grace_s: float, now: datetime) -> ScheduleRun:
+def _missed_run(missed: list[datetime], grace_s: float, now: datetime) -> ScheduleRunRecord:
     count = len(missed)
     what = "1 occurrence" if count == 1 else f"{count} occurrences up to this one"
-    return ScheduleRun(
+    return ScheduleRunRecord(
         occurrence=missed[-1], outcome="missed", campaign_id=None, recorded_at=now,
         reason=f"{what} overdue beyond the misfire grace of {grace_s:.0f}s (scheduler down?)")
 
@@ -196,16 +198,16 @@ class ScheduleEnded(Exception):
         super().__init__("the schedule has ended; create a new one")
 
 
-async def create_schedule(stores: Stores, request: ScheduleCreate, by: Actor) -> Schedule:
+async def create_schedule(schedules: ScheduleRepository, request: ScheduleCreate, by: Actor) -> Schedule:
     schedule = new_schedule(request, utcnow(), by)
-    await stores.schedules.insert(schedule)
+    await schedules.insert(schedule)
     return schedule
 
 
-async def replan(stores: Stores, schedule_id: str, changes: dict[str, Any],
+async def replan(schedules: ScheduleRepository, schedule_id: str, changes: dict[str, Any],
                  by: Actor) -> Schedule | None:
     """Apply edits to a schedule, recomputing its next run from now when they affect it."""
-    current = await stores.schedules.get(schedule_id)
+    current = await schedules.get(schedule_id)
     if current is None:
         return None
     if current.state is ScheduleState.ENDED:
@@ -216,15 +218,15 @@ async def replan(stores: Stores, schedule_id: str, changes: dict[str, Any],
     now = utcnow()
     if {"cron", "timezone", "state"} & set(changes) and state == ScheduleState.ACTIVE:
         changes["next_run_at"] = next_occurrence(cron, timezone, now)
-    updated = await stores.schedules.update(
+    updated = await schedules.update(
         schedule_id, {**changes, "updated_at": now, "updated_by": asdict(by)}, unless_ended=True)
     if updated is None:
         raise ScheduleEnded
     return updated
 
 
-async def end_schedule(stores: Stores, schedule_id: str, by: Actor) -> Schedule | None:
+async def end_schedule(schedules: ScheduleRepository, schedule_id: str, by: Actor) -> Schedule | None:
     """No further runs; past runs stay as they are. None if there is no such schedule."""
-    return await stores.schedules.update(
+    return await schedules.update(
         schedule_id, {"state": ScheduleState.ENDED.value, "next_run_at": None,
                       "updated_at": utcnow(), "updated_by": asdict(by)})

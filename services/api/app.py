@@ -98,7 +98,8 @@ def _services(parts: PodParts, gauges: GaugeLoop) -> AppServices:
     settings = parts.settings
     return AppServices(
         pod_id=parts.identity.id, settings=settings, stores=resources.stores,
-        creator=CampaignCreator(resources.stores, resources.bus),
+        creator=CampaignCreator(resources.stores.campaigns, resources.stores.idempotency,
+                                resources.bus),
         cancellation=parts.cancellation, registry=resources.registry, readiness=readiness,
         background=parts.background, authenticator=Authenticator(resources.stores.api_keys),
         operator_log=OperatorLog(resources.stores.operator_log),

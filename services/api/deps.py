@@ -1,21 +1,54 @@
-"""What route handlers get from the composition root, through FastAPI's dependency injection."""
+"""What route handlers get from the composition root, through FastAPI's dependency injection:
+each route depends on the one use case it calls (a service-layer function with its repository
+bound, or a use-case object), never on the whole of ``AppServices``.
+
+``AppServices`` is what the composition root (``app.py``) built; the middleware in front of the
+routes (the access gate, the operator log) and the providers below read it from the app's state.
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from datetime import datetime
+from functools import partial
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
 from herald.adapters.rate_limit import FailedAuthentications, RequestBudget
 from herald.adapters.redis import StreamSlots
+from herald.contracts.http import CampaignPatch, DeviceIn, ScheduleCreate
+from herald.domain.access import Actor, ApiKey, Role
+from herald.domain.audience import Audience
+from herald.domain.documents import Campaign, Outcome, Schedule, UpsertCounts
+from herald.domain.pods import PodBeat
+from herald.domain.status import Status
 from herald.runtime.tasks import Background
-from herald.service_layer.access import Authenticator, OperatorLog
-from herald.service_layer.campaigns import CampaignCreator
+from herald.service_layer import queries, scheduling
+from herald.service_layer.access import (
+    Authenticator,
+    MintedKey,
+    OperatorLog,
+    mint_key,
+    revoke_key,
+)
+from herald.service_layer.campaign_events import campaign_events
+from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
 from herald.service_layer.cancellation import Cancellation
-from herald.service_layer.ports import PodRegistry, Stores
+from herald.service_layer.devices import register_devices
+from herald.service_layer.ports import (
+    ApiKeyRepository,
+    OperatorLogRepository,
+    PodRegistry,
+    Stores,
+)
+from herald.service_layer.recipients import RecipientLine
 from herald.settings import Settings
 from services.api.readiness import Readiness
+from services.api.streams import WatchCampaign
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -34,16 +67,88 @@ class AppServices:
     failed_authentications: FailedAuthentications
     stream_slots: StreamSlots
 
-    def finalize_cancel_soon(self, campaign_id: str) -> None:
-        """Finish a cancel nobody has to acknowledge (no sender alive) without waiting for a
-        sweep; if it fails, the dispatchers' sweep retries."""
-        self.background.spawn(self.cancellation.try_finalize_quietly(campaign_id),
-                              f"finalize-{campaign_id}")
 
-
-def _services(request: Request) -> AppServices:
+def app_services(request: Request) -> AppServices:
     services: AppServices = request.app.state.services
     return services
 
 
-Services = Annotated[AppServices, Depends(_services)]
+def provided(pick: Callable[[AppServices], T]) -> Any:
+    """A FastAPI dependency: ``pick`` applied to what the composition root built."""
+    def provide(request: Request) -> T:
+        return pick(app_services(request))
+    return Depends(provide)
+
+
+# --- campaigns ------------------------------------------------------------------------------
+Creator = Annotated[CampaignCreator, provided(lambda s: s.creator)]
+"""Create, retry, retarget, amend, correct."""
+CancelUseCase = Annotated[Cancellation, provided(lambda s: s.cancellation)]
+FindCampaign = Annotated[Callable[[str], Awaitable[Campaign]],
+                         provided(lambda s: partial(queries.campaign, s.stores.campaigns))]
+ListCampaigns = Annotated[
+    Callable[[list[Status] | None, str | None, int], Awaitable[queries.Page[Campaign]]],
+    provided(lambda s: partial(queries.campaigns, s.stores.campaigns))]
+AuditRecipients = Annotated[
+    Callable[[str, Outcome], Awaitable[AsyncIterator[RecipientLine]]],
+    provided(lambda s: partial(queries.recipients, s.stores))]
+EditScheduled = Annotated[
+    Callable[[str, CampaignPatch, Actor], Awaitable[Campaign | None]],
+    provided(lambda s: partial(edit_scheduled, s.stores.campaigns))]
+
+
+Watch = Annotated[WatchCampaign, provided(lambda s: WatchCampaign(
+    partial(campaign_events, s.stores.campaigns), s.stream_slots, s.stores.api_keys,
+    s.settings.api_streams_per_key))]
+
+# --- devices and audiences -------------------------------------------------------------------
+RegisterDevices = Annotated[Callable[[Sequence[DeviceIn]], Awaitable[UpsertCounts]],
+                            provided(lambda s: partial(register_devices, s.stores.devices))]
+AudienceSize = Annotated[Callable[[Audience], Awaitable[int]],
+                         provided(lambda s: partial(queries.audience_size, s.stores.devices))]
+
+# --- schedules ------------------------------------------------------------------------------
+CreateSchedule = Annotated[Callable[[ScheduleCreate, Actor], Awaitable[Schedule]],
+                           provided(lambda s: partial(scheduling.create_schedule,
+                                                      s.stores.schedules))]
+FindSchedule = Annotated[Callable[[str], Awaitable[Schedule]],
+                         provided(lambda s: partial(queries.schedule, s.stores.schedules))]
+ListSchedules = Annotated[Callable[[str | None, int], Awaitable[queries.Page[Schedule]]],
+                          provided(lambda s: partial(queries.schedules, s.stores.schedules))]
+Replan = Annotated[Callable[[str, dict[str, Any], Actor], Awaitable[Schedule | None]],
+                   provided(lambda s: partial(scheduling.replan, s.stores.schedules))]
+EndSchedule = Annotated[Callable[[str, Actor], Awaitable[Schedule | None]],
+                        provided(lambda s: partial(scheduling.end_schedule, s.stores.schedules))]
+MisfireGrace = Annotated[float, provided(lambda s: s.settings.misfire_grace_s)]
+"""How late a run may fire, as a schedule's view shows it."""
+
+# --- access ---------------------------------------------------------------------------------
+MintKey = Annotated[Callable[[str, Role, datetime | None, Actor], Awaitable[MintedKey]],
+                    provided(lambda s: partial(mint_key, s.stores.api_keys))]
+RevokeKey = Annotated[Callable[[str, Actor], Awaitable[ApiKey]],
+                      provided(lambda s: partial(revoke_key, s.stores.api_keys))]
+ApiKeys = Annotated[ApiKeyRepository, provided(lambda s: s.stores.api_keys)]
+OperatorLogEntries = Annotated[OperatorLogRepository, provided(lambda s: s.stores.operator_log)]
+
+# --- operations -----------------------------------------------------------------------------
+PodId = Annotated[str, provided(lambda s: s.pod_id)]
+ReadinessCheck = Annotated[Readiness, provided(lambda s: s.readiness)]
+
+
+
+@dataclass(frozen=True)
+class LivePods:
+    """The pod registry as ``GET /v1/pods`` shows it: live pods and the heartbeat's rules."""
+
+    registry: PodRegistry
+    heartbeat_interval_s: float
+    heartbeat_ttl_s: float
+    heartbeat_misses: int
+
+    async def live(self) -> list[PodBeat]:
+        return await self.registry.live()
+
+
+Pods = Annotated[LivePods, provided(lambda s: LivePods(
+    s.registry, s.settings.heartbeat_interval_s, s.settings.heartbeat_ttl_s,
+    s.settings.heartbeat_misses))]

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.utils import create_model_field
 
-from herald.domain.api import ErrorResponse
+from herald.contracts.http import ErrorResponse
 from services.api.auth import api_routes, declared_scope
 
 RETRY_AFTER = {"Retry-After": {"description": "Seconds until a call may succeed",

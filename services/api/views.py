@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from herald.domain.access import Actor, ApiKey, LogEntry
-from herald.domain.api import (
+from herald.contracts.http import (
     ActorView,
     ApiKeyView,
     CampaignView,
@@ -17,6 +16,7 @@ from herald.domain.api import (
     ScheduleRun,
     ScheduleView,
 )
+from herald.domain.access import Actor, ApiKey, LogEntry
 from herald.domain.documents import Campaign, Schedule
 from herald.service_layer.campaigns import Correction
 from herald.service_layer.scheduling import local_time

@@ -31,7 +31,7 @@ from herald.runtime.tracking import WorkTracker
 from herald.runtime.worker import PodParts, Worker
 from herald.service_layer.cancellation import Cancellation
 from herald.service_layer.completion import complete, reconcile
-from herald.service_layer.ports import Bus, PodRegistry, Stores
+from herald.service_layer.ports import Bus, CampaignRecords, PodRegistry
 from herald.service_layer.sending.rescue import rescue_chunks_of_dead_senders
 from services.dispatcher.backpressure import Backpressure
 from services.dispatcher.paging import Paging
@@ -53,7 +53,7 @@ class DispatchPolicy:
 
 
 class Dispatcher(Worker):
-    def __init__(self, stores: Stores, registry: PodRegistry, cancellation: Cancellation,
+    def __init__(self, stores: CampaignRecords, registry: PodRegistry, cancellation: Cancellation,
                  tracker: WorkTracker, background: Background, paging: Paging,
                  policy: DispatchPolicy, stopping: asyncio.Event, bus: Bus) -> None:
         self._stores = stores
@@ -158,7 +158,7 @@ class Dispatcher(Worker):
         await self._take_over_from_dead_dispatchers()
         await self._rescue_chunks_of_dead_senders()
         for campaign in await self._stores.campaigns.with_status(Status.CANCELLING):
-            await self._cancellation.try_finalize(campaign.id)
+            await self._cancellation.finish(campaign.id)
         self._sweeps += 1
         if self._sweeps % RECONCILE_EVERY_SWEEPS == 0:
             await self._finish_interrupted()

@@ -21,20 +21,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 
 from herald.clock import utcnow
-from herald.domain.audience import audience_query
 from herald.domain.documents import Campaign, Cursor
 from herald.domain.messages import Recipient, SendChunk
 from herald.domain.status import Status
 from herald.domain.timing import Wave, local_time_waves
 from herald.observability import CHUNKS_PUBLISHED
 from herald.service_layer.completion import finalize
-from herald.service_layer.ports import Stores
-from herald.service_layer.recipients import (
-    LocalTimeSource,
-    RecipientSource,
-    freeze_rest,
-    source_for,
-)
+from herald.service_layer.freezing import freeze_rest
+from herald.service_layer.ports import CampaignRecords
+from herald.service_layer.recipients import LocalTimeSource, RecipientSource, source_for
 from services.dispatcher.backpressure import Backpressure, unbounded
 
 log = logging.getLogger(__name__)
@@ -59,7 +54,7 @@ class Parked(Exception):
 class Paging:
     """Pages campaigns for dispatcher ``pod_id``; one ``run`` per claimed campaign."""
 
-    def __init__(self, stores: Stores, publish: Callable[[SendChunk], Awaitable[None]],
+    def __init__(self, stores: CampaignRecords, publish: Callable[[SendChunk], Awaitable[None]],
                  is_cancelled: Callable[[str], Awaitable[bool]], is_stopping: Callable[[], bool],
                  pod_id: str, lease_s: float, backpressure: Backpressure | None = None) -> None:
         self._stores = stores
@@ -149,7 +144,7 @@ class Paging:
     async def _plan_waves(self, campaign: Campaign) -> list[Wave]:
         assert campaign.local_time is not None and campaign.audience is not None
         local = campaign.local_time
-        zones = await self._stores.devices.timezones(audience_query(campaign.audience))
+        zones = await self._stores.devices.timezones(campaign.audience)
         waves = local_time_waves(datetime.fromisoformat(local.wall), local.timezone, zones)
         log.info("%s: %d waves of local-time delivery, from %s to %s", campaign.id,
                  len(waves), waves[0].due_at.isoformat(), waves[-1].due_at.isoformat())

@@ -57,5 +57,6 @@ class Scheduler(Worker):
 def compose(parts: PodParts) -> Scheduler:
     settings, stores = parts.settings, parts.resources.stores
     policy = SchedulerPolicy(parts.identity.id, settings.misfire_grace_s, settings.lease_s)
-    scheduling = Scheduling(stores, CampaignCreator(stores, parts.resources.bus), policy)
+    creator = CampaignCreator(stores.campaigns, stores.idempotency, parts.resources.bus)
+    scheduling = Scheduling(stores.campaigns, stores.schedules, creator, policy)
     return Scheduler(scheduling, parts.background, settings.scheduler_poll_s)

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from herald import names
 from herald.adapters import fcm, rabbit
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
-from herald.adapters.rate_limit import RateLimits
+from herald.adapters.rate_limit import RedisRateLimits as RateLimits
 from herald.domain.messages import SendChunk
 from herald.observability import CHUNKS_DEFERRED
 from herald.runtime.worker import PodParts, Worker

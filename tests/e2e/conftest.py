@@ -9,20 +9,17 @@ devices of its own (``Fleet.import_own``), so tests never see each other's campa
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
-from pymongo import MongoClient
 
 from devstack.broker_users import BrokerUsers, delete_users, import_definitions, user_definitions
 from devstack.isolation import VhostPool, private_stack, unique_name
-from devstack.processes import free_port, wait_until
-from devstack.stack import Stack, StackConfig, replica_name
+from devstack.processes import free_port
+from devstack.stack import Stack, StackConfig
 from fcm_emulator.client import EmulatorClient
+from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, assert_bodies_conform
 
 E2E_ENV = {"HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
@@ -113,69 +110,6 @@ def emulator(stack: Stack) -> Iterator[EmulatorClient]:
     client = EmulatorClient(stack.config.fcm_url)
     yield client
     client.close()
-
-
-class Fleet:
-    """A module's stack, shared by its tests: api, dispatcher and ``senders`` senders."""
-
-    STORES = ("mongodb", "fcm-emulator")
-    LEFT_BEHIND = ("devices", "chunks", "deliveries")
-    """What earlier tests' finished campaigns leave and nobody reads again."""
-    _tags = itertools.count(1)
-
-    def __init__(self, stack: Stack, senders: int) -> None:
-        self.stack = stack
-        stack.start(senders=senders, schedulers=0)
-        self._services = {"api": "api", "dispatcher": "dispatcher",
-                          **{replica_name("sender", i): "sender" for i in range(1, senders + 1)}}
-
-    def heal(self) -> None:
-        """Stop what a test added, restart what it stopped or killed, wait until every
-        restarted worker announced itself and the api is ready; reset the emulator and remove
-        the devices, chunks and deliveries of earlier tests."""
-        stack = self.stack
-        for name in [n for n in stack.processes if n not in self._services and n not in self.STORES]:
-            stack.processes.pop(name).terminate(timeout_s=15)
-        restarted = [stack.start_service(service, name, HERALD_METRICS_PORT=str(free_port()))
-                     for name, service in self._services.items()
-                     if not stack.processes[name].alive()]
-        workers = {process.pid for process in restarted if process.name != "api"}
-        wait_until(lambda: workers <= self._live_pids() and self._ready(), 60,
-                   "the shared stack to be whole again")
-        emulator = EmulatorClient(stack.config.fcm_url)
-        try:
-            emulator.reset()
-        finally:
-            emulator.close()
-        with MongoClient(stack.config.mongodb_url) as client:  # on nx-27017 every audience
-            db = client[stack.config.database]                # query scans all devices
-            for collection in self.LEFT_BEHIND:
-                db[collection].delete_many({})
-
-    def import_own(self, api: Api, population: list[dict[str, Any]]
-                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """``population`` made the test's own (a topic and a token suffix no other test uses;
-        the emulator reads a token's prefix) and imported; it and the audience that selects
-        exactly it."""
-        topic = f"t{next(self._tags)}"
-        own = [{**device, "token": f"{device['token']}-{topic}", "topics": [topic]}
-               for device in population]
-        api.import_devices(own)
-        return own, {"topics": [topic]}
-
-    def _live_pids(self) -> set[int]:
-        try:
-            pods = httpx.get(f"{self.stack.config.api_url}/v1/pods", timeout=2,
-                             headers=self.stack.config.api_headers()).json()["pods"]
-        except (httpx.HTTPError, KeyError, ValueError):
-            return set()
-        return {int(pod["pid"]) for pod in pods}
-
-    def _ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.stack.config.api_url}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
 
 
 @pytest.fixture(scope="session")

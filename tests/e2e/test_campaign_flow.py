@@ -7,7 +7,7 @@ import pytest
 
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
-from tests.e2e.conftest import Fleet
+from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, accepted, dead, devices, requests_per_token
 
 

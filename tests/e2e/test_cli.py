@@ -12,13 +12,13 @@ import pytest
 
 from devstack.stack import REPO, Stack
 from fcm_emulator.client import EmulatorClient
-from tests.e2e.conftest import Fleet
+from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, reachable_devices
 from tests.support import wait_for
 
-# ``python -m herald`` from the repository root: the code under test, even where the installed
+# ``python -m herald_cli`` from the repository root: the code under test, even where the installed
 # ``herald`` script belongs to another checkout sharing the virtualenv.
-HERALD = [sys.executable, "-m", "herald"]
+HERALD = [sys.executable, "-m", "herald_cli"]
 
 
 def herald(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:

@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient, Received
 from herald.settings import Settings
-from tests.e2e.conftest import Fleet
+from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, reachable_devices
 from tests.support import wait_for
 

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient, Received
-from herald import cli
-from tests.e2e.conftest import Fleet
+from herald_cli import commands as cli
+from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, pod_metric, reachable_devices
 from tests.support import wait_for
 

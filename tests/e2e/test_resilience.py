@@ -19,7 +19,7 @@ from devstack.processes import port_open
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
 from herald.settings import Settings
-from tests.e2e.conftest import Fleet
+from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, accepted, pod_metric, reachable_devices, requests_per_token
 from tests.support import wait_for
 

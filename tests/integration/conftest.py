@@ -8,7 +8,6 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import httpx
 import pytest
@@ -24,12 +23,13 @@ from fcm_emulator.client import EmulatorClient
 from herald.adapters import mongo
 from herald.adapters import redis as redis_adapter
 from herald.adapters.mongo import Database, Document
-from herald.adapters.stores import mongo_stores
 from herald.domain.access import new_token
 from herald.names import RedisKeys
+from herald.runtime.stores import mongo_stores
 from herald.service_layer.ports import Stores
 from herald.settings import Settings
 from services.api.app import create_app
+from tests.integration.helpers import client_of, vhost_name
 from tests.support import unique_name
 
 UNUSED_VHOST_URL = "amqp://guest:guest@127.0.0.1:5672/herald_tests_without_broker"
@@ -91,10 +91,6 @@ def vhost(vhost_pool: VhostPool) -> Iterator[str]:
     name = vhost_pool.acquire()
     yield guest_url(name)
     vhost_pool.release(name)
-
-
-def vhost_name(url: str) -> str:
-    return unquote(urlsplit(url).path.lstrip("/"))
 
 
 @pytest.fixture
@@ -165,13 +161,6 @@ async def api(api_app: FastAPI, admin_key: str) -> AsyncIterator[httpx.AsyncClie
     """A client of the in-process api, calling as its admin key."""
     async with client_of(api_app, admin_key) as client:
         yield client
-
-
-def client_of(app: FastAPI, key: str | None) -> httpx.AsyncClient:
-    """A client of the in-process ``app`` that carries ``key`` (none: no Authorization)."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://herald",
-                             headers=headers)
 
 
 @pytest.fixture

@@ -22,20 +22,12 @@ from herald.settings import Settings
 from services.api.app import create_app
 from services.api.auth import api_routes, declared_scope
 from tests.factories import CAMPAIGN_BODY, campaign, paged_campaign
-from tests.integration.conftest import client_of
+from tests.integration.helpers import client_of, mint
 from tests.support import error_code, eventually
 
 OPEN = {"/healthz", "/readyz", "/metrics", "/docs", "/docs/assets", "/openapi.json", "/console"}
 """Routes without a key. ``/console`` serves the console's static files only (HTML, one script,
 one style sheet); every data call the console makes goes to ``/v1`` with the signed-in key."""
-
-
-async def mint(api: httpx.AsyncClient, role: Role | str, name: str | None = None,
-               **fields: Any) -> str:
-    response = await api.post("/v1/api-keys",
-                              json={"name": name or f"test-{role}", "role": str(role), **fields})
-    assert response.status_code == 201, response.text
-    return str(response.json()["secret"])
 
 
 def test_every_v1_route_declares_who_may_call_it(api_app: FastAPI) -> None:

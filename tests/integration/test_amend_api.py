@@ -12,11 +12,11 @@ from fastapi import FastAPI
 from herald import names
 from herald.adapters.mongo import Database
 from herald.domain.access import Role
-from herald.domain.documents import Counts
+from herald.domain.documents import CampaignCounts
 from herald.domain.status import Status
 from herald.service_layer.ports import Stores
 from tests.factories import cancelled_paged_campaign, insert
-from tests.integration.conftest import client_of
+from tests.integration.helpers import client_of
 from tests.support import error_code
 
 FIXED = {"data": {"landingUrl": "https://example.com/fixed"}}
@@ -52,7 +52,7 @@ async def test_amend_refusals_change_nothing(api: httpx.AsyncClient, stores: Sto
     running = await insert(stores, status=Status.IN_PROGRESS)
     sent_nothing = await insert(stores, status=Status.CANCELLED)
     long_key = await insert(stores, status=Status.COMPLETED, replace_key="k" * 64,
-                            counts=Counts(targeted=1, sent=1))
+                            counts=CampaignCounts(targeted=1, sent=1))
     before = await db[names.CAMPAIGNS].count_documents({})
     answers = {
         "running": await api.post(f"/v1/campaigns/{running}/amend"),

@@ -10,8 +10,7 @@ import pytest
 from fastapi import FastAPI
 
 from herald.domain.access import Role
-from tests.integration.conftest import client_of
-from tests.integration.test_access import mint
+from tests.integration.helpers import client_of, mint
 from tests.support import error_code
 
 DEVICES = [

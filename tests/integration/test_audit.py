@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from herald.clock import utcnow
 from herald.domain.audience import Audience
-from herald.domain.documents import Counts, Dispatch, Outcome
+from herald.domain.documents import CampaignCounts, Dispatch, Outcome
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.timing import Wave
 from herald.service_layer.ports import Stores
@@ -16,7 +16,7 @@ from herald.service_layer.recipients import (
     audit,
     final_counts,
 )
-from tests.factories import at, campaign, device, paged_campaign, recipients
+from tests.factories import EVERYONE, at, campaign, device, paged_campaign, recipients
 
 SENT, FAILED, UNSENT = Outcome.SENT, Outcome.FAILED, Outcome.UNSENT
 
@@ -53,9 +53,9 @@ async def test_final_counts_agree_with_the_audit(stores: Stores) -> None:
 
 async def test_paging_stopped_midway_leaves_the_rest_of_the_audience_unsent(stores: Stores) -> None:
     await stores.devices.upsert([device(i, push_enabled=i % 10 != 9) for i in range(100)], utcnow())
-    devices = [device_id async for device_id, _ in stores.devices.stream({}, None, None)]
+    devices = [device_id async for device_id, _ in stores.devices.stream(EVERYONE, None, None)]
     record = campaign(dispatch=Dispatch(owner="d", until=devices[79], next_seq=1),
-                      counts=Counts(targeted=9))
+                      counts=CampaignCounts(targeted=9))
     await stores.campaigns.insert(record)
     await stores.devices.upsert([device(500)], utcnow())  # registered after the claim
     campaign_id = record.id

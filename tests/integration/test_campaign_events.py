@@ -21,8 +21,7 @@ from herald.domain.access import Role
 from herald.domain.documents import Campaign, new_id
 from herald.service_layer.ports import CampaignRepository, Stores
 from tests.factories import paged_campaign
-from tests.integration.conftest import client_of
-from tests.integration.test_access import mint
+from tests.integration.helpers import client_of, mint
 from tests.support import error_code, eventually
 
 EVENT_TIMEOUT_S = 5.0

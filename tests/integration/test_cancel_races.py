@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from herald.adapters.redis import CancelFlags, PodRegistry
+from herald.adapters.redis import RedisCancelFlags, RedisPodRegistry
 from herald.clock import utcnow
-from herald.domain.documents import ChunkStatus, Counts, Dispatch, Outcome, Progress
+from herald.domain.documents import CampaignCounts, ChunkStatus, Dispatch, Outcome, Progress
 from herald.domain.messages import Recipient
 from herald.domain.pods import PodBeat
 from herald.domain.status import Status, Transition
@@ -21,21 +21,21 @@ from herald.service_layer.completion import chunk_finished, complete, reconcile
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import audit, final_counts
 from herald.settings import Settings
-from tests.factories import actor, at, campaign, device, recipients_of
+from tests.factories import EVERYONE, actor, at, campaign, device, recipients_of
 
 
 @pytest.fixture
 def cancellation(stores: Stores, redis: Any, settings: Settings) -> Cancellation:
     keys = RedisKeys(settings.mongodb_database)
-    return Cancellation(stores, CancelFlags(redis, keys, 60), PodRegistry(redis, keys, 5), bus=None,
-                        pod_id="test-pod")
+    return Cancellation(stores, RedisCancelFlags(redis, keys, 60), RedisPodRegistry(redis, keys, 5),
+                        bus=None, pod_id="test-pod")
 
 
 async def last_chunk_pending(stores: Stores) -> str:
     """A campaign with two chunks: the first finished and counted, the last recorded but open."""
     record = campaign(status=Status.IN_PROGRESS, dispatch=Dispatch(owner="d", done=True, next_seq=2),
                       progress=Progress(chunks_published=2, chunks_done=1),
-                      counts=Counts(targeted=4, sent=2))
+                      counts=CampaignCounts(targeted=4, sent=2))
     await stores.campaigns.insert(record)
     campaign_id, now = record.id, utcnow()
     for seq in (0, 1):
@@ -59,11 +59,11 @@ async def test_cancel_racing_the_last_chunks_completion(
         await chunk_finished(stores, campaign_id, 2, 0, done=True)
 
     await asyncio.gather(cancel(), finish_last_chunk())
-    await cancellation.try_finalize(campaign_id)
+    await cancellation.finish(campaign_id)
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
     assert stored.status in (Status.COMPLETED, Status.CANCELLED)
-    assert stored.counts == Counts(targeted=4, sent=4, failed=0)
+    assert stored.counts == CampaignCounts(targeted=4, sent=4, failed=0)
     assert (stored.cancel is not None) == (stored.status is Status.CANCELLED)
 
 
@@ -88,7 +88,7 @@ async def test_a_cancelled_campaign_counts_exactly_what_was_recorded(
         stores: Stores, cancellation: Cancellation) -> None:
     campaign_id = await last_chunk_pending(stores)
     await cancellation.request(campaign_id, None, None, broadcast=False)
-    cancelled = await cancellation.try_finalize(campaign_id)
+    cancelled = await cancellation.finish(campaign_id)
     assert cancelled is not None
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
@@ -102,8 +102,8 @@ async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
     """The unpaged rest is written down as never-published chunks at the cancel, so the
     numbers and the unsent list stay equal even when devices change afterwards."""
     await stores.devices.upsert([device(i) for i in range(50)], utcnow())
-    everyone = [d async for d in stores.devices.stream({}, None, None)]
-    record = campaign(status=Status.IN_PROGRESS, chunk_size=20, counts=Counts(targeted=20),
+    everyone = [d async for d in stores.devices.stream(EVERYONE, None, None)]
+    record = campaign(status=Status.IN_PROGRESS, chunk_size=20, counts=CampaignCounts(targeted=20),
                       dispatch=Dispatch(owner="d", until=everyone[-1][0], next_seq=1))
     await stores.campaigns.insert(record)
     campaign_id = record.id
@@ -111,9 +111,9 @@ async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
                                everyone[19][0], utcnow())
     await stores.deliveries.record(campaign_id, 0, "s", at([(p, None) for p in range(5)]), utcnow())
     await cancellation.request(campaign_id, None, None, broadcast=False)
-    cancelled = await cancellation.try_finalize(campaign_id)
+    cancelled = await cancellation.finish(campaign_id)
     assert cancelled is not None
-    assert cancelled.counts == Counts(targeted=50, sent=5, failed=0)
+    assert cancelled.counts == CampaignCounts(targeted=50, sent=5, failed=0)
     await stores.devices.mark_invalid([r.token for _, r in everyone[30:]], "UNREGISTERED",
                                       utcnow())
     await stores.devices.upsert([device(100 + i) for i in range(10)], utcnow())
@@ -132,13 +132,13 @@ async def test_a_live_pod_busy_with_the_campaign_delays_the_cancel_even_if_not_e
     await stores.campaigns.insert(record)
     campaign_id = record.id
     await cancellation.request(campaign_id, None, None, broadcast=False)  # nobody alive yet
-    newcomer = PodRegistry(redis, RedisKeys(settings.mongodb_database), 5)
+    newcomer = RedisPodRegistry(redis, RedisKeys(settings.mongodb_database), 5)
     await newcomer.beat(PodBeat(id="late-sender", service="sender", host="h", pid=1, version="t",
                                 started_at=0.0, campaigns=[campaign_id]))
-    assert await cancellation.try_finalize(campaign_id) is None
+    assert await cancellation.finish(campaign_id) is None
     await newcomer.beat(PodBeat(id="late-sender", service="sender", host="h", pid=1, version="t",
                                 started_at=0.0, campaigns=[]))
-    assert await cancellation.try_finalize(campaign_id) is not None
+    assert await cancellation.finish(campaign_id) is not None
 
 
 async def test_a_campaign_whose_finishing_was_interrupted_is_finished_by_the_sweep(
@@ -158,7 +158,7 @@ async def test_a_campaign_whose_finishing_was_interrupted_is_finished_by_the_swe
     finished = await complete(stores, left)
     assert finished is not None
     assert finished.status is Status.COMPLETED
-    assert finished.counts == Counts(targeted=4, sent=4, failed=0)
+    assert finished.counts == CampaignCounts(targeted=4, sent=4, failed=0)
 
 
 async def chunk_finished_without_finalizing(stores: Stores, campaign_id: str) -> None:
@@ -172,7 +172,7 @@ async def closed_chunks(stores: Stores, published: int, closed: int, counted: in
     record = campaign(status=Status.IN_PROGRESS,
                       dispatch=Dispatch(owner="d", done=True, next_seq=published),
                       progress=Progress(chunks_published=published, chunks_done=counted),
-                      counts=Counts(targeted=2 * published, sent=2 * counted))
+                      counts=CampaignCounts(targeted=2 * published, sent=2 * counted))
     await stores.campaigns.insert(record)
     campaign_id, now = record.id, utcnow()
     for seq in range(published):
@@ -204,7 +204,7 @@ async def test_the_sweep_never_counts_a_chunk_its_sender_is_about_to_count(
     finished = await chunk_finished(stores, campaign_id, 2, 0, done=True)
     assert finished is not None
     assert (finished.status, finished.counts) == (
-        Status.COMPLETED, Counts(targeted=6, sent=6, failed=0))
+        Status.COMPLETED, CampaignCounts(targeted=6, sent=6, failed=0))
 
 
 async def test_a_chunk_counted_after_the_sweep_finished_its_campaign_changes_no_number(
@@ -215,7 +215,7 @@ async def test_a_chunk_counted_after_the_sweep_finished_its_campaign_changes_no_
     finished = await reconcile(stores, paged)
     assert finished is not None
     assert (finished.status, finished.counts) == (
-        Status.COMPLETED, Counts(targeted=4, sent=4, failed=0))
+        Status.COMPLETED, CampaignCounts(targeted=4, sent=4, failed=0))
     assert await chunk_finished(stores, campaign_id, 2, 0, done=True) is None  # its sender, late
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None

@@ -20,7 +20,7 @@ from herald.domain.status import Status
 from herald.runtime.worker import PodParts, running_pod
 from herald.settings import Settings
 from tests.factories import campaign
-from tests.integration.conftest import vhost_name
+from tests.integration.helpers import vhost_name
 from tests.support import eventually
 
 PODS = 3

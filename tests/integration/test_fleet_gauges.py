@@ -13,9 +13,9 @@ from prometheus_client import REGISTRY
 from herald import names
 from herald.adapters.fleet_gauges import QueueDepths, ReadyCounts, refresh_fleet_gauges
 from herald.adapters.mongo import Database
-from herald.adapters.rate_limit import RateLimits
+from herald.adapters.rate_limit import RedisRateLimits
 from herald.adapters.records import to_bson
-from herald.adapters.redis import CancelFlags, PodRegistry
+from herald.adapters.redis import RedisCancelFlags, RedisPodRegistry
 from herald.clock import utcnow
 from herald.domain.status import Status
 from herald.names import RedisKeys
@@ -81,12 +81,12 @@ async def test_unfinished_campaigns_and_the_chunks_senders_owe(
 async def test_a_real_cancel_is_explained_and_aged_from_its_request(
         db: Database, stores: Stores, redis: Any, keys: RedisKeys) -> None:
     campaign_id = await insert(db, Status.IN_PROGRESS)
-    cancellation = Cancellation(stores, CancelFlags(redis, keys, 60), PodRegistry(redis, keys, 5),
-                                bus=None, pod_id="test-pod")
+    cancellation = Cancellation(stores, RedisCancelFlags(redis, keys, 60),
+                                RedisPodRegistry(redis, keys, 5), bus=None, pod_id="test-pod")
     outcome = await cancellation.request(campaign_id, "broken link", actor("lead"),
                                          broadcast=False)
     assert outcome.status is Status.CANCELLING
-    assert await CancelFlags(redis, keys, 60).is_raised(campaign_id)
+    assert await RedisCancelFlags(redis, keys, 60).is_raised(campaign_id)
 
     reading = await refresh(db, redis, keys, seconds=90)
 
@@ -106,7 +106,7 @@ async def test_cancellations_no_request_explains_are_counted(
     flagged = await insert(db, Status.IN_PROGRESS)  # senders would drop it: a false cancel
     expected.add(flagged)
     await insert(db, Status.CANCELLED, cancel={"requested_at": utcnow()})  # explained
-    flags = CancelFlags(redis, keys, 60)
+    flags = RedisCancelFlags(redis, keys, 60)
     await flags.raise_flag(flagged)
     await flags.raise_flag("65f000000000000000000000")  # no such campaign: stops nothing
     await flags.raise_flag("not-an-object-id")
@@ -122,7 +122,7 @@ async def test_cancellations_no_request_explains_are_counted(
 async def test_the_fcm_bucket_ratio_reads_the_senders_bucket(redis: Any, keys: RedisKeys,
                                                              db: Database) -> None:
     assert (await refresh(db, redis, keys)).fcm_quota_available_ratio == 1.0  # never used
-    bucket = RateLimits(redis, keys, RATE_PER_MIN).project
+    bucket = RedisRateLimits(redis, keys, RATE_PER_MIN).project
     assert await bucket.take(10) == 10  # the whole second's worth
 
     emptied = (await refresh(db, redis, keys)).fcm_quota_available_ratio

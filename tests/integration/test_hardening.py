@@ -31,7 +31,7 @@ from herald.domain.status import Status
 from herald.settings import Settings
 from services.api.app import create_app
 from tests.factories import CAMPAIGN_BODY, campaign, paged
-from tests.integration.conftest import client_of
+from tests.integration.helpers import client_of
 from tests.support import error_code
 
 

@@ -70,7 +70,7 @@ async def mint(base_url: str, admin_key: str, role: str, **fields: Any) -> tuple
 
 async def running_campaign(api_settings: Settings, db: Database) -> str:
     """A campaign that stays in progress: its stream never ends by itself."""
-    from herald.adapters.stores import mongo_stores
+    from herald.runtime.stores import mongo_stores
     record = campaign(status=Status.IN_PROGRESS)
     await mongo_stores(db).campaigns.insert(record)
     return record.id

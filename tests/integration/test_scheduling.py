@@ -16,7 +16,7 @@ from herald.adapters import rabbit
 from herald.adapters.mongo import Database
 from herald.adapters.records import from_bson
 from herald.clock import utcnow
-from herald.domain.api import ScheduleCreate
+from herald.contracts.http import ScheduleCreate
 from herald.domain.documents import Campaign, Schedule, ScheduleState
 from herald.domain.status import Status
 from herald.service_layer.campaigns import CampaignCreator
@@ -40,9 +40,9 @@ async def broker(broker_settings: Settings) -> AsyncIterator[RabbitBroker]:
 
 def replicas(stores: Stores, broker: RabbitBroker, count: int, grace_s: float = 60.0,
              lease_s: float = 5.0) -> list[Scheduling]:
-    creator = CampaignCreator(stores, rabbit.Bus(broker))
-    return [Scheduling(stores, creator, SchedulerPolicy(f"scheduler-{i}", grace_s, lease_s))
-            for i in range(count)]
+    creator = CampaignCreator(stores.campaigns, stores.idempotency, rabbit.RabbitBus(broker))
+    return [Scheduling(stores.campaigns, stores.schedules, creator,
+                       SchedulerPolicy(f"scheduler-{i}", grace_s, lease_s)) for i in range(count)]
 
 
 async def schedule_due(stores: Stores, overdue_s: float, cron: str = "*/5 * * * *",

@@ -13,8 +13,8 @@ import pytest
 from fcm_emulator.client import EmulatorClient
 from herald import names
 from herald.clock import utcnow
-from herald.domain.api import DeviceIn
-from herald.domain.documents import Campaign, ChunkStatus, Counts
+from herald.contracts.http import DeviceIn
+from herald.domain.documents import Campaign, CampaignCounts, ChunkStatus
 from herald.domain.messages import Recipient, SendChunk
 from herald.domain.payload import web_push_topic
 from herald.domain.pods import PodBeat
@@ -61,7 +61,7 @@ async def test_chunks_are_sent_recorded_and_complete_the_campaign(
     done = await eventually(lambda: finished(sender, document.id))
     received = emulator.received()
     assert sorted(r.token for r in received) == sorted(t for chunk in chunks for t in chunk)
-    assert done.counts == Counts(targeted=906, sent=900, failed=6)
+    assert done.counts == CampaignCounts(targeted=906, sent=900, failed=6)
     dead = await stores.devices.find_by_token("unregistered-1")
     alive = await stores.devices.find_by_token("ok-1-1")
     assert dead is not None and dead.invalid and dead.invalid_reason == "UNREGISTERED"
@@ -163,7 +163,7 @@ async def test_a_chunk_failing_too_often_is_dead_lettered_and_the_campaign_fails
     await publish_chunks(sender.resources.bus, document, chunks)
     done = await eventually(lambda: finished(sender, campaign_id, Status.FAILED))
     failed = [d async for d in stores.deliveries.in_order(campaign_id) if d.seq == 0]
-    assert done.counts == Counts(targeted=60, sent=30, failed=30)
+    assert done.counts == CampaignCounts(targeted=60, sent=30, failed=30)
     assert done.error is not None
     assert "30 recipients failed for reasons other than their token" in done.error
     assert {f.error for d in failed for f in d.failed} == {DEAD_LETTERED}
@@ -241,7 +241,7 @@ async def test_a_dead_lettered_chunk_still_held_by_a_live_sender_waits_for_it(
     assert (held.status, held.owner) == (ChunkStatus.PENDING, "other-sender")
     await stores.chunks.release(campaign_id, 0, "other-sender", refund=False)
     failed = await eventually(lambda: finished(sender, campaign_id, Status.FAILED))
-    assert failed.counts == Counts(targeted=20, sent=8, failed=12)
+    assert failed.counts == CampaignCounts(targeted=20, sent=8, failed=12)
 
 
 

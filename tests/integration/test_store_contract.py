@@ -8,7 +8,7 @@ import pytest
 
 from herald.adapters.mongo import Database
 from herald.clock import utcnow
-from herald.domain.audience import AttributeFilter, Audience, audience_query
+from herald.domain.audience import AttributeFilter, Audience
 from herald.service_layer.ports import Stores
 from tests.factories import device
 
@@ -29,6 +29,6 @@ class TestMongoStores(StoreContract):
             return
         await stores.devices.upsert([device(0, attributes={"vip": True}),
                                      device(1, attributes={"vip": 1})], utcnow())
-        query = audience_query(Audience(attributes={"vip": AttributeFilter(eq=1)}))
+        query = Audience(attributes={"vip": AttributeFilter(eq=1)})
         found = [r.token async for _, r in stores.devices.stream(query, None, None)]
         assert found == ["tok-00000", "tok-00001"]

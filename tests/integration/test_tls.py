@@ -32,13 +32,13 @@ from devstack.processes import free_port, port_open, wait_until
 from devstack.stack import Stack
 from herald import names
 from herald.adapters import redis as redis_adapter
-from herald.adapters.redis import CancelFlags
+from herald.adapters.redis import RedisCancelFlags
 from herald.domain.status import Status
 from herald.names import RedisKeys
 from herald.runtime.worker import running_pod
 from herald.settings import Settings
 from tests.factories import campaign
-from tests.integration.conftest import vhost_name
+from tests.integration.helpers import vhost_name
 from tests.support import eventually, unique_name
 
 CERT_DAYS = "2"
@@ -172,7 +172,7 @@ async def test_herald_s_redis_client_sets_and_reads_a_cancel_flag_over_tls(
     keys = RedisKeys(unique_name())
     client = redis_adapter.connect(settings)
     try:
-        flags = CancelFlags(client, keys, ttl_s=60)
+        flags = RedisCancelFlags(client, keys, ttl_s=60)
         await flags.raise_flag("6b0137d0eaff6ead39685496")
         assert await flags.is_raised("6b0137d0eaff6ead39685496")
         assert not await flags.is_raised("6b0137d0eaff6ead39685497")

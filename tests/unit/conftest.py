@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from herald.service_layer import recipients
+from herald.service_layer import freezing
 from herald.service_layer.ports import Stores
-from tests.unit.fakes import FakeBus, FakeClock, FakeFlags, FakeRegistry, fake_stores
+from tests.unit.fakes import (
+    FakeBackground,
+    FakeBus,
+    FakeClock,
+    FakeFlags,
+    FakeRegistry,
+    fake_stores,
+)
 
 # The contract's assertions live outside a test module: pytest explains their failures too.
 pytest.register_assert_rewrite("tests.unit.store_contract")
@@ -28,6 +37,13 @@ def flags() -> FakeFlags:
 
 
 @pytest.fixture
+def background() -> Iterator[FakeBackground]:
+    held = FakeBackground()
+    yield held
+    held.close()
+
+
+@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
 
@@ -42,4 +58,4 @@ def registry(clock: FakeClock) -> FakeRegistry:
 def frozen_like_sent(monkeypatch: pytest.MonkeyPatch) -> None:
     """Frozen chunks as large as the campaign's own (not ``FROZEN_CHUNK_SIZE``), for tests that
     follow a freeze chunk by chunk."""
-    monkeypatch.setattr(recipients, "FROZEN_CHUNK_SIZE", 0)
+    monkeypatch.setattr(freezing, "FROZEN_CHUNK_SIZE", 0)

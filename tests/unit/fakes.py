@@ -17,21 +17,16 @@ microseconds they were given (take them from ``utcnow``, which MongoDB would sto
 and ``run_key`` is unique only among campaigns that have one, which is what the sparse index
 means to say.
 
-Devices are queried with the MongoDB filter ``herald.domain.audience.audience_query`` builds
-(and ``LocalTimeSource`` extends with ``$and``/``$or``/``$nin`` on the timezone), because that filter is
-what the port takes. ``FakeDevices`` therefore evaluates that query language, the subset those
-two produce, over device documents shaped as the adapter stores them, with MongoDB's rules
-(a field that is an array matches if an element does, a missing field equals ``None``,
-comparisons only within one type, ``True`` is not ``1``); any other operator raises
-``UnsupportedQuery`` rather than being guessed at. Evaluating the ``Audience`` model instead
-would test a second translation of the audience, not the one production runs.
+Devices are asked for with the domain's ``Audience`` (and a wave's ``Zones``), as the port
+takes them: ``FakeDevices`` evaluates them directly (``Audience.admits``), and the store contract,
+run against this fake and against MongoDB, holds the adapter's translation to the same answers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -41,19 +36,20 @@ import redis.exceptions
 from pymongo.errors import DuplicateKeyError, WriteError
 
 from herald.adapters.fcm import SENT, WITHHELD, FcmClient, SendResult
-from herald.adapters.rate_limit import RateLimits, TokenBucket
+from herald.adapters.rate_limit import RedisRateLimits, TokenBucket
 from herald.adapters.records import from_bson, to_bson
 from herald.clock import utcnow
+from herald.contracts.http import DeviceIn
 from herald.domain.access import TALLY_WINDOW_S, Actor, ApiKey, LogEntry, Role
-from herald.domain.api import DeviceIn
+from herald.domain.audience import Audience, Zones
 from herald.domain.documents import (
     CHUNK_CLOSED_FOR_GOOD,
     Campaign,
+    CampaignCounts,
     CancelRecord,
     Chunk,
     ChunkState,
     ChunkStatus,
-    Counts,
     Cursor,
     Delivery,
     Device,
@@ -61,7 +57,7 @@ from herald.domain.documents import (
     Recorded,
     Schedule,
     ScheduleClaim,
-    ScheduleRun,
+    ScheduleRunRecord,
     ScheduleState,
     UpsertCounts,
     new_id,
@@ -106,120 +102,6 @@ def _with_fields(record: Record, changes: Mapping[str, Any]) -> Record:
     return from_bson(type(record), document)
 
 
-# --- the query language of audiences -------------------------------------------------------------
-class UnsupportedQuery(NotImplementedError):
-    """A filter uses MongoDB query language this fake does not evaluate."""
-
-
-_MISSING = object()
-
-
-def _bracket(value: object) -> str:
-    """MongoDB's comparison type: values of different types never compare equal or ordered."""
-    if value is None or value is _MISSING:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, datetime):
-        return "date"
-    return type(value).__name__
-
-
-def _value_at(document: Mapping[str, Any], path: str) -> object:
-    value: object = document
-    for name in path.split("."):
-        if not isinstance(value, Mapping) or name not in value:
-            return _MISSING
-        value = value[name]
-    return value
-
-
-def _candidates(value: object) -> list[object]:
-    """What a condition is tested against: the value, and each element of an array."""
-    if isinstance(value, list | tuple):
-        return [*value, list(value)]
-    return [value]
-
-
-def _equals(value: object, wanted: object) -> bool:
-    if wanted is None:
-        return any(_bracket(c) == "null" for c in _candidates(value))
-    return any(_bracket(c) == _bracket(wanted) and c == wanted for c in _candidates(value))
-
-
-def _ordered(value: object, operator: str, bound: object) -> bool:
-    def holds(candidate: Any) -> bool:
-        if _bracket(candidate) != _bracket(bound) or candidate is None:
-            return False
-        comparisons: dict[str, Callable[[Any, Any], bool]] = {
-            "$gt": lambda a, b: bool(a > b), "$gte": lambda a, b: bool(a >= b),
-            "$lt": lambda a, b: bool(a < b), "$lte": lambda a, b: bool(a <= b)}
-        return comparisons[operator](candidate, bound)
-
-    return value is not _MISSING and any(holds(c) for c in _candidates(value))
-
-
-def _operator_holds(value: object, operator: str, argument: Any) -> bool:
-    if operator == "$eq":
-        return _equals(value, argument)
-    if operator == "$ne":
-        return not _equals(value, argument)
-    if operator == "$in":
-        return any(_equals(value, wanted) for wanted in argument)
-    if operator == "$nin":
-        return not any(_equals(value, wanted) for wanted in argument)
-    if operator in ("$gt", "$gte", "$lt", "$lte"):
-        return _ordered(value, operator, argument)
-    raise UnsupportedQuery(operator)
-
-
-def _is_operators(condition: object) -> bool:
-    return (isinstance(condition, Mapping) and bool(condition)
-            and all(str(key).startswith("$") for key in condition))
-
-
-_OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte"})
-
-
-def check_query(query: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``query`` itself, if it uses only the subset described above; else ``UnsupportedQuery``
-    (also on an empty collection, where nothing would be evaluated)."""
-    for key, condition in query.items():
-        if key in ("$or", "$and"):
-            for branch in condition:
-                check_query(branch)
-        elif key.startswith("$"):
-            raise UnsupportedQuery(key)
-        elif _is_operators(condition):
-            unknown = set(condition) - _OPERATORS
-            if unknown:
-                raise UnsupportedQuery(", ".join(sorted(unknown)))
-    return query
-
-
-def matches(document: Mapping[str, Any], query: Mapping[str, Any]) -> bool:
-    """Whether ``document`` matches the MongoDB filter ``query`` (the subset described above)."""
-    return all(_holds(document, key, condition) for key, condition in query.items())
-
-
-def _holds(document: Mapping[str, Any], key: str, condition: Any) -> bool:
-    """One top-level clause of a filter: a logical operator or a field's condition."""
-    if key == "$or":
-        return any(matches(document, branch) for branch in condition)
-    if key == "$and":
-        return all(matches(document, branch) for branch in condition)
-    if key.startswith("$"):
-        raise UnsupportedQuery(key)
-    value = _value_at(document, key)
-    if _is_operators(condition):
-        return all(_operator_holds(value, op, arg) for op, arg in condition.items())
-    return _equals(value, condition)
-
-
 # --- campaigns -----------------------------------------------------------------------------------
 class FakeCampaigns:
     """``herald.adapters.campaigns.CampaignStore`` in memory."""
@@ -260,17 +142,14 @@ class FakeCampaigns:
                         limit)
 
     async def transition(self, campaign_id: str, transition: Transition, now: datetime, *,
-                         also_set: Mapping[str, Any] | None = None,
-                         where: Mapping[str, Any] | None = None) -> Campaign | None:
+                         also_set: Mapping[str, Any] | None = None) -> Campaign | None:
         await _round_trip()
-        return self._transition(campaign_id, transition, now, also_set or {}, where or {})
+        return self._transition(campaign_id, transition, now, also_set or {})
 
     def _transition(self, campaign_id: str, transition: Transition, now: datetime,
-                    also_set: Mapping[str, Any], where: Mapping[str, Any]) -> Campaign | None:
+                    also_set: Mapping[str, Any]) -> Campaign | None:
         current = self._rows.get(campaign_id)
         if current is None or current.status not in sources_for(transition):
-            return None
-        if where and not matches(to_bson(current, object_id_key=False), where):
             return None
         changed = replace(current, status=target_of(transition), updated_at=now)
         return self._store(_with_fields(changed, also_set) if also_set else changed)
@@ -278,7 +157,7 @@ class FakeCampaigns:
     def _apply(self, campaign_id: str, transition: Transition, now: datetime,
                change: Callable[[Campaign], Campaign]) -> Campaign | None:
         """A named transition: the status change, plus what it records."""
-        moved = self._transition(campaign_id, transition, now, {}, {})
+        moved = self._transition(campaign_id, transition, now, {})
         return None if moved is None else self._store(change(moved))
 
     async def fire(self, campaign_id: str, now: datetime, fired_by: str) -> Campaign | None:
@@ -291,7 +170,7 @@ class FakeCampaigns:
         return self._apply(campaign_id, Transition.MISS, now,
                            lambda c: replace(c, error=reason, finished_at=now))
 
-    async def finish(self, campaign_id: str, transition: Transition, counts: Counts,
+    async def finish(self, campaign_id: str, transition: Transition, counts: CampaignCounts,
                      error: str | None, now: datetime) -> Campaign | None:
         await _round_trip()
         return self._apply(campaign_id, transition, now,
@@ -309,7 +188,7 @@ class FakeCampaigns:
         return self._apply(campaign_id, Transition.BEGIN_CANCEL, record.requested_at,
                            lambda c: replace(c, cancel=record))
 
-    async def confirm_cancel(self, campaign_id: str, counts: Counts, now: datetime,
+    async def confirm_cancel(self, campaign_id: str, counts: CampaignCounts, now: datetime,
                              error: str | None = None) -> Campaign | None:
         await _round_trip()
         transition = Transition.CONFIRM_CANCEL if error is None else Transition.CONFIRM_STOP
@@ -317,7 +196,7 @@ class FakeCampaigns:
             _with_fields(c, {"cancel.acknowledged_at": now}), counts=counts, finished_at=now,
             error=error if error is not None else c.error))
 
-    async def recount(self, campaign_id: str, counts: Counts) -> bool:
+    async def recount(self, campaign_id: str, counts: CampaignCounts) -> bool:
         await _round_trip()
         current = self._rows.get(campaign_id)
         if current is None or current.status not in TERMINAL:
@@ -700,30 +579,37 @@ class FakeDevices:
                 retired += 1
         return retired
 
-    async def stream(self, query: Mapping[str, Any], after: str | None,
-                     until: str | None) -> AsyncIterator[tuple[str, Recipient]]:
+    async def stream(self, audience: Audience, after: str | None, until: str | None, *,
+                     zones: Zones | None = None) -> AsyncIterator[tuple[str, Recipient]]:
         await _round_trip()
-        check_query(query)
         if (after is not None and not _is_id(after)) or (until is not None and not _is_id(until)):
             return
         for device_id in sorted(self._documents):
-            document = self._documents.get(device_id)
-            if (document is None or (after is not None and device_id <= after)
-                    or (until is not None and device_id > until) or not matches(document, query)):
+            if (after is not None and device_id <= after) or (until is not None
+                                                              and device_id > until):
                 continue
-            yield device_id, Recipient.model_construct(token=document["token"],
-                                                       user_id=document.get("user_id"))
+            device = self._device(device_id)
+            if device is not None and audience.admits(device) and (
+                    zones is None or zones.admits(device.timezone)):
+                yield device_id, Recipient.model_construct(token=device.token,
+                                                           user_id=device.user_id)
 
-    async def timezones(self, query: Mapping[str, Any]) -> list[str]:
+    async def timezones(self, audience: Audience) -> list[str]:
         await _round_trip()
-        check_query(query)
-        return sorted({d["timezone"] for d in self._documents.values()
-                       if matches(d, query) and isinstance(d.get("timezone"), str)})
+        return sorted({device.timezone for device in self._admitted(audience)
+                       if device.timezone is not None})
 
-    async def count(self, query: Mapping[str, Any]) -> int:
+    async def count(self, audience: Audience) -> int:
         await _round_trip()
-        check_query(query)
-        return sum(matches(d, query) for d in self._documents.values())
+        return len(self._admitted(audience))
+
+    def _device(self, device_id: str) -> Device | None:
+        document = self._documents.get(device_id)
+        return None if document is None else from_bson(Device, document)
+
+    def _admitted(self, audience: Audience) -> list[Device]:
+        devices = (from_bson(Device, document) for document in self._documents.values())
+        return [device for device in devices if audience.admits(device)]
 
     async def newest_id(self) -> str | None:
         await _round_trip()
@@ -795,7 +681,7 @@ class FakeSchedules:
         return self._store(replace(current, claim=ScheduleClaim(by=pod_id, until=lease_until)))
 
     async def advance(self, claimed: Schedule, pod_id: str, next_run_at: datetime | None,
-                      runs: Sequence[ScheduleRun], missed: int, now: datetime) -> bool:
+                      runs: Sequence[ScheduleRunRecord], missed: int, now: datetime) -> bool:
         await _round_trip()
         current = self._rows.get(claimed.id)
         if (current is None or current.claim is None or current.claim.by != pod_id
@@ -927,6 +813,30 @@ def fake_stores() -> Stores:
                   deliveries=FakeDeliveries(), idempotency=FakeIdempotency(),
                   schedules=FakeSchedules(), api_keys=FakeApiKeys(),
                   operator_log=FakeOperatorLog())
+
+
+class FakeBackground:
+    """A pod's ``Background.spawn`` that holds what it is given until the test runs it."""
+
+    def __init__(self) -> None:
+        self.spawned: list[tuple[str, Coroutine[Any, Any, None]]] = []
+
+    def spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        self.spawned.append((name, coroutine))
+
+    async def run(self) -> list[str]:
+        """Run what was spawned (and what that spawns), in order; their names."""
+        ran = []
+        while self.spawned:
+            name, coroutine = self.spawned.pop(0)
+            await coroutine
+            ran.append(name)
+        return ran
+
+    def close(self) -> None:
+        for _, coroutine in self.spawned:
+            coroutine.close()
+        self.spawned.clear()
 
 
 # --- RabbitMQ and Redis ------------------------------------------------------------------------
@@ -1103,7 +1013,7 @@ class UnlimitedBucket(TokenBucket):
         self.penalties_s.append(seconds)
 
 
-class UnlimitedLimits(RateLimits):
+class UnlimitedLimits(RedisRateLimits):
     """The project's and campaigns' rate limits, none of them ever reached."""
 
     def __init__(self) -> None:

@@ -17,23 +17,23 @@ import pytest
 from pymongo.errors import DuplicateKeyError
 
 from herald.clock import utcnow
-from herald.domain.audience import AttributeFilter, Audience, Platform, audience_query
+from herald.domain.audience import AttributeFilter, Audience, Platform, Zones
 from herald.domain.documents import (
     Campaign,
+    CampaignCounts,
     CancelRecord,
     ChunkState,
     ChunkStatus,
-    Counts,
     Dispatch,
     IdempotencyBinding,
-    ScheduleRun,
+    ScheduleRunRecord,
     ScheduleState,
     new_id,
 )
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
 from herald.service_layer.ports import Stores
-from tests.factories import actor, at, cancelling, device, insert, paged, recipients, schedule
+from tests.factories import EVERYONE, actor, at, cancelling, device, insert, paged, recipients, schedule
 from tests.factories import campaign as new_campaign
 
 LEASE = timedelta(seconds=30)
@@ -122,7 +122,7 @@ class CampaignContract:
     async def test_finishing_writes_the_final_counts(self, stores: Stores, transition: Transition,
                                                      error: str | None) -> None:
         campaign_id = await insert(stores, status=Status.FINALIZING)
-        now, counts = utcnow(), Counts(targeted=10, sent=7, failed=2)
+        now, counts = utcnow(), CampaignCounts(targeted=10, sent=7, failed=2)
         finished = await stores.campaigns.finish(campaign_id, transition, counts, error, now)
         assert finished is not None
         assert (finished.status, finished.counts, finished.error, finished.finished_at) == (
@@ -149,7 +149,7 @@ class CampaignContract:
     async def test_confirming_a_cancel_writes_the_counts_and_the_acknowledgement(
             self, stores: Stores) -> None:
         campaign_id = await insert(stores, **cancelling(["a"]))
-        now, counts = utcnow(), Counts(targeted=9, sent=4, failed=1)
+        now, counts = utcnow(), CampaignCounts(targeted=9, sent=4, failed=1)
         cancelled = await stores.campaigns.confirm_cancel(campaign_id, counts, now)
         assert cancelled is not None and cancelled.cancel is not None
         assert (cancelled.status, cancelled.counts, cancelled.finished_at) == (
@@ -203,13 +203,13 @@ class CampaignContract:
         campaign_id = await insert(stores, due_in_s=60, status=Status.SCHEDULED)
         current = await stored(stores, campaign_id)
         edited = replace(current, name="renamed", due_at=current.due_at + timedelta(hours=1),
-                         counts=Counts(targeted=99))  # not a field a patch may change
+                         counts=CampaignCounts(targeted=99))  # not a field a patch may change
         now = utcnow()
         patched = await stores.campaigns.patch_scheduled(edited, now)
         assert patched is not None
         assert (patched.name, patched.due_at, patched.updated_at) == ("renamed", edited.due_at,
                                                                       now)
-        assert patched.counts == Counts()
+        assert patched.counts == CampaignCounts()
         await stores.campaigns.fire(campaign_id, now, "scheduler")
         assert await stores.campaigns.patch_scheduled(edited, now) is None
 
@@ -342,7 +342,7 @@ class CampaignContract:
         await stores.campaigns.count_finished_chunk(campaign_id, 4, 0, done=False)
         counted = await stores.campaigns.count_finished_chunk(campaign_id, 10, 0, done=True)
         assert counted is not None
-        assert counted.counts == Counts(targeted=30, sent=22, failed=2)
+        assert counted.counts == CampaignCounts(targeted=30, sent=22, failed=2)
         assert counted.progress.chunks_done == 2 and not counted.all_chunks_finished
 
     async def test_a_cancelling_campaign_still_counts_finished_chunks(
@@ -354,7 +354,7 @@ class CampaignContract:
     @pytest.mark.parametrize("status", sorted(TERMINAL))
     async def test_a_campaign_already_finished_keeps_its_counts(self, stores: Stores,
                                                                 status: Status) -> None:
-        counts = Counts(targeted=10, sent=9, failed=1)
+        counts = CampaignCounts(targeted=10, sent=9, failed=1)
         campaign_id = await insert(stores, status=status, counts=counts)
         assert await stores.campaigns.count_finished_chunk(campaign_id, 5, 0, done=True) is None
         assert (await stored(stores, campaign_id)).counts == counts
@@ -398,7 +398,7 @@ class CampaignContract:
         now = utcnow()
         earlier = await insert(stores, **cancelling())
         assert await stores.campaigns.claim_cancel_finalization(earlier, "old", now, now)
-        await stores.campaigns.confirm_cancel(earlier, Counts(), now)
+        await stores.campaigns.confirm_cancel(earlier, CampaignCounts(), now)
         current = await insert(stores, **cancelling())
         later = now + timedelta(seconds=1)
         first = await stores.campaigns.claim_cancel_finalization(current, "a", later,
@@ -601,26 +601,26 @@ class DeviceContract:
     async def people(self, stores: Stores) -> list[str]:
         """``PEOPLE`` registered; their ids, in registration (and paging) order."""
         await stores.devices.upsert([device(i, **p) for i, p in enumerate(PEOPLE)], utcnow())
-        return [device_id async for device_id, _ in stores.devices.stream({}, None, None)]
+        return [device_id async for device_id, _ in stores.devices.stream(EVERYONE, None, None)]
 
     @pytest.mark.parametrize(("audience", "selected"), AUDIENCES)
     async def test_an_audience_streams_exactly_its_devices_in_id_order(
             self, stores: Stores, audience: Audience, selected: list[int]) -> None:
         await self.people(stores)
-        streamed = [r.token async for _, r in stores.devices.stream(audience_query(audience),
-                                                                    None, None)]
+        streamed = [r.token async for _, r in stores.devices.stream(audience, None,
+                                                                    None)]
         assert streamed == [f"tok-{i:05d}" for i in selected]
 
     async def test_a_boolean_attribute_is_not_the_number_one(self, stores: Stores) -> None:
         await stores.devices.upsert([device(0, attributes={"vip": True}),
                                      device(1, attributes={"vip": 1})], utcnow())
         for value, token in ((True, "tok-00000"), (1, "tok-00001")):
-            query = audience_query(Audience(attributes={"vip": AttributeFilter(eq=value)}))
-            assert [r.token async for _, r in stores.devices.stream(query, None, None)] == [token]
+            vip = Audience(attributes={"vip": AttributeFilter(eq=value)})
+            assert [r.token async for _, r in stores.devices.stream(vip, None, None)] == [token]
 
     async def test_a_stream_runs_after_its_cursor_up_to_its_bound(self, stores: Stores) -> None:
         ids = await self.people(stores)
-        streamed = [(i, r.token) async for i, r in stores.devices.stream({}, ids[1], ids[4])]
+        streamed = [(i, r.token) async for i, r in stores.devices.stream(EVERYONE, ids[1], ids[4])]
         assert streamed == [(ids[i], f"tok-{i:05d}") for i in (2, 3, 4)]
 
     async def test_a_retired_token_leaves_every_audience(self, stores: Stores) -> None:
@@ -630,7 +630,7 @@ class DeviceContract:
                                                     "UNREGISTERED", now)
         again = await stores.devices.mark_invalid(["tok-00001"], "UNREGISTERED", now)
         streamed = [r.token async for _, r in stores.devices.stream(
-            audience_query(Audience(push_enabled=None)), None, None)]
+            EVERYONE, None, None)]
         dead = await stores.devices.find_by_token("tok-00001")
         assert (retired, again) == (2, 0)
         assert streamed == ["tok-00000", "tok-00002", "tok-00004", "tok-00005"]
@@ -654,15 +654,15 @@ class DeviceContract:
         zones = ["Asia/Seoul", "Europe/Madrid", None, "America/Lima", "Asia/Tokyo", None]
         await stores.devices.upsert([device(i, timezone=zone, push_enabled=i != 5)
                                      for i, zone in enumerate(zones)], utcnow())
-        listed = ["Asia/Seoul", "Asia/Tokyo", "Europe/Madrid"]
-        own = {"timezone": {"$in": ["Asia/Seoul", "Asia/Tokyo"]}}
-        with_others = {**audience_query(Audience()),
-                       "$or": [own, {"timezone": {"$nin": listed}}]}
-        madrid = {**audience_query(Audience()), "timezone": {"$in": ["Europe/Madrid"]}}
-        first = [(i, r.token) async for i, r in stores.devices.stream(with_others, None, None)]
-        resumed = [r.token async for _, r in stores.devices.stream(with_others, first[1][0],
-                                                                   None)]
-        second = [r.token async for _, r in stores.devices.stream(madrid, None, None)]
+        listed = ("Asia/Seoul", "Asia/Tokyo", "Europe/Madrid")
+        with_others = Zones(("Asia/Seoul", "Asia/Tokyo"), others=True, listed=listed)
+        madrid = Zones(("Europe/Madrid",), listed=listed)
+        first = [(i, r.token) async for i, r in stores.devices.stream(Audience(), None, None,
+                                                                      zones=with_others)]
+        resumed = [r.token async for _, r in stores.devices.stream(
+            Audience(), first[1][0], None, zones=with_others)]
+        second = [r.token async for _, r in stores.devices.stream(Audience(), None, None,
+                                                                  zones=madrid)]
         assert [token for _, token in first] == ["tok-00000", "tok-00002", "tok-00003",
                                                  "tok-00004"]
         assert resumed == ["tok-00003", "tok-00004"]
@@ -672,24 +672,24 @@ class DeviceContract:
         zones = ["Asia/Seoul", "Europe/Madrid", None, "Asia/Seoul", "Asia/Tokyo"]
         await stores.devices.upsert([device(i, timezone=zone, push_enabled=i != 4)
                                      for i, zone in enumerate(zones)], utcnow())
-        found = await stores.devices.timezones(audience_query(Audience()))
+        found = await stores.devices.timezones(Audience())
         assert sorted(found) == ["Asia/Seoul", "Europe/Madrid"]
 
     @pytest.mark.parametrize(("audience", "selected"), AUDIENCES)
     async def test_an_audience_counts_exactly_the_devices_it_streams(
             self, stores: Stores, audience: Audience, selected: list[int]) -> None:
         await self.people(stores)
-        assert await stores.devices.count(audience_query(audience)) == len(selected)
+        assert await stores.devices.count(audience) == len(selected)
 
     async def test_nobody_counts_zero(self, stores: Stores) -> None:
-        nobody = audience_query(Audience(user_ids=["nobody"]))
+        nobody = Audience(user_ids=["nobody"])
         assert await stores.devices.count(nobody) == 0
         await self.people(stores)
         assert await stores.devices.count(nobody) == 0
 
     async def test_a_retired_token_is_not_counted(self, stores: Stores) -> None:
         await self.people(stores)
-        everyone = audience_query(Audience(push_enabled=None))
+        everyone = EVERYONE
         before = await stores.devices.count(everyone)
         await stores.devices.mark_invalid(["tok-00001"], "UNREGISTERED", utcnow())
         assert await stores.devices.count(everyone) == before - 1
@@ -733,7 +733,7 @@ class ScheduleContract:
         assert left is not None and left.claim is not None and left.claim.by == "dead"
 
     async def test_advancing_records_the_runs_moves_on_and_lets_go(self, stores: Stores) -> None:
-        history = tuple(ScheduleRun(utcnow(), "fired", new_id(), None, utcnow())
+        history = tuple(ScheduleRunRecord(utcnow(), "fired", new_id(), None, utcnow())
                         for _ in range(19))
         due = schedule(runs=history, missed_total=3)
         await stores.schedules.insert(due)
@@ -741,8 +741,8 @@ class ScheduleContract:
         now = utcnow()
         claimed_now = await stores.schedules.claim(due.id, due.next_run_at, "me", now, now + LEASE)
         assert claimed_now is not None
-        runs = [ScheduleRun(due.next_run_at, "missed", None, "late", now),
-                ScheduleRun(due.next_run_at, "fired", new_id(), None, now)]
+        runs = [ScheduleRunRecord(due.next_run_at, "missed", None, "late", now),
+                ScheduleRunRecord(due.next_run_at, "fired", new_id(), None, now)]
         following = due.next_run_at + timedelta(days=1)
         assert not await stores.schedules.advance(claimed_now, "other", following, runs, 2, now)
         assert await stores.schedules.advance(claimed_now, "me", following, runs, 2, now)

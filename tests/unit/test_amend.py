@@ -13,11 +13,11 @@ import orjson
 import pytest
 
 from herald.clock import utcnow
-from herald.domain.api import AmendRequest, CorrectRequest, RetargetRequest
+from herald.contracts.http import AmendRequest, CorrectRequest, RetargetRequest
 from herald.domain.documents import (
     Campaign,
-    Content,
-    Counts,
+    CampaignContent,
+    CampaignCounts,
     Dispatch,
     FollowUp,
     FollowUpOf,
@@ -49,7 +49,7 @@ FIXED = {"landingUrl": "https://example.com/fixed"}
 
 @pytest.fixture
 def creator(stores: Stores, bus: FakeBus) -> CampaignCreator:
-    return CampaignCreator(stores, bus)
+    return CampaignCreator(stores.campaigns, stores.idempotency, bus)
 
 
 async def stored(stores: Stores, campaign_id: str) -> Campaign:
@@ -58,9 +58,9 @@ async def stored(stores: Stores, campaign_id: str) -> Campaign:
     return found
 
 
-def paged_counts(sent: int, unsent: int = 0) -> Counts:
+def paged_counts(sent: int, unsent: int = 0) -> CampaignCounts:
     """Final counts of a finished campaign that sent ``sent`` and left ``unsent`` unsent."""
-    return Counts(targeted=sent + unsent, sent=sent)
+    return CampaignCounts(targeted=sent + unsent, sent=sent)
 
 
 async def delivered(stores: Stores, campaign: Campaign) -> Campaign:
@@ -99,7 +99,7 @@ async def test_an_amend_reaches_exactly_the_sent_with_the_originals_key_linked_b
     assert amend.follow_up == FollowUp(original.id, FollowUpOf.SENT)
     assert (amend.amends, amend.source, amend.created_by) == (original.id, "amend", ACTOR)
     assert amend.sent_with_key == original.sent_with_key == f"herald-{original.id}"
-    assert amend.content == Content(original.content.title, original.content.body, FIXED)
+    assert amend.content == CampaignContent(original.content.title, original.content.body, FIXED)
     assert await reached(stores, amend) == await tokens(stores, original, Outcome.SENT)
     assert len(await reached(stores, amend)) == original.counts.sent == 12
     assert (await stored(stores, original.id)).amended_by == (amend.id,)
@@ -315,7 +315,7 @@ class LinkFailsOnce(FakeCampaigns):
 async def test_an_amend_whose_first_call_died_before_linking_it_is_linked_by_the_retry(
         bus: FakeBus) -> None:
     stores = replace(fake_stores(), campaigns=LinkFailsOnce())
-    creator = CampaignCreator(stores, bus)
+    creator = CampaignCreator(stores.campaigns, stores.idempotency, bus)
     original = await cancelled_paged_campaign(stores)
     with pytest.raises(ConnectionError):
         await creator.amend(original.id, AmendRequest(), ACTOR, "k1")

@@ -1,7 +1,10 @@
-"""Audience filters (herald/domain/audience.py) and their translation into a MongoDB query.
+"""Audience filters (herald/domain/audience.py) and their translation into a MongoDB query by
+the device adapter (``herald.adapters.devices.audience_filter``, pure: no server needed).
 
 The translation is the only place where user input becomes a query, so most tests here are about
-what must *not* get through: operator names in keys, operator objects in values.
+what must *not* get through: operator names in keys, operator objects in values. Which devices an
+audience admits is the store contract's (``tests/unit/store_contract.py``), run against the fake
+(which asks ``Audience.admits``) and against MongoDB (which runs this translation).
 """
 
 from __future__ import annotations
@@ -11,15 +14,16 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from herald.domain.audience import AttributeFilter, Audience, Platform, audience_query
+from herald.adapters.devices import audience_filter
+from herald.domain.audience import AttributeFilter, Audience, Platform
 
 
 def query_for(**fields: Any) -> dict[str, Any]:
-    return audience_query(Audience.model_validate(fields))
+    return audience_filter(Audience.model_validate(fields))
 
 
 def test_default_audience_is_every_valid_device_with_push_enabled() -> None:
-    assert audience_query(Audience()) == {"invalid": False, "push_enabled": True}
+    assert audience_filter(Audience()) == {"invalid": False, "push_enabled": True}
 
 
 def test_push_enabled_none_drops_the_condition_but_never_the_invalid_one() -> None:

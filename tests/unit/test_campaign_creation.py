@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from herald.clock import utcnow
-from herald.domain.api import CampaignCreate, CampaignPatch, RetargetRequest
+from herald.contracts.http import CampaignCreate, CampaignPatch, RetargetRequest
 from herald.domain.audience import Audience, Platform
 from herald.domain.documents import (
     Campaign,
-    Content,
+    CampaignContent,
     Dispatch,
     FollowUp,
     FollowUpOf,
@@ -44,7 +44,7 @@ from tests.unit.fakes import FakeBus, FakeCampaigns, fake_stores
 
 @pytest.fixture
 def creator(stores: Stores, bus: FakeBus) -> CampaignCreator:
-    return CampaignCreator(stores, bus)
+    return CampaignCreator(stores.campaigns, stores.idempotency, bus)
 
 
 def request(**fields: Any) -> CampaignCreate:
@@ -67,7 +67,7 @@ async def test_a_campaign_to_send_now_is_stored_pending_and_a_dispatcher_is_woke
     created = await creator.create(request(data={"landingUrl": "https://x.test"}), None, ACTOR)
     campaign = created.campaign
     assert created.created and campaign.status is Status.PENDING
-    assert campaign.content == Content("Live now", "Tap to watch",
+    assert campaign.content == CampaignContent("Live now", "Tap to watch",
                                        {"landingUrl": "https://x.test"})
     assert await stored(stores, campaign.id) == campaign
     assert bus.dispatches == [campaign.id]
@@ -157,11 +157,13 @@ class AppearsAfterOneLook(FakeCampaigns):
 
 async def test_a_second_request_waits_for_the_first_with_the_same_key(bus: FakeBus) -> None:
     body = request()
-    first = await CampaignCreator(fake_stores(), bus).create(body, None, ACTOR)
+    elsewhere = fake_stores()
+    first = await CampaignCreator(elsewhere.campaigns, elsewhere.idempotency, bus).create(
+        body, None, ACTOR)
     stores = replace(fake_stores(), campaigns=AppearsAfterOneLook(first.campaign))
     await stores.idempotency.reserve(IdempotencyBinding(
         f"{ACTOR.id}:key-1", fingerprint(body), first.campaign.id, utcnow()))
-    again = await CampaignCreator(stores, bus).create(body, "key-1", ACTOR)
+    again = await CampaignCreator(stores.campaigns, stores.idempotency, bus).create(body, "key-1", ACTOR)
     assert (again.created, again.campaign) == (False, first.campaign)
 
 
@@ -169,7 +171,7 @@ async def test_a_second_request_waits_for_the_first_with_the_same_key(bus: FakeB
 async def finished(stores: Stores, status: Status, **changes: Any) -> str:
     """A campaign that finished after paging had started."""
     return await insert(stores, status=status, dispatch=Dispatch(owner="d", done=True),
-                        content=Content("Old title", "Old body", {"k": "v"}, "https://i.test/a"),
+                        content=CampaignContent("Old title", "Old body", {"k": "v"}, "https://i.test/a"),
                         name="launch", chunk_size=250, rate_per_s=100, **changes)
 
 
@@ -181,7 +183,7 @@ async def test_a_retarget_reaches_the_unsent_of_a_finished_campaign_with_new_con
     follow_up = await creator.retarget(parent_id, RetargetRequest(title="Fixed link"), ACTOR)
     assert follow_up is not None and follow_up.status is Status.PENDING
     assert follow_up.follow_up == FollowUp(parent_id, FollowUpOf.UNSENT)
-    assert follow_up.content == Content("Fixed link", "Old body", {"k": "v"}, "https://i.test/a")
+    assert follow_up.content == CampaignContent("Fixed link", "Old body", {"k": "v"}, "https://i.test/a")
     assert (follow_up.name, follow_up.source, follow_up.audience) == ("launch (retarget)",
                                                                       "retarget", None)
     assert (follow_up.chunk_size, follow_up.rate_per_s) == (250, 100)
@@ -196,7 +198,7 @@ async def test_a_retarget_may_replace_the_data_and_the_chunk_size(
     follow_up = await creator.retarget(parent_id, RetargetRequest.model_validate(
         {"data": {"k": "w"}, "chunk_size": 10, "name": "again", "image_url": "https://i.test/b"}), ACTOR)
     assert follow_up is not None
-    assert follow_up.content == Content("Old title", "Old body", {"k": "w"}, "https://i.test/b")
+    assert follow_up.content == CampaignContent("Old title", "Old body", {"k": "w"}, "https://i.test/b")
     assert (follow_up.name, follow_up.chunk_size) == ("again", 10)
 
 
@@ -229,7 +231,7 @@ async def test_a_failed_campaign_is_retried_for_everyone_it_did_not_reach(
     assert retry is not None
     assert retry.follow_up == FollowUp(parent_id, FollowUpOf.NOT_SENT)
     assert (retry.name, retry.source) == ("launch (retry)", "retry")
-    assert retry.content == Content("Old title", "Old body", {"k": "v"}, "https://i.test/a")
+    assert retry.content == CampaignContent("Old title", "Old body", {"k": "v"}, "https://i.test/a")
 
 
 @pytest.mark.parametrize("status", [Status.COMPLETED, Status.CANCELLED, Status.IN_PROGRESS])
@@ -256,10 +258,10 @@ async def test_a_scheduled_campaign_takes_the_changes_given(
         stores: Stores, creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     audience = Audience(platforms=[Platform.IOS])
-    edited = await edit_scheduled(stores, current.id, patch(
+    edited = await edit_scheduled(stores.campaigns, current.id, patch(
         title="New", data={"k": "w"}, audience=audience.model_dump(), name="renamed"), ACTOR)
     assert edited is not None
-    assert edited.content == Content("New", "Tap to watch", {"k": "w"}, "https://i.test/a")
+    assert edited.content == CampaignContent("New", "Tap to watch", {"k": "w"}, "https://i.test/a")
     assert (edited.name, edited.audience, edited.due_at) == ("renamed", audience,
                                                              current.due_at)
     assert edited == await stored(stores, current.id)
@@ -267,7 +269,7 @@ async def test_a_scheduled_campaign_takes_the_changes_given(
 
 async def test_nulls_in_a_patch_change_nothing(stores: Stores, creator: CampaignCreator) -> None:
     current = await scheduled(creator)
-    edited = await edit_scheduled(stores, current.id, patch(
+    edited = await edit_scheduled(stores.campaigns, current.id, patch(
         title=None, body=None, data=None, image_url=None, name=None, audience=None,
         send_at=None, timezone=None), ACTOR)
     assert edited is not None
@@ -279,7 +281,7 @@ async def test_a_change_past_fcms_size_limit_is_refused(stores: Stores,
                                                          creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     with pytest.raises(InvalidChange) as refused:
-        await edit_scheduled(stores, current.id, patch(data={"big": "x" * 3900},
+        await edit_scheduled(stores.campaigns, current.id, patch(data={"big": "x" * 3900},
                                                        body="y" * 400), ACTOR)
     assert "FCM accepts at most 4096" in str(refused.value)
     assert await stored(stores, current.id) == current
@@ -289,7 +291,7 @@ async def test_moving_a_campaign_moves_its_due_time(stores: Stores,
                                                      creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     later = utcnow().replace(microsecond=0) + timedelta(hours=5)
-    edited = await edit_scheduled(stores, current.id, patch(send_at=later.isoformat()), ACTOR)
+    edited = await edit_scheduled(stores.campaigns, current.id, patch(send_at=later.isoformat()), ACTOR)
     assert edited is not None and edited.due_at == later
 
 
@@ -297,7 +299,7 @@ async def test_a_local_time_campaign_moved_to_another_zone_keeps_its_wall_clock(
         stores: Stores, creator: CampaignCreator) -> None:
     current = await scheduled(creator, send_at="2030-06-01T09:00:00", timezone="Asia/Seoul",
                               deliver_in_local_time=True)
-    edited = await edit_scheduled(stores, current.id, patch(timezone="Europe/Madrid"), ACTOR)
+    edited = await edit_scheduled(stores.campaigns, current.id, patch(timezone="Europe/Madrid"), ACTOR)
     assert edited is not None
     assert edited.local_time == LocalTime("2030-06-01T09:00:00", "Europe/Madrid")
     assert edited.due_at == current.due_at  # still where 09:00 comes first on Earth
@@ -307,26 +309,26 @@ async def test_a_timezone_alone_does_not_move_a_campaign(stores: Stores,
                                                           creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     with pytest.raises(AmbiguousTime):
-        await edit_scheduled(stores, current.id, patch(timezone="Asia/Seoul"), ACTOR)
+        await edit_scheduled(stores.campaigns, current.id, patch(timezone="Asia/Seoul"), ACTOR)
 
 
 async def test_a_campaign_cannot_be_moved_into_the_past(stores: Stores,
                                                         creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     with pytest.raises(SendAtInPast):
-        await edit_scheduled(stores, current.id, patch(send_at="2020-01-01T00:00:00Z"), ACTOR)
+        await edit_scheduled(stores.campaigns, current.id, patch(send_at="2020-01-01T00:00:00Z"), ACTOR)
 
 
 @pytest.mark.parametrize("status", [Status.PENDING, Status.IN_PROGRESS, Status.CANCELLED])
 async def test_only_a_scheduled_campaign_is_edited(stores: Stores, status: Status) -> None:
     campaign_id = await insert(stores, status=status)
     with pytest.raises(NotEditable) as refused:
-        await edit_scheduled(stores, campaign_id, patch(title="New"), ACTOR)
+        await edit_scheduled(stores.campaigns, campaign_id, patch(title="New"), ACTOR)
     assert refused.value.status is status
 
 
 async def test_an_unknown_campaign_is_not_edited(stores: Stores) -> None:
-    assert await edit_scheduled(stores, new_id(), patch(title="New"), ACTOR) is None
+    assert await edit_scheduled(stores.campaigns, new_id(), patch(title="New"), ACTOR) is None
 
 
 class FiresWhileEdited(FakeCampaigns):
@@ -339,8 +341,8 @@ class FiresWhileEdited(FakeCampaigns):
 
 async def test_a_campaign_that_fired_during_the_edit_is_not_edited(bus: FakeBus) -> None:
     stores = replace(fake_stores(), campaigns=FiresWhileEdited())
-    current = await scheduled(CampaignCreator(stores, bus))
+    current = await scheduled(CampaignCreator(stores.campaigns, stores.idempotency, bus))
     with pytest.raises(NotEditable) as refused:
-        await edit_scheduled(stores, current.id, patch(title="New"), ACTOR)
+        await edit_scheduled(stores.campaigns, current.id, patch(title="New"), ACTOR)
     assert refused.value.status is Status.PENDING
     assert (await stored(stores, current.id)).content.title == "Live now"

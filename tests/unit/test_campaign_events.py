@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from herald.clock import utcnow
-from herald.domain.documents import Counts, new_id
+from herald.domain.documents import CampaignCounts, new_id
 from herald.domain.status import Status, Transition
 from herald.service_layer.campaign_events import (
     CampaignChanged,
@@ -48,7 +48,7 @@ def nothing() -> Step:
 async def collect(stores: Stores, campaign_id: str, steps: list[Step],
                   keepalive_ticks: int = 100) -> list[Event]:
     ticks = ScriptedTicks(steps)
-    events = await campaign_events(stores, campaign_id, poll_s=1.0,
+    events = await campaign_events(stores.campaigns, campaign_id, poll_s=1.0,
                                    keepalive_s=float(keepalive_ticks), sleep=ticks)
     return [event async for event in events]
 
@@ -58,7 +58,7 @@ def test_a_reading_that_changes_nothing_seen_is_no_event_until_a_quiet_stretch()
     running = campaign(**paged(2, 1000))
     first = detector.observe(running)
     quiet = [detector.observe(running) for _ in range(3)]
-    moved = detector.observe(replace(running, counts=Counts(targeted=1000, sent=500)))
+    moved = detector.observe(replace(running, counts=CampaignCounts(targeted=1000, sent=500)))
     assert isinstance(first, CampaignChanged) and first.seq == 1 and not first.final
     assert quiet == [None, None, KeepAlive()]
     assert isinstance(moved, CampaignChanged) and moved.seq == 2
@@ -110,4 +110,4 @@ async def test_a_finished_campaign_is_one_event_and_the_end(stores: Stores) -> N
 
 async def test_an_unknown_campaign_is_refused_before_any_event(stores: Stores) -> None:
     with pytest.raises(CampaignNotFound):
-        await campaign_events(stores, new_id())
+        await campaign_events(stores.campaigns, new_id())

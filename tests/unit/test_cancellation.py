@@ -10,9 +10,9 @@ import pytest
 from herald.clock import utcnow
 from herald.domain.documents import (
     Campaign,
+    CampaignCounts,
     CancelRecord,
     ChunkStatus,
-    Counts,
     Dispatch,
     Outcome,
     Progress,
@@ -29,7 +29,7 @@ from herald.service_layer.cancellation import (
 )
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import audit
-from tests.factories import actor, at, device, insert, pod_beat, recipients
+from tests.factories import EVERYONE, actor, at, device, insert, pod_beat, recipients
 from tests.unit.fakes import (
     FakeBus,
     FakeCampaigns,
@@ -176,7 +176,7 @@ async def test_with_redis_away_a_cancel_still_starts_and_waits_for_every_live_po
     registry.away = flags.away = False
     await registry.beat(pod_beat("s1", campaigns=[campaign_id]))
     await registry.beat(pod_beat("newcomer"))  # alive now: it may have been sending then
-    assert await cancellation.try_finalize(campaign_id) is None
+    assert await cancellation.finish(campaign_id) is None
     await cancellation.acknowledge(campaign_id, "s1")
     assert (await stored(stores, campaign_id)).status is Status.CANCELLING
     await cancellation.acknowledge(campaign_id, "newcomer")
@@ -208,7 +208,7 @@ async def test_the_cancel_is_done_once_every_expected_pod_acknowledged(
 async def test_the_cancel_waits_for_an_expected_pod_that_is_alive_and_busy(
         stores: Stores, cancellation: Cancellation, registry: FakeRegistry) -> None:
     campaign_id = await sending(stores, registry, cancellation, "s1")
-    assert await cancellation.try_finalize(campaign_id) is None
+    assert await cancellation.finish(campaign_id) is None
     assert (await stored(stores, campaign_id)).status is Status.CANCELLING
 
 
@@ -217,7 +217,7 @@ async def test_a_pod_whose_heartbeat_stopped_is_not_waited_for(
     campaign_id = await sending(stores, registry, cancellation, "s1", "s2")
     await cancellation.acknowledge(campaign_id, "s1")
     await registry.remove("s2")  # its heartbeat expired: it died
-    cancelled = await cancellation.try_finalize(campaign_id)
+    cancelled = await cancellation.finish(campaign_id)
     assert cancelled is not None and cancelled.status is Status.CANCELLED
 
 
@@ -227,7 +227,7 @@ async def test_a_pod_seen_idle_after_the_request_is_not_waited_for(
     campaign_id = await sending(stores, registry, cancellation, "s1")
     await beat_idle_after_the_request(stores, registry, clock, campaign_id, "s1",
                                       after_s=FLAG_REFRESH_S + 0.5)
-    cancelled = await cancellation.try_finalize(campaign_id)
+    cancelled = await cancellation.finish(campaign_id)
     assert cancelled is not None and cancelled.status is Status.CANCELLED
 
 
@@ -238,7 +238,7 @@ async def test_an_idle_beat_within_a_second_of_the_request_proves_nothing(
     campaign_id = await sending(stores, registry, cancellation, "s1")
     await beat_idle_after_the_request(stores, registry, clock, campaign_id, "s1",
                                       after_s=FLAG_REFRESH_S - 0.5)
-    assert await cancellation.try_finalize(campaign_id) is None
+    assert await cancellation.finish(campaign_id) is None
 
 
 async def test_a_pod_that_started_sending_after_the_request_is_waited_for(
@@ -246,10 +246,10 @@ async def test_a_pod_that_started_sending_after_the_request_is_waited_for(
         clock: FakeClock) -> None:
     campaign_id = await sending(stores, registry, cancellation)
     await registry.beat(pod_beat("newcomer", campaigns=[campaign_id]))
-    assert await cancellation.try_finalize(campaign_id) is None
+    assert await cancellation.finish(campaign_id) is None
     await beat_idle_after_the_request(stores, registry, clock, campaign_id, "newcomer",
                                       after_s=FLAG_REFRESH_S + 0.5)
-    cancelled = await cancellation.try_finalize(campaign_id)
+    cancelled = await cancellation.finish(campaign_id)
     assert cancelled is not None and cancelled.status is Status.CANCELLED
 
 
@@ -259,15 +259,15 @@ async def test_only_one_pod_writes_the_final_counts(
     now = utcnow()
     assert await stores.campaigns.claim_cancel_finalization(campaign_id, "other", now,
                                                             now + FINALIZER_LEASE)
-    assert await cancellation.try_finalize(campaign_id) is None
+    assert await cancellation.finish(campaign_id) is None
     assert (await stored(stores, campaign_id)).status is Status.CANCELLING
 
 
 async def test_a_campaign_that_is_not_cancelling_is_not_finalized(
         stores: Stores, cancellation: Cancellation) -> None:
     campaign_id = await insert(stores, status=Status.IN_PROGRESS)
-    assert await cancellation.try_finalize(campaign_id) is None
-    assert await cancellation.try_finalize(new_id()) is None
+    assert await cancellation.finish(campaign_id) is None
+    assert await cancellation.finish(new_id()) is None
     assert (await stored(stores, campaign_id)).status is Status.IN_PROGRESS
 
 
@@ -278,23 +278,23 @@ async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unp
     paged are frozen into chunks, so the audit and a retarget see them, whatever happens to
     the devices afterwards."""
     await stores.devices.upsert([device(i) for i in range(12)], utcnow())
-    ids = [i async for i, _ in stores.devices.stream({}, None, None)]
+    ids = [i async for i, _ in stores.devices.stream(EVERYONE, None, None)]
     campaign_id = await insert(
-        stores, status=Status.IN_PROGRESS, chunk_size=3, counts=Counts(targeted=5),
+        stores, status=Status.IN_PROGRESS, chunk_size=3, counts=CampaignCounts(targeted=5),
         progress=Progress(chunks_published=1),
         dispatch=Dispatch(owner="d1", until=ids[-1], next_seq=1))
-    recipients = [r async for _, r in stores.devices.stream({}, None, ids[4])]
+    recipients = [r async for _, r in stores.devices.stream(EVERYONE, None, ids[4])]
     await stores.chunks.create(campaign_id, 0, recipients, ids[4], utcnow())
     await stores.deliveries.record(campaign_id, 0, "s1", at([(0, None), (1, None),
                                                           (2, "UNREGISTERED")]), utcnow())
     await cancellation.request(campaign_id, None, None, broadcast=True)
-    cancelled = await cancellation.try_finalize(campaign_id)
+    cancelled = await cancellation.finish(campaign_id)
     await stores.devices.mark_invalid(["tok-00006"], "UNREGISTERED", utcnow())
     unsent = [line.token async for line in audit(stores, await stored(stores, campaign_id),
                                                  Outcome.UNSENT)]
     frozen = [c.state async for c in stores.chunks.in_order(campaign_id)][1:]
     assert cancelled is not None and cancelled.status is Status.CANCELLED
-    assert cancelled.counts == Counts(targeted=12, sent=2, failed=1)
+    assert cancelled.counts == CampaignCounts(targeted=12, sent=2, failed=1)
     assert cancelled.dispatch.done
     assert unsent == [f"tok-{i:05d}" for i in range(3, 12)]
     assert [(s.size, s.status.value) for s in frozen] == [(3, "cancelled")] * 2 + [
@@ -307,17 +307,17 @@ async def test_a_finalizer_that_died_mid_freeze_is_finished_by_the_next_one(
     """A finalizer froze chunk 0 and died before counting it; its claim expires, and the next
     one counts that chunk once and goes on from there."""
     await stores.devices.upsert([device(i) for i in range(6)], utcnow())
-    ids = [i async for i, _ in stores.devices.stream({}, None, None)]
+    ids = [i async for i, _ in stores.devices.stream(EVERYONE, None, None)]
     campaign_id = await insert(stores, status=Status.IN_PROGRESS, chunk_size=2,
                                dispatch=Dispatch(owner="d1", until=ids[-1], next_seq=0))
     await cancellation.request(campaign_id, None, None, broadcast=True)
     earlier = utcnow() - 2 * FINALIZER_LEASE
     await stores.campaigns.claim_cancel_finalization(campaign_id, "dead", earlier, earlier)
-    firsts = [r async for _, r in stores.devices.stream({}, None, ids[1])]
+    firsts = [r async for _, r in stores.devices.stream(EVERYONE, None, ids[1])]
     await stores.chunks.create(campaign_id, 0, firsts, ids[1], utcnow(),
                                status=ChunkStatus.CANCELLED)
-    cancelled = await cancellation.try_finalize(campaign_id)
-    assert cancelled is not None and cancelled.counts == Counts(targeted=6)
+    cancelled = await cancellation.finish(campaign_id)
+    assert cancelled is not None and cancelled.counts == CampaignCounts(targeted=6)
     assert [c.state.size async for c in stores.chunks.in_order(campaign_id)] == [2, 2, 2]
 
 
@@ -325,12 +325,12 @@ async def test_final_counts_of_a_cancel_come_from_the_records_not_the_live_count
         stores: Stores, cancellation: Cancellation) -> None:
     campaign_id = await insert(stores, status=Status.IN_PROGRESS,
                                dispatch=Dispatch(owner="d1", next_seq=1, done=True),
-                               counts=Counts(targeted=2, sent=99))
+                               counts=CampaignCounts(targeted=2, sent=99))
     await stores.chunks.create(campaign_id, 0, recipients(0, 2), None, utcnow())
     await stores.deliveries.record(campaign_id, 0, "s1", at([(0, None)]), utcnow())
     await cancellation.request(campaign_id, None, None, broadcast=True)
-    cancelled = await cancellation.try_finalize(campaign_id)
-    assert cancelled is not None and cancelled.counts == Counts(targeted=2, sent=1, failed=0)
+    cancelled = await cancellation.finish(campaign_id)
+    assert cancelled is not None and cancelled.counts == CampaignCounts(targeted=2, sent=1, failed=0)
 
 
 # --- a campaign FCM refused as misconfigured ---------------------------------------------------------
@@ -364,5 +364,5 @@ async def test_a_users_cancel_during_a_stop_keeps_the_stop_and_its_failure(
     await cancellation.stop_for_error(campaign_id, "r")
     outcome = await cancellation.request(campaign_id, "also", actor("ops"), broadcast=True)
     assert outcome.decision is CancelDecision.ALREADY
-    await cancellation.try_finalize(campaign_id)
+    await cancellation.finish(campaign_id)
     assert (await stored(stores, campaign_id)).status is Status.FAILED

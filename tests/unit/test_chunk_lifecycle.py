@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from herald.clock import utcnow
-from herald.domain.documents import Campaign, ChunkStatus, Counts
+from herald.domain.documents import Campaign, CampaignCounts, ChunkStatus
 from herald.domain.outcomes import dead_tokens
 from herald.domain.status import Status
 from herald.service_layer.ports import Stores
@@ -101,7 +101,7 @@ async def test_a_chunk_is_closed_and_counted_once(stores: Stores, lifecycle: Chu
     assert state is not None
     assert (state.status, state.sent, state.failed, state.finished_at, state.owner) == (
         ChunkStatus.DONE, 1, 1, clock(), None)
-    assert counted.counts == Counts(targeted=3, sent=1, failed=1)
+    assert counted.counts == CampaignCounts(targeted=3, sent=1, failed=1)
     assert counted.progress.chunks_done == 1 and counted.status is Status.IN_PROGRESS
 
 
@@ -120,7 +120,7 @@ async def test_closing_the_last_chunk_completes_the_campaign(
     await lifecycle.record(campaign.id, 0, at([(0, None)]), tally)
     await lifecycle.close(campaign.id, 0, tally.status, tally)
     done = await stored(stores, campaign.id)
-    assert done.status is Status.COMPLETED and done.counts == Counts(targeted=1, sent=1)
+    assert done.status is Status.COMPLETED and done.counts == CampaignCounts(targeted=1, sent=1)
 
 
 async def test_a_chunk_closed_by_a_cancel_counts_its_outcomes_but_not_as_done(
@@ -144,4 +144,4 @@ async def test_a_dead_lettered_chunk_counts_as_done(stores: Stores,
                                             (1, "HERALD_DEAD_LETTERED")]), tally)
     await lifecycle.close(campaign.id, 0, ChunkStatus.DEAD, tally)
     failed = await stored(stores, campaign.id)
-    assert failed.status is Status.FAILED and failed.counts == Counts(targeted=2, failed=2)
+    assert failed.status is Status.FAILED and failed.counts == CampaignCounts(targeted=2, failed=2)

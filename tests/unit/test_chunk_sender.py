@@ -15,10 +15,10 @@ from herald.adapters.fcm import SendResult
 from herald.clock import utcnow
 from herald.domain.documents import (
     Campaign,
+    CampaignCounts,
     CancelRecord,
     ChunkState,
     ChunkStatus,
-    Counts,
     new_id,
 )
 from herald.domain.messages import SendChunk
@@ -124,7 +124,7 @@ async def test_a_chunk_is_sent_recorded_in_groups_closed_and_completes_its_campa
     assert [len(d.sent) + len(d.failed) for d in deliveries] == [1] * 5  # groups of 2 // 4 → 1
     assert (state.status, state.sent, state.failed, state.owner) == (ChunkStatus.DONE, 4, 1,
                                                                      None)
-    assert done.status is Status.COMPLETED and done.counts == Counts(targeted=5, sent=4,
+    assert done.status is Status.COMPLETED and done.counts == CampaignCounts(targeted=5, sent=4,
                                                                      failed=1)
     assert dead is not None and (dead.invalid, dead.invalid_reason) == (True, "UNREGISTERED")
 
@@ -135,7 +135,7 @@ async def test_a_redelivered_chunk_sends_only_what_was_not_recorded(rig: Rig) ->
     await rig.stores.deliveries.record(campaign.id, 0, "dead", at([(0, None), (1, None)]), utcnow())
     verdict = await rig.sender().process(message(campaign.id), open_channel)
     assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS[2:]
-    assert (await stored(rig, campaign.id)).counts == Counts(targeted=5, sent=4, failed=1)
+    assert (await stored(rig, campaign.id)).counts == CampaignCounts(targeted=5, sent=4, failed=1)
 
 
 async def test_a_chunk_recorded_whole_by_a_sender_that_died_is_only_closed(rig: Rig) -> None:
@@ -426,4 +426,4 @@ async def confirm_cancel(rig: Rig, campaign_id: str) -> None:
     """A cancel confirmed by the others while this pod was away (its answers not yet in)."""
     now = utcnow()
     await rig.stores.campaigns.begin_cancel(campaign_id, CancelRecord(requested_at=now))
-    await rig.stores.campaigns.confirm_cancel(campaign_id, Counts(targeted=5), now)
+    await rig.stores.campaigns.confirm_cancel(campaign_id, CampaignCounts(targeted=5), now)

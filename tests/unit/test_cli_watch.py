@@ -12,7 +12,7 @@ import orjson
 import pytest
 import typer
 
-from herald import cli
+from herald_cli import commands as cli
 
 
 def _event(status: str, sent: int) -> bytes:
@@ -33,14 +33,14 @@ class _Stream(httpx.SyncByteStream):
             raise self._then
 
 
-def _target(answers: list[Callable[[], httpx.Response]]) -> tuple[cli.Target, list[str]]:
+def _target(answers: list[Callable[[], httpx.Response]]) -> tuple[cli.Endpoint, list[str]]:
     """A target whose successive requests get ``answers``; and the paths it was asked for."""
     asked: list[str] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
         asked.append(request.url.path)
         return answers[len(asked) - 1]()
-    return cli.Target("http://herald.test", "key", httpx.MockTransport(handle)), asked
+    return cli.Endpoint("http://herald.test", "key", httpx.MockTransport(handle)), asked
 
 
 def _sse(pieces: list[bytes], then: Exception | None = None) -> Callable[[], httpx.Response]:

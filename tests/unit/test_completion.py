@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from herald.clock import utcnow
-from herald.domain.documents import Campaign, ChunkStatus, Counts, Dispatch, Progress
+from herald.domain.documents import Campaign, CampaignCounts, ChunkStatus, Dispatch, Progress
 from herald.domain.status import Status
 from herald.observability import CAMPAIGNS_FINISHED
 from herald.service_layer.completion import chunk_finished, complete, finalize, reconcile
@@ -44,7 +44,7 @@ async def test_the_last_chunk_counted_completes_the_campaign_with_counts_from_th
     last = await chunk_finished(stores, campaign.id, 2, 0, done=True)
     assert first is None
     assert last is not None and last.status is Status.COMPLETED and last.error is None
-    assert last.counts == Counts(targeted=4, sent=3, failed=1)
+    assert last.counts == CampaignCounts(targeted=4, sent=3, failed=1)
     assert last.finished_at is not None
 
 
@@ -109,7 +109,7 @@ async def test_recipients_failing_only_for_dead_tokens_still_complete(stores: St
                                    utcnow())
     done = await finalize(stores, campaign.id)
     assert done is not None and done.status is Status.COMPLETED and done.error is None
-    assert done.counts == Counts(targeted=3, sent=1, failed=2)
+    assert done.counts == CampaignCounts(targeted=3, sent=1, failed=2)
 
 
 @pytest.mark.parametrize("error", ["QUOTA_EXCEEDED", "UNAVAILABLE", "HERALD_DEAD_LETTERED"])
@@ -120,7 +120,7 @@ async def test_recipients_failing_for_other_reasons_fail_the_campaign_retryably(
                                    at([(0, error), (1, "UNREGISTERED"), (2, None)]), utcnow())
     failed = await finalize(stores, campaign.id)
     assert failed is not None and failed.status is Status.FAILED
-    assert failed.counts == Counts(targeted=3, sent=1, failed=2)
+    assert failed.counts == CampaignCounts(targeted=3, sent=1, failed=2)
     assert failed.error is not None
     assert failed.error.startswith("1 recipients failed for reasons other than their token")
 
@@ -132,7 +132,7 @@ async def test_a_campaign_left_finalizing_is_completed_once_by_the_sweep(
     done = await complete(stores, await stored(stores, campaign.id))
     again = await complete(stores, await stored(stores, campaign.id))
     assert done is not None and done.status is Status.COMPLETED
-    assert done.counts == Counts(targeted=1, sent=1, failed=0)
+    assert done.counts == CampaignCounts(targeted=1, sent=1, failed=0)
     assert again is None
 
 
@@ -147,7 +147,7 @@ async def test_reconcile_finishes_a_campaign_whose_last_chunk_was_closed_but_nev
     await chunk_finished(stores, campaign.id, 1, 0, done=True)  # the second was never counted
     finished = await reconcile(stores, await stored(stores, campaign.id))
     assert finished is not None and finished.status is Status.COMPLETED
-    assert finished.counts == Counts(targeted=2, sent=2, failed=0)
+    assert finished.counts == CampaignCounts(targeted=2, sent=2, failed=0)
 
 
 async def test_reconcile_finishes_a_campaign_counted_but_never_finalized(stores: Stores) -> None:

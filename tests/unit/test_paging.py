@@ -13,9 +13,9 @@ from herald.clock import utcnow
 from herald.domain.audience import Audience
 from herald.domain.documents import (
     Campaign,
+    CampaignCounts,
     CancelRecord,
     ChunkStatus,
-    Counts,
     Dispatch,
     FollowUp,
     FollowUpOf,
@@ -23,12 +23,12 @@ from herald.domain.documents import (
 )
 from herald.domain.messages import SendChunk
 from herald.domain.status import Status
+from herald.service_layer.freezing import freeze_unpaged
 from herald.service_layer.ports import Stores
-from herald.service_layer.recipients import freeze_unpaged
 from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
 from services.dispatcher.backpressure import Backpressure
 from services.dispatcher.paging import Paging
-from tests.factories import at, device, insert, recipients_of
+from tests.factories import EVERYONE, at, device, insert, recipients_of
 from tests.support import eventually
 from tests.unit.fakes import FakeBus
 
@@ -86,7 +86,7 @@ async def stored(stores: Stores, campaign_id: str) -> Campaign:
 
 async def register(stores: Stores, numbers: range, **fields: object) -> list[str]:
     await stores.devices.upsert([device(i, **fields) for i in numbers], utcnow())
-    return [i async for i, _ in stores.devices.stream({}, None, None)]
+    return [i async for i, _ in stores.devices.stream(EVERYONE, None, None)]
 
 
 def tokens(*numbers: int) -> list[str]:
@@ -237,7 +237,7 @@ async def test_paging_finishes_dispatch_and_completes_a_campaign_whose_chunks_ar
     await dispatcher.run(campaign_id)
     done = await stored(stores, campaign_id)
     assert done.status is Status.COMPLETED and done.dispatch.done
-    assert done.counts == Counts(targeted=10, sent=10, failed=0)
+    assert done.counts == CampaignCounts(targeted=10, sent=10, failed=0)
 
 
 async def test_an_empty_audience_completes_at_once(stores: Stores, bus: FakeBus,
@@ -247,12 +247,12 @@ async def test_an_empty_audience_completes_at_once(stores: Stores, bus: FakeBus,
     await dispatcher.run(campaign_id)
     done = await stored(stores, campaign_id)
     assert bus.chunks == []
-    assert done.status is Status.COMPLETED and done.counts == Counts()
+    assert done.status is Status.COMPLETED and done.counts == CampaignCounts()
 
 
 async def test_a_follow_up_pages_exactly_the_unsent_of_its_parent(
         stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
-    parent_id = await insert(stores, status=Status.CANCELLED, counts=Counts(targeted=6),
+    parent_id = await insert(stores, status=Status.CANCELLED, counts=CampaignCounts(targeted=6),
                              dispatch=Dispatch(owner="d", next_seq=2, done=True))
     for seq, numbers in enumerate(((0, 1, 2), (3, 4, 5))):
         await stores.chunks.create(parent_id, seq, recipients_of(tokens(*numbers)), None,

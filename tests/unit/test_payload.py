@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from herald.domain.api import CampaignCreate, Content
+from herald.contracts.http import CampaignCreate, Content
 from herald.domain.audience import Audience
 from herald.domain.payload import (
     LONGEST_DEFAULT_KEY,

@@ -11,8 +11,8 @@ from herald.clock import utcnow
 from herald.domain.audience import Audience
 from herald.domain.documents import (
     Campaign,
+    CampaignCounts,
     ChunkStatus,
-    Counts,
     Dispatch,
     FollowUp,
     FollowUpOf,
@@ -22,18 +22,18 @@ from herald.domain.documents import (
 )
 from herald.domain.status import Status
 from herald.domain.timing import Wave
+from herald.service_layer.freezing import freeze_unpaged
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import (
     FollowUpSource,
     LocalTimeSource,
     audit,
     final_counts,
-    freeze_unpaged,
     source_for,
     targeted,
     unsent,
 )
-from tests.factories import at, campaign, device, insert, recipients
+from tests.factories import EVERYONE, at, campaign, device, insert, recipients
 
 
 def sent(*positions: int) -> list[tuple[int, str | None]]:
@@ -56,7 +56,7 @@ async def paged_campaign(stores: Stores) -> str:
     the second partly (one dead token, one quota failure), the third not at all."""
     campaign_id = await insert(stores, status=Status.IN_PROGRESS,
                                dispatch=Dispatch(owner="d", next_seq=3, done=True),
-                               counts=Counts(targeted=30))
+                               counts=CampaignCounts(targeted=30))
     now = utcnow()
     for seq in range(3):
         await stores.chunks.create(campaign_id, seq, recipients(10 * seq, 10 * seq + 10),
@@ -94,7 +94,7 @@ async def test_a_failed_line_carries_fcms_error(stores: Stores) -> None:
 async def test_final_counts_agree_with_the_audit(stores: Stores) -> None:
     campaign_id = await paged_campaign(stores)
     final = await final_counts(stores, await stored(stores, campaign_id))
-    assert final.counts == Counts(targeted=30, sent=12, failed=2)
+    assert final.counts == CampaignCounts(targeted=30, sent=12, failed=2)
     assert final.failed_not_by_token == 1
     assert final.counts.unsent == len(await lines(stores, campaign_id, Outcome.UNSENT))
 
@@ -103,12 +103,12 @@ async def devices_bounded(stores: Stores, count: int, **fields: object) -> list[
     """``count`` devices (every tenth push-disabled), their ids."""
     await stores.devices.upsert([device(i, push_enabled=i % 10 != 9, **fields)
                                  for i in range(count)], utcnow())
-    return [i async for i, _ in stores.devices.stream({}, None, None)]
+    return [i async for i, _ in stores.devices.stream(EVERYONE, None, None)]
 
 
 async def test_unsent_includes_the_part_of_the_audience_never_paged(stores: Stores) -> None:
     ids = await devices_bounded(stores, 40)
-    campaign_id = await insert(stores, status=Status.CANCELLED, counts=Counts(targeted=9),
+    campaign_id = await insert(stores, status=Status.CANCELLED, counts=CampaignCounts(targeted=9),
                                dispatch=Dispatch(owner="d", until=ids[29], next_seq=1))
     await stores.devices.upsert([device(500)], utcnow())  # registered after the bound
     await stores.chunks.create(campaign_id, 0, recipients(0, 9), cursor=ids[9], now=utcnow())
@@ -116,13 +116,13 @@ async def test_unsent_includes_the_part_of_the_audience_never_paged(stores: Stor
     rest = [i for i in range(10, 30) if i % 10 != 9]
     assert await lines(stores, campaign_id, Outcome.UNSENT) == tokens(*range(4, 9), *rest)
     final = await final_counts(stores, await stored(stores, campaign_id))
-    assert final.counts == Counts(targeted=9 + len(rest), sent=4)
+    assert final.counts == CampaignCounts(targeted=9 + len(rest), sent=4)
 
 
 async def test_a_chunk_written_but_never_checkpointed_is_targeted_once(stores: Stores) -> None:
     """Its dispatcher died between writing and checkpointing it: the audience resumes after it."""
     ids = await devices_bounded(stores, 12)
-    campaign_id = await insert(stores, status=Status.CANCELLED, counts=Counts(targeted=4),
+    campaign_id = await insert(stores, status=Status.CANCELLED, counts=CampaignCounts(targeted=4),
                                dispatch=Dispatch(owner="d", until=ids[-1], next_seq=1))
     await stores.chunks.create(campaign_id, 0, recipients(0, 4), cursor=ids[3], now=utcnow())
     await stores.chunks.create(campaign_id, 1, recipients(4, 8), cursor=ids[7], now=utcnow())
@@ -206,7 +206,7 @@ async def test_freezing_writes_the_unpaged_rest_as_cancelled_chunks_and_closes_p
         stores: Stores) -> None:
     ids = await devices_bounded(stores, 8)
     campaign_id = await insert(stores, status=Status.CANCELLING, chunk_size=3,
-                               counts=Counts(targeted=3),
+                               counts=CampaignCounts(targeted=3),
                                dispatch=Dispatch(owner="d", until=ids[-1], next_seq=1))
     await stores.chunks.create(campaign_id, 0, recipients(0, 3), cursor=ids[2], now=utcnow())
     frozen = await freeze_unpaged(stores, await stored(stores, campaign_id))

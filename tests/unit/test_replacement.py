@@ -21,7 +21,7 @@ from hypothesis import assume, event, given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from herald.domain.api import CampaignCreate, Content, KeyedContent
+from herald.contracts.http import CampaignCreate, Content, KeyedContent
 from herald.domain.payload import (
     LONGEST_DEFAULT_KEY,
     MAX_PAYLOAD_BYTES,

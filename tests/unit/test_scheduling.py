@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from herald.clock import utcnow
-from herald.domain.api import ScheduleCreate
+from herald.contracts.http import ScheduleCreate
 from herald.domain.documents import (
     Campaign,
     Schedule,
     ScheduleClaim,
-    ScheduleRun,
+    ScheduleRunRecord,
     ScheduleState,
     new_id,
 )
@@ -41,7 +41,8 @@ NOW = datetime(2030, 1, 1, 9, 0, 30, tzinfo=UTC)
 
 
 def scheduling(stores: Stores, bus: FakeBus, pod_id: str = "scheduler-1") -> Scheduling:
-    return Scheduling(stores, CampaignCreator(stores, bus),
+    creator = CampaignCreator(stores.campaigns, stores.idempotency, bus)
+    return Scheduling(stores.campaigns, stores.schedules, creator,
                       SchedulerPolicy(pod_id=pod_id, misfire_grace_s=GRACE_S, lease_s=30))
 
 
@@ -200,7 +201,7 @@ class DiesBeforeAdvancing(FakeSchedules):
     dying = True
 
     async def advance(self, claimed: Schedule, pod_id: str, next_run_at: datetime | None,
-                      runs: Sequence[ScheduleRun], missed: int, now: datetime) -> bool:
+                      runs: Sequence[ScheduleRunRecord], missed: int, now: datetime) -> bool:
         if self.dying:
             raise ConnectionError("the replica died here")
         return await super().advance(claimed, pod_id, next_run_at, runs, missed, now)
@@ -268,7 +269,7 @@ def create_request(**fields: object) -> ScheduleCreate:
 
 async def test_a_new_schedule_is_due_at_its_next_occurrence_in_its_timezone(
         stores: Stores) -> None:
-    made = await create_schedule(stores, create_request(name="weekly"), ACTOR)
+    made = await create_schedule(stores.schedules, create_request(name="weekly"), ACTOR)
     assert made.next_run_at is not None and made.next_run_at > utcnow()
     local = local_time(made.next_run_at, made.timezone)
     assert local is not None and local.endswith("T09:00:00+09:00")
@@ -277,19 +278,19 @@ async def test_a_new_schedule_is_due_at_its_next_occurrence_in_its_timezone(
 
 
 async def test_changing_the_cron_recomputes_the_next_run_from_now(stores: Stores) -> None:
-    made = await create_schedule(stores, create_request(), ACTOR)
-    moved = await replan(stores, made.id, {"cron": "30 18 * * *", "timezone": "UTC"}, ACTOR)
+    made = await create_schedule(stores.schedules, create_request(), ACTOR)
+    moved = await replan(stores.schedules, made.id, {"cron": "30 18 * * *", "timezone": "UTC"}, ACTOR)
     assert moved is not None and moved.next_run_at is not None
     assert (moved.next_run_at.hour, moved.next_run_at.minute) == (18, 30)
     assert moved.next_run_at - utcnow() <= timedelta(days=1)
 
 
 async def test_pausing_keeps_the_next_run_and_resuming_recomputes_it(stores: Stores) -> None:
-    made = await create_schedule(stores, create_request(), ACTOR)
+    made = await create_schedule(stores.schedules, create_request(), ACTOR)
     stale = replace(made, next_run_at=datetime(2020, 1, 6, 0, 0, tzinfo=UTC))
     await stores.schedules.update(made.id, {"next_run_at": stale.next_run_at})
-    paused = await replan(stores, made.id, {"state": "paused"}, ACTOR)
-    resumed = await replan(stores, made.id, {"state": "active"}, ACTOR)
+    paused = await replan(stores.schedules, made.id, {"state": "paused"}, ACTOR)
+    resumed = await replan(stores.schedules, made.id, {"state": "active"}, ACTOR)
     assert paused is not None and paused.state is ScheduleState.PAUSED
     assert paused.next_run_at == stale.next_run_at
     assert resumed is not None and resumed.state is ScheduleState.ACTIVE
@@ -297,21 +298,21 @@ async def test_pausing_keeps_the_next_run_and_resuming_recomputes_it(stores: Sto
 
 
 async def test_renaming_leaves_the_timing_alone(stores: Stores) -> None:
-    made = await create_schedule(stores, create_request(), ACTOR)
-    renamed = await replan(stores, made.id, {"name": "renamed"}, ACTOR)
+    made = await create_schedule(stores.schedules, create_request(), ACTOR)
+    renamed = await replan(stores.schedules, made.id, {"name": "renamed"}, ACTOR)
     assert renamed is not None
     assert (renamed.name, renamed.next_run_at) == ("renamed", made.next_run_at)
 
 
 async def test_an_ended_schedule_has_no_next_run_and_refuses_edits(stores: Stores) -> None:
-    made = await create_schedule(stores, create_request(), ACTOR)
-    ended = await end_schedule(stores, made.id, ACTOR)
+    made = await create_schedule(stores.schedules, create_request(), ACTOR)
+    ended = await end_schedule(stores.schedules, made.id, ACTOR)
     assert ended is not None
     assert (ended.state, ended.next_run_at) == (ScheduleState.ENDED, None)
     with pytest.raises(ScheduleEnded):
-        await replan(stores, made.id, {"state": "active"}, ACTOR)
+        await replan(stores.schedules, made.id, {"state": "active"}, ACTOR)
 
 
 async def test_an_unknown_schedule_is_neither_edited_nor_ended(stores: Stores) -> None:
-    assert await replan(stores, new_id(), {"name": "x"}, ACTOR) is None
-    assert await end_schedule(stores, new_id(), ACTOR) is None
+    assert await replan(stores.schedules, new_id(), {"name": "x"}, ACTOR) is None
+    assert await end_schedule(stores.schedules, new_id(), ACTOR) is None

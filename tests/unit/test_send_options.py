@@ -15,7 +15,7 @@ from firebase_admin import _messaging_encoder, messaging
 from pydantic import ValidationError
 
 from fcm_emulator.discovery import Validator
-from herald.domain.api import CampaignCreate, Content, RetargetRequest
+from herald.contracts.http import CampaignCreate, Content, RetargetRequest
 from herald.domain.payload import (
     MAX_PAYLOAD_BYTES,
     ClickActions,

@@ -6,8 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from herald.domain.access import ROLE_SCOPES, Scope
-from herald.domain.api import (
+from herald.contracts.http import (
     ApiKeyCreate,
     ApiKeyCreated,
     ApiKeyPage,
@@ -15,9 +14,9 @@ from herald.domain.api import (
     Me,
     OperatorLogPage,
 )
-from herald.service_layer.access import mint_key, revoke_key
+from herald.domain.access import ROLE_SCOPES, Scope
 from services.api.auth import Caller, RequireKey, scoped
-from services.api.deps import Services
+from services.api.deps import ApiKeys, MintKey, OperatorLogEntries, RevokeKey
 from services.api.operator_log import OperatorLoggedRoute, logged
 from services.api.views import api_key_view, log_entry_view
 
@@ -28,45 +27,44 @@ KeyId = Annotated[str, Path(pattern=r"^[0-9a-z]{1,32}$", description="The key's 
 
 @router.post("/api-keys", status_code=201, response_model=ApiKeyCreated,
              openapi_extra=logged("key.create"))
-async def create_key(body: ApiKeyCreate, services: Services, response: Response,
+async def create_key(body: ApiKeyCreate, mint: MintKey, response: Response,
                      caller: Annotated[Caller, scoped(Scope.KEYS_MANAGE)]) -> ApiKeyCreated:
     """Mint a key; its secret is in this answer and nowhere else, ever."""
-    minted = await mint_key(services.stores.api_keys, body.name, body.role, body.expires_at,
-                            caller.actor)
+    minted = await mint(body.name, body.role, body.expires_at, caller.actor)
     response.headers["Location"] = f"/v1/api-keys/{minted.key.id}"
     return ApiKeyCreated(**api_key_view(minted.key).model_dump(), secret=minted.token)
 
 
 @router.get("/api-keys", response_model=ApiKeyPage)
-async def list_keys(services: Services, _: Annotated[Caller, scoped(Scope.KEYS_MANAGE)],
+async def list_keys(api_keys: ApiKeys, _: Annotated[Caller, scoped(Scope.KEYS_MANAGE)],
                     limit: Annotated[int, Query(ge=1, le=200)] = 100,
                     cursor: Annotated[str | None, Query(pattern=r"^[0-9a-z]{1,32}$")] = None,
                     ) -> ApiKeyPage:
     """Keys with their role, creation, last use and expiry; never a secret."""
-    found = await services.stores.api_keys.page(cursor, limit + 1)
+    found = await api_keys.page(cursor, limit + 1)
     items = [api_key_view(key) for key in found[:limit]]
     return ApiKeyPage(items=items, next_cursor=items[-1].id if len(found) > limit else None)
 
 
 @router.delete("/api-keys/{key_id}", response_model=ApiKeyView,
                openapi_extra=logged("key.revoke"))
-async def revoke(key_id: KeyId, services: Services,
+async def revoke(key_id: KeyId, revoke_key: RevokeKey,
                  caller: Annotated[Caller, scoped(Scope.KEYS_MANAGE)]) -> ApiKeyView:
     """Revoke a key: every api replica refuses it within a second."""
-    return api_key_view(await revoke_key(services.stores.api_keys, key_id, caller.actor))
+    return api_key_view(await revoke_key(key_id, caller.actor))
 
 
 @router.get("/operator-log", response_model=OperatorLogPage)
 async def operator_log(
-    services: Services, _: Annotated[Caller, scoped(Scope.OPERATOR_LOG_READ)],
+    entries: OperatorLogEntries, _: Annotated[Caller, scoped(Scope.OPERATOR_LOG_READ)],
     campaign_id: Annotated[str | None, Query(pattern=r"^[0-9a-f]{24}$")] = None,
     actor: Annotated[str | None, Query(max_length=200, description="An actor's id")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     cursor: Annotated[str | None, Query(pattern=r"^[0-9a-f]{24}$")] = None,
 ) -> OperatorLogPage:
     """Who did what, when, to what, from where, and how it ended; newest first."""
-    found = await services.stores.operator_log.page(campaign_id=campaign_id, actor_id=actor,
-                                                   before=cursor, limit=limit + 1)
+    found = await entries.page(campaign_id=campaign_id, actor_id=actor, before=cursor,
+                               limit=limit + 1)
     items = [log_entry_view(entry) for entry in found[:limit]]
     return OperatorLogPage(items=items, next_cursor=items[-1].id if len(found) > limit else None)
 

@@ -6,19 +6,18 @@ from typing import Annotated
 
 from fastapi import APIRouter
 
+from herald.contracts.http import AudienceEstimate, AudienceEstimateRequest
 from herald.domain.access import Scope
-from herald.domain.api import AudienceEstimate, AudienceEstimateRequest
-from herald.service_layer import queries
 from services.api.auth import Caller, scoped
-from services.api.deps import Services
+from services.api.deps import AudienceSize
 
 router = APIRouter(prefix="/v1/audiences", tags=["campaigns"])
 
 
 @router.post("/estimate", response_model=AudienceEstimate)
-async def estimate_audience(body: AudienceEstimateRequest, services: Services,
+async def estimate_audience(body: AudienceEstimateRequest, audience_size: AudienceSize,
                             _: Annotated[Caller, scoped(Scope.CAMPAIGNS_READ)]
                             ) -> AudienceEstimate:
     """How many devices the audience filter (the one of a campaign create) selects now. A read:
     it changes nothing, so anyone who may read campaigns may ask."""
-    return AudienceEstimate(devices=await queries.audience_size(services.stores, body.audience))
+    return AudienceEstimate(devices=await audience_size(body.audience))

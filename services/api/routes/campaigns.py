@@ -8,8 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from herald.domain.access import Scope
-from herald.domain.api import (
+from herald.contracts.http import (
     AmendRequest,
     CampaignCreate,
     CampaignCreated,
@@ -22,16 +21,23 @@ from herald.domain.api import (
     CorrectResult,
     RetargetRequest,
 )
+from herald.domain.access import Scope
 from herald.domain.documents import Campaign, Outcome
-from herald.domain.status import CancelDecision, Status
+from herald.domain.status import Status
 from herald.domain.types import OBJECT_ID_PATTERN
 from herald.observability import API_REFUSED
-from herald.service_layer import queries
-from herald.service_layer.campaign_events import CampaignChanged, Event, campaign_events
-from herald.service_layer.campaigns import edit_scheduled
+from herald.service_layer.campaign_events import CampaignChanged, Event
 from services.api.audit import MEDIA_TYPES, AuditFormat, audit_format, download_headers, encoded
 from services.api.auth import Caller, scoped
-from services.api.deps import Services
+from services.api.deps import (
+    AuditRecipients,
+    CancelUseCase,
+    Creator,
+    EditScheduled,
+    FindCampaign,
+    ListCampaigns,
+    Watch,
+)
 from services.api.errors import ApiError, not_found
 from services.api.operator_log import OperatorLoggedRoute, log_detail, logged
 from services.api.streams import StreamLease
@@ -52,10 +58,10 @@ IdempotencyKey = Annotated[str | None, Header(
 @router.post("", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.create"))
 async def create_campaign(
-    body: CampaignCreate, services: Services, response: Response, caller: Sender,
+    body: CampaignCreate, creator: Creator, response: Response, caller: Sender,
     idempotency_key: IdempotencyKey = None,
 ) -> CampaignCreated:
-    result = await services.creator.create(body, idempotency_key, caller.actor)
+    result = await creator.create(body, idempotency_key, caller.actor)
     if not result.created:
         response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = f"/v1/campaigns/{result.campaign.id}"
@@ -63,19 +69,19 @@ async def create_campaign(
 
 
 @router.get("/{campaign_id}", response_model=CampaignView)
-async def get_campaign(campaign_id: CampaignId, services: Services, _: Reader) -> CampaignView:
-    return campaign_view(await queries.campaign(services.stores, campaign_id))
+async def get_campaign(campaign_id: CampaignId, find: FindCampaign, _: Reader) -> CampaignView:
+    return campaign_view(await find(campaign_id))
 
 
 @router.get("", response_model=CampaignPage)
 async def list_campaigns(
-    services: Services, _: Reader,
+    list_page: ListCampaigns, _: Reader,
     status: Annotated[list[Status] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(pattern=OBJECT_ID_PATTERN.pattern,
                                         description="next_cursor of the previous page")] = None,
 ) -> CampaignPage:
-    page = await queries.campaigns(services.stores, status, cursor, limit)
+    page = await list_page(status, cursor, limit)
     return CampaignPage(items=[campaign_view(c) for c in page.items], next_cursor=page.next_cursor)
 
 
@@ -84,20 +90,20 @@ async def list_campaigns(
                              "description": "Server-sent events `campaign`, each with the JSON "
                                             "of GET /v1/campaigns/{id}: the state at once, then "
                                             "every change, until a final status"}})
-async def campaign_events_stream(campaign_id: CampaignId, services: Services,
+async def campaign_events_stream(campaign_id: CampaignId, watch: Watch,
                                  caller: Reader) -> StreamingResponse:
     """Live status and counts: an event now, one per change, a comment every ~15 s when
     quiet; the stream ends after the event with a final status, or within seconds of its key's
     revocation or expiry. A key holds at most ``HERALD_API_STREAMS_PER_KEY`` streams open (429
     ``too_many_streams``). Reconnect to resume: the first event is always the current state."""
-    lease = await StreamLease.take(services, caller.key)
+    lease = await watch.lease(caller.key)
     if lease is None:
         API_REFUSED.labels("too_many_streams").inc()
         raise ApiError(429, "too_many_streams",
-                       f"the key {caller.key.name!r} holds {services.settings.api_streams_per_key}"
+                       f"the key {caller.key.name!r} holds {watch.streams_per_key}"
                        " event streams open already; close one", headers={"Retry-After": "5"})
     try:
-        events = await campaign_events(services.stores, campaign_id, keep_going=lease.holds)
+        events = await watch.events(campaign_id, keep_going=lease.holds)
     except BaseException:
         await lease.release()
         raise
@@ -126,14 +132,14 @@ async def _server_sent(events: AsyncIterator[Event], lease: StreamLease) -> Asyn
                                             "outcome, error); CSV: a header row, then the same "
                                             "columns"}})
 async def list_recipients(
-    campaign_id: CampaignId, services: Services, _: Reader,
+    campaign_id: CampaignId, audit: AuditRecipients, _: Reader,
     outcome: Annotated[Outcome, Query()],
     requested_format: Annotated[AuditFormat | None, Query(
         alias="format",
         description="ndjson (default) or csv; `Accept: text/csv` also asks for CSV")] = None,
     accept: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
-    lines = await queries.recipients(services.stores, campaign_id, outcome)
+    lines = await audit(campaign_id, outcome)
     fmt = audit_format(requested_format, accept)
     return StreamingResponse(encoded(lines, fmt), media_type=MEDIA_TYPES[fmt],
                              headers=download_headers(campaign_id, outcome, fmt))
@@ -143,16 +149,14 @@ async def list_recipients(
              responses={202: {"model": CancelResult, "description": "Pods are stopping"}},
              openapi_extra=logged("campaign.cancel"))
 async def cancel_campaign(
-    campaign_id: CampaignId, services: Services, response: Response, caller: Canceller,
+    campaign_id: CampaignId, cancellation: CancelUseCase, response: Response, caller: Canceller,
     body: CancelRequest | None = None,
 ) -> CancelResult:
     """Stop the campaign everywhere. The actor is the calling key; an ``X-Requested-By`` header
     is kept only as information (``on_behalf_of``)."""
-    outcome = await services.cancellation.request(
+    outcome = await cancellation.request(
         campaign_id, body.reason if body else None, caller.actor, broadcast=True,
         on_behalf_of=caller.on_behalf_of)
-    if outcome.decision is CancelDecision.STOP_PODS:
-        services.finalize_cancel_soon(campaign_id)
     response.status_code = 200 if outcome.status is Status.CANCELLED else 202
     view = campaign_view(outcome.campaign)
     return CancelResult(id=view.id, status=view.status, counts=view.counts, cancel=view.cancel)
@@ -160,10 +164,10 @@ async def cancel_campaign(
 
 @router.patch("/{campaign_id}", response_model=CampaignView,
               openapi_extra=logged("campaign.edit"))
-async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch, services: Services,
+async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch, edit: EditScheduled,
                          caller: Sender) -> CampaignView:
     """Change the time or content of a campaign that is still ``scheduled`` (else 409)."""
-    updated = await edit_scheduled(services.stores, campaign_id, body, caller.actor)
+    updated = await edit(campaign_id, body, caller.actor)
     if updated is None:
         raise not_found(campaign_id)
     return campaign_view(updated)
@@ -179,46 +183,46 @@ def _created(response: Response, campaign: Campaign | None, campaign_id: str) ->
 
 @router.post("/{campaign_id}/retry", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.retry"))
-async def retry_campaign(campaign_id: CampaignId, services: Services, response: Response,
+async def retry_campaign(campaign_id: CampaignId, creator: Creator, response: Response,
                          caller: Sender, idempotency_key: IdempotencyKey = None
                          ) -> CampaignCreated:
     """Re-run a ``failed`` campaign for the recipients it did not reach (not dead tokens)."""
-    return _created(response, await services.creator.retry(campaign_id, caller.actor,
-                                                           idempotency_key), campaign_id)
+    return _created(response, await creator.retry(campaign_id, caller.actor, idempotency_key),
+                    campaign_id)
 
 
 @router.post("/{campaign_id}/retarget", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.retarget"))
-async def retarget_campaign(campaign_id: CampaignId, services: Services, response: Response,
+async def retarget_campaign(campaign_id: CampaignId, creator: Creator, response: Response,
                             caller: Sender, body: RetargetRequest | None = None,
                             idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """A new campaign to exactly the ``unsent`` recipients of a finished one."""
-    return _created(response, await services.creator.retarget(
+    return _created(response, await creator.retarget(
         campaign_id, body or RetargetRequest(), caller.actor, idempotency_key), campaign_id)
 
 
 @router.post("/{campaign_id}/amend", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.amend"))
-async def amend_campaign(campaign_id: CampaignId, services: Services, response: Response,
+async def amend_campaign(campaign_id: CampaignId, creator: Creator, response: Response,
                          caller: Sender, body: AmendRequest | None = None,
                          idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """A new campaign to exactly the ``sent`` recipients of a finished one, with its
     replacement key: on their devices the new notification replaces the old one. 409
     ``not_amendable`` while it runs, ``nothing_to_amend`` if FCM accepted none of it."""
-    return _created(response, await services.creator.amend(
+    return _created(response, await creator.amend(
         campaign_id, body or AmendRequest(), caller.actor, idempotency_key), campaign_id)
 
 
 @router.post("/{campaign_id}/correct", status_code=202, response_model=CorrectResult,
              openapi_extra=logged("campaign.correct"))
-async def correct_campaign(campaign_id: CampaignId, services: Services, request: Request,
+async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
                            caller: Sender, body: CorrectRequest | None = None,
                            idempotency_key: IdempotencyKey = None) -> CorrectResult:
     """Correct a finished campaign in one step: the new content as a new notification to its
     ``unsent`` recipients (a retarget) and as a replacement to its ``sent`` ones (an amend).
     Nobody gets both. 409 ``not_correctable`` while it runs, ``nothing_to_correct`` if it
     left nobody in either group."""
-    correction = await services.creator.correct(campaign_id, body or CorrectRequest(),
+    correction = await creator.correct(campaign_id, body or CorrectRequest(),
                                                 caller.actor, idempotency_key)
     if correction is None:
         raise not_found(campaign_id)

@@ -6,11 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Response
 
+from herald.contracts.http import DeviceBulkIn, DeviceBulkResult, DeviceIn, DeviceUpserted
 from herald.domain.access import Scope
-from herald.domain.api import DeviceBulkIn, DeviceBulkResult, DeviceIn, DeviceUpserted
-from herald.service_layer.devices import register_devices
 from services.api.auth import Caller, scoped
-from services.api.deps import Services
+from services.api.deps import RegisterDevices
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
 Ingest = Annotated[Caller, scoped(Scope.DEVICES_WRITE)]
@@ -18,15 +17,16 @@ Ingest = Annotated[Caller, scoped(Scope.DEVICES_WRITE)]
 
 @router.post("", status_code=201, response_model=DeviceUpserted,
              responses={200: {"model": DeviceUpserted, "description": "Known token, updated"}})
-async def upsert_device(body: DeviceIn, services: Services, response: Response,
+async def upsert_device(body: DeviceIn, register: RegisterDevices, response: Response,
                         _: Ingest) -> DeviceUpserted:
-    counts = await register_devices(services.stores.devices, [body])
+    counts = await register([body])
     if not counts.created:
         response.status_code = 200
     return DeviceUpserted(token=body.token, created=bool(counts.created))
 
 
 @router.post("/bulk", response_model=DeviceBulkResult)
-async def upsert_devices(body: DeviceBulkIn, services: Services, _: Ingest) -> DeviceBulkResult:
-    counts = await register_devices(services.stores.devices, body.devices)
+async def upsert_devices(body: DeviceBulkIn, register: RegisterDevices,
+                         _: Ingest) -> DeviceBulkResult:
+    counts = await register(body.devices)
     return DeviceBulkResult(created=counts.created, updated=counts.updated)

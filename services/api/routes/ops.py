@@ -13,35 +13,34 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from herald.domain.access import Scope
 from herald.domain.pods import PodBeat
 from services.api.auth import Caller, scoped
-from services.api.deps import Services
+from services.api.deps import PodId, Pods, ReadinessCheck
 
 router = APIRouter(tags=["operations"])
 
 
 @router.get("/healthz")
-async def healthz(services: Services) -> dict[str, str]:
+async def healthz(pod_id: PodId) -> dict[str, str]:
     """The process is alive (it answers); says nothing about its dependencies."""
-    return {"status": "ok", "pod": services.pod_id}
+    return {"status": "ok", "pod": pod_id}
 
 
 @router.get("/readyz", responses={503: {"description": "A dependency is unreachable"}})
-async def readyz(services: Services) -> JSONResponse:
+async def readyz(readiness: ReadinessCheck) -> JSONResponse:
     """Ready when MongoDB, RabbitMQ and Redis all answer."""
-    results = await services.readiness.check()
+    results = await readiness.check()
     ready = all(result == "ok" for result in results.values())
     return JSONResponse({"status": "ready" if ready else "unavailable", "checks": results},
                         status_code=200 if ready else 503)
 
 
 @router.get("/v1/pods")
-async def list_pods(services: Services,
+async def list_pods(pods: Pods,
                     _: Annotated[Caller, scoped(Scope.PODS_READ)]) -> dict[str, Any]:
     """Live pods, from their heartbeats; a pod is dead once its heartbeat expires."""
-    settings = services.settings
-    beats = await services.registry.live()
-    return {"pods": [pod_summary(b, settings.heartbeat_ttl_s) for b in beats],
-            "heartbeat_interval_s": settings.heartbeat_interval_s,
-            "dead_after_missed_beats": settings.heartbeat_misses}
+    beats = await pods.live()
+    return {"pods": [pod_summary(b, pods.heartbeat_ttl_s) for b in beats],
+            "heartbeat_interval_s": pods.heartbeat_interval_s,
+            "dead_after_missed_beats": pods.heartbeat_misses}
 
 
 def pod_summary(beat: PodBeat, ttl_s: float) -> dict[str, object]:

@@ -6,13 +6,19 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
+from herald.contracts.http import ScheduleCreate, SchedulePage, SchedulePatch, ScheduleView
 from herald.domain.access import Scope
-from herald.domain.api import ScheduleCreate, SchedulePage, SchedulePatch, ScheduleView
 from herald.domain.documents import Schedule
 from herald.domain.types import OBJECT_ID_PATTERN
-from herald.service_layer import queries, scheduling
 from services.api.auth import Caller, scoped
-from services.api.deps import Services
+from services.api.deps import (
+    CreateSchedule,
+    EndSchedule,
+    FindSchedule,
+    ListSchedules,
+    MisfireGrace,
+    Replan,
+)
 from services.api.errors import schedule_not_found
 from services.api.operator_log import OperatorLoggedRoute, logged
 from services.api.views import schedule_view
@@ -25,52 +31,54 @@ ScheduleId = Annotated[str, Path(pattern=OBJECT_ID_PATTERN.pattern,
                                  description="Schedule id: 24 lowercase hex digits")]
 
 
-def _view(services: Services, schedule: Schedule) -> ScheduleView:
-    return schedule_view(schedule, services.settings.misfire_grace_s)
+def _view(grace_s: float, schedule: Schedule) -> ScheduleView:
+    return schedule_view(schedule, grace_s)
 
 
 @router.post("", status_code=201, response_model=ScheduleView,
              openapi_extra=logged("schedule.create"))
-async def create_schedule(body: ScheduleCreate, services: Services, response: Response,
-                          caller: Writer) -> ScheduleView:
-    schedule = await scheduling.create_schedule(services.stores, body, caller.actor)
+async def create_schedule(body: ScheduleCreate, create: CreateSchedule, grace_s: MisfireGrace,
+                          response: Response, caller: Writer) -> ScheduleView:
+    schedule = await create(body, caller.actor)
     response.headers["Location"] = f"/v1/schedules/{schedule.id}"
-    return _view(services, schedule)
+    return _view(grace_s, schedule)
 
 
 @router.get("/{schedule_id}", response_model=ScheduleView)
-async def get_schedule(schedule_id: ScheduleId, services: Services, _: Reader) -> ScheduleView:
-    return _view(services, await queries.schedule(services.stores, schedule_id))
+async def get_schedule(schedule_id: ScheduleId, find: FindSchedule, grace_s: MisfireGrace,
+                       _: Reader) -> ScheduleView:
+    return _view(grace_s, await find(schedule_id))
 
 
 @router.get("", response_model=SchedulePage)
 async def list_schedules(
-    services: Services, _: Reader, limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    list_page: ListSchedules, grace_s: MisfireGrace, _: Reader,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(pattern=OBJECT_ID_PATTERN.pattern)] = None,
 ) -> SchedulePage:
-    page = await queries.schedules(services.stores, cursor, limit)
-    return SchedulePage(items=[_view(services, s) for s in page.items],
+    page = await list_page(cursor, limit)
+    return SchedulePage(items=[_view(grace_s, s) for s in page.items],
                         next_cursor=page.next_cursor)
 
 
 @router.patch("/{schedule_id}", response_model=ScheduleView,
               openapi_extra=logged("schedule.edit"))
-async def patch_schedule(schedule_id: ScheduleId, body: SchedulePatch, services: Services,
-                         caller: Writer) -> ScheduleView:
+async def patch_schedule(schedule_id: ScheduleId, body: SchedulePatch, replan: Replan,
+                         grace_s: MisfireGrace, caller: Writer) -> ScheduleView:
     """Pause, resume or edit; the next run is recomputed from now when timing changes."""
     changes = body.model_dump(exclude_unset=True, exclude_none=True, mode="json", by_alias=True)
-    updated = await scheduling.replan(services.stores, schedule_id, changes, caller.actor)
+    updated = await replan(schedule_id, changes, caller.actor)
     if updated is None:
         raise schedule_not_found(schedule_id)
-    return _view(services, updated)
+    return _view(grace_s, updated)
 
 
 @router.delete("/{schedule_id}", response_model=ScheduleView,
                openapi_extra=logged("schedule.end"))
-async def end_schedule(schedule_id: ScheduleId, services: Services,
+async def end_schedule(schedule_id: ScheduleId, end: EndSchedule, grace_s: MisfireGrace,
                        caller: Writer) -> ScheduleView:
     """End the schedule: no further runs; its past runs stay as they are."""
-    ended = await scheduling.end_schedule(services.stores, schedule_id, caller.actor)
+    ended = await end(schedule_id, caller.actor)
     if ended is None:
         raise schedule_not_found(schedule_id)
-    return _view(services, ended)
+    return _view(grace_s, ended)

@@ -1,4 +1,5 @@
-"""The MongoDB repositories of one stack, built once per process from its database."""
+"""The MongoDB repositories of one stack, built once per process from its database (composition:
+the adapters behind the service layer's ``Stores``)."""
 
 from __future__ import annotations
 

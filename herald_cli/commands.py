@@ -57,7 +57,7 @@ KeyOption = Annotated[str | None, typer.Option(
 
 
 @dataclass(frozen=True)
-class Target:
+class Endpoint:
     """Where the calls go, and the key they carry."""
 
     api: str
@@ -76,7 +76,7 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(1)
 
 
-def _call(target: Target, method: str, path: str, **kwargs: Any) -> httpx.Response:
+def _call(target: Endpoint, method: str, path: str, **kwargs: Any) -> httpx.Response:
     """One API call; an error answer or an unreachable API ends the command with its message."""
     try:
         with target.client() as client:
@@ -114,7 +114,7 @@ def _parse_data(pairs: list[str]) -> dict[str, str]:
 @campaigns.command("show")
 def show(campaign_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
     """Print a campaign with its live counts."""
-    _print_json(_call(Target(api, api_key), "GET", f"/v1/campaigns/{campaign_id}").json())
+    _print_json(_call(Endpoint(api, api_key), "GET", f"/v1/campaigns/{campaign_id}").json())
 
 
 @campaigns.command("list")
@@ -124,7 +124,7 @@ def list_campaigns(
     limit: int = 20,
 ) -> None:
     """The newest campaigns, one line each."""
-    page = _call(Target(api, api_key), "GET", "/v1/campaigns",
+    page = _call(Endpoint(api, api_key), "GET", "/v1/campaigns",
                  params={"status": status or [], "limit": limit}).json()
     for item in page["items"]:
         counts = item["counts"]
@@ -147,7 +147,7 @@ def create(
         payload["name"] = name
     if audience:
         payload["audience"] = orjson.loads(audience)
-    created = _call(Target(api, api_key), "POST", "/v1/campaigns", json=payload).json()
+    created = _call(Endpoint(api, api_key), "POST", "/v1/campaigns", json=payload).json()
     console.print(created["id"])
 
 
@@ -161,16 +161,16 @@ def cancel(
 ) -> None:
     """Stop a campaign everywhere; waits for the final numbers."""
     who = requested_by or getpass.getuser()
-    response = _call(Target(api, api_key), "POST", f"/v1/campaigns/{campaign_id}/cancel",
+    response = _call(Endpoint(api, api_key), "POST", f"/v1/campaigns/{campaign_id}/cancel",
                      json={"reason": reason}, headers={"X-Requested-By": who})
     result = response.json()
     if result["status"] == "cancelling":
         console.print("cancelling: every sender stops before its next FCM request...")
-        result = _wait(Target(api, api_key), campaign_id)
+        result = _wait(Endpoint(api, api_key), campaign_id)
     _print_final(result)
 
 
-def _wait(target: Target, campaign_id: str) -> dict[str, Any]:
+def _wait(target: Endpoint, campaign_id: str) -> dict[str, Any]:
     while True:
         campaign: dict[str, Any] = _call(target, "GET", f"/v1/campaigns/{campaign_id}").json()
         if campaign["status"] in TERMINAL:
@@ -181,7 +181,7 @@ def _wait(target: Target, campaign_id: str) -> dict[str, Any]:
 @campaigns.command("watch")
 def watch(campaign_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
     """Follow a campaign live (server-sent events) until it reaches a final status."""
-    states = campaign_states(Target(api, api_key), campaign_id)
+    states = campaign_states(Endpoint(api, api_key), campaign_id)
     campaign = _progress_bar(states) if console.is_terminal else _progress_lines(states)
     _print_final(campaign)
 
@@ -232,7 +232,7 @@ class _Dropped(Exception):
     """The stream broke off (or the API answered 5xx) before a final status."""
 
 
-def campaign_states(target: Target, campaign_id: str) -> Iterator[dict[str, Any]]:
+def campaign_states(target: Endpoint, campaign_id: str) -> Iterator[dict[str, Any]]:
     """The campaign as ``GET /v1/campaigns/{id}/events`` streams it, until a final status.
 
     A dropped connection is reopened (the first event of a stream is the current state, so
@@ -294,7 +294,7 @@ def recipients(
     """The audit: one JSON line per recipient with the given outcome."""
     path = f"/v1/campaigns/{campaign_id}/recipients"
     try:
-        with Target(api, api_key).client() as client, client.stream(
+        with Endpoint(api, api_key).client() as client, client.stream(
                 "GET", path, params={"outcome": outcome}) as response:
             if response.status_code >= 400:
                 response.read()
@@ -322,7 +322,7 @@ def _follow_up_body(title: str | None, body: str | None, data: list[str] | None,
     return {key: value for key, value in given.items() if value is not None}
 
 
-def _follow_up(target: Target, campaign_id: str, action: str, payload: dict[str, Any],
+def _follow_up(target: Endpoint, campaign_id: str, action: str, payload: dict[str, Any],
                idempotency_key: str | None) -> dict[str, Any]:
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     answer: dict[str, Any] = _call(target, "POST", f"/v1/campaigns/{campaign_id}/{action}",
@@ -338,7 +338,7 @@ def retarget(
     image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
 ) -> None:
     """Send a follow-up to exactly the recipients a finished campaign did not reach."""
-    created = _follow_up(Target(api, api_key), campaign_id, "retarget",
+    created = _follow_up(Endpoint(api, api_key), campaign_id, "retarget",
                          _follow_up_body(title, body, data, image_url), idempotency_key)
     console.print(created["id"])
 
@@ -351,7 +351,7 @@ def amend(
     image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
 ) -> None:
     """Replace a finished campaign's notification on every device FCM accepted it for."""
-    created = _follow_up(Target(api, api_key), campaign_id, "amend",
+    created = _follow_up(Endpoint(api, api_key), campaign_id, "amend",
                          _follow_up_body(title, body, data, image_url), idempotency_key)
     console.print(created["id"])
 
@@ -365,7 +365,7 @@ def correct(
 ) -> None:
     """Correct a finished campaign: a new notification to its unsent recipients and a
     replacement to its sent ones, in one call; prints both follow-ups."""
-    result = _follow_up(Target(api, api_key), campaign_id, "correct",
+    result = _follow_up(Endpoint(api, api_key), campaign_id, "correct",
                         _follow_up_body(title, body, data, image_url), idempotency_key)
     for half, meaning in (("retarget", "new notification to the unsent"),
                           ("amend", "replacement for the sent")):
@@ -389,7 +389,7 @@ def estimate(
         audience = orjson.loads(filter_json)
     except orjson.JSONDecodeError as exc:
         _fail(f"--filter is not JSON: {exc}")
-    answer = _call(Target(api, api_key), "POST", "/v1/audiences/estimate",
+    answer = _call(Endpoint(api, api_key), "POST", "/v1/audiences/estimate",
                    json={"audience": audience}).json()
     console.print(f"{answer['devices']} devices", highlight=False)
 
@@ -397,7 +397,7 @@ def estimate(
 @app.command("pods")
 def pods(api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
     """Live pods, from their heartbeats."""
-    for pod in _call(Target(api, api_key), "GET", "/v1/pods").json()["pods"]:
+    for pod in _call(Endpoint(api, api_key), "GET", "/v1/pods").json()["pods"]:
         console.print(f"{pod['service']:<11} {pod['id']:<40} beat {pod['age_s']:.1f}s ago  "
                       f"working on {len(pod['campaigns'])} campaigns")
 
@@ -414,7 +414,7 @@ def create_key(
     body: dict[str, Any] = {"name": name, "role": role}
     if expires_at is not None:
         body["expires_at"] = expires_at.isoformat()
-    created = _call(Target(api, api_key), "POST", "/v1/api-keys", json=body).json()
+    created = _call(Endpoint(api, api_key), "POST", "/v1/api-keys", json=body).json()
     errors.print(f"key {created['id']} ({created['role']}); its secret, shown once:")
     console.print(created["secret"], highlight=False)
 
@@ -422,7 +422,7 @@ def create_key(
 @keys.command("list")
 def list_keys(api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
     """Every key: id, name, role, last use, expiry, revocation (never a secret)."""
-    for key in _call(Target(api, api_key), "GET", "/v1/api-keys").json()["items"]:
+    for key in _call(Endpoint(api, api_key), "GET", "/v1/api-keys").json()["items"]:
         state = f"revoked {key['revoked_at']}" if key["revoked_at"] else (
             f"expires {key['expires_at']}" if key["expires_at"] else "active")
         console.print(f"{key['id']:<24}  {key['role']:<9}  {key['name']:<24}  "
@@ -432,7 +432,7 @@ def list_keys(api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
 @keys.command("revoke")
 def revoke_key(key_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
     """Revoke a key: every api replica refuses it within a second."""
-    revoked = _call(Target(api, api_key), "DELETE", f"/v1/api-keys/{key_id}").json()
+    revoked = _call(Endpoint(api, api_key), "DELETE", f"/v1/api-keys/{key_id}").json()
     console.print(f"revoked {revoked['id']} ({revoked['name']}) at {revoked['revoked_at']}")
 
 

@@ -1,4 +1,4 @@
-"""HTTP request and response bodies of the ``/v1`` API.
+"""HTTP request and response bodies of the ``/v1`` API: a public contract (``herald.contracts``).
 
 Requests forbid unknown fields: a misspelt option is an error, never silently ignored.
 """
