@@ -6,7 +6,6 @@ took from both pinned CPUs (``/proc/stat``) and the TCP connections the row hold
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import time
 from dataclasses import dataclass
@@ -15,12 +14,11 @@ from pathlib import Path
 
 import uvloop
 
+from bench import child
 from bench.common import cpu_busy_s, process_cpu_s
 from bench.http2.rows import ROWS, Plan, Row
-from bench.transport.records import BenchError
 from herald.runtime.heap import settle_heap
 
-CHILD_SLACK_S = 120.0
 ESTABLISHED = "01"
 
 
@@ -51,24 +49,9 @@ class Measurement:
 
 
 def in_child(plan: Plan) -> Measurement:
-    """Run one row in a fresh spawned process, so rows never share a loop, pool or import state."""
-    context = multiprocessing.get_context("spawn")
-    receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=child_main, args=(plan, send), name=f"bench-{plan.row}")
-    process.start()
-    send.close()
-    try:
-        if not receive.poll(plan.warmup_s + plan.seconds + CHILD_SLACK_S):
-            raise BenchError(f"{plan.row}: no result within the time allowed")
-        result: Measurement | str = receive.recv()
-    except EOFError:
-        raise BenchError(f"{plan.row}: the row's process died without a result") from None
-    finally:
-        process.join(timeout=30)
-        if process.is_alive():
-            process.kill()
-    if isinstance(result, str):
-        raise BenchError(result)
+    """Run one row in a fresh spawned process (``bench/child.py``)."""
+    result = child.in_child(child_main, plan, plan.row, plan.warmup_s + plan.seconds)
+    assert isinstance(result, Measurement)
     return result
 
 
