@@ -136,7 +136,7 @@ async def ensure_bootstrap_key(keys: ApiKeyRepository, token: str) -> ApiKey:
     key = await keys.ensure_bootstrap(digest(token), now)
     if key.revoked_at is not None:
         log.warning("the configured bootstrap key (%s) was revoked and stays revoked; configure "
-                    "a new secret to get an admin key back (README: rotating the bootstrap key)",
+                    "a new secret to get an admin key back (docs/access.md: rotating the bootstrap key)",
                     key.prefix)
         return key
     for retired in await keys.retire_bootstraps_before(key, SYSTEM, now):

@@ -271,7 +271,7 @@ class CampaignCreator:
           by either half, whenever its dispatcher pages, sees the same outcomes, and the
           positions a follow-up resumes from stay valid.
 
-        The README's crash gap is the one way a device can have the original without being
+        The crash gap of docs/known-gaps.md is the one way a device can have the original without being
         ``sent`` (a sender killed with a batch on the wire, then a cancel): the retarget carries
         the original's key too, so there it replaces the original instead of adding to it.
 

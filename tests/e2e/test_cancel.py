@@ -3,7 +3,7 @@ account, a follow-up to exactly the rest, and seed 001's race cases, all with se
 The FCM emulator is slowed so that a 10,000-device campaign lasts several seconds. Unlike the
 other campaign tests, each test here starts a stack of its own: the 250 ms stop deadline is
 measured on fresh processes (on the session's shared fleet it was missed by 12-115 ms in 3 of 8
-runs, cause not found; see README known gaps)."""
+runs, cause not found; see docs/known-gaps.md)."""
 
 from __future__ import annotations
 

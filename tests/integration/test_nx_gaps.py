@@ -1,7 +1,7 @@
 """Where nx-27017 differs from MongoDB, pinned by tests that run unchanged on either server.
 
 Each test states the behaviour Herald relies on; the docstring names the nx-27017 difference
-and how Herald (or the launcher) meets it. The README lists the same gaps.
+and how Herald (or the launcher) meets it. docs/mongodb-stand-in.md lists the same gaps.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ class TestMongoStores(StoreContract):
     async def test_a_boolean_attribute_is_not_the_number_one(self, stores: Stores,
                                                              db: Database) -> None:
         """MongoDB keeps ``true`` and ``1`` apart; nx-27017 (SQLite underneath) stores both as
-        1, so there an ``eq: 1`` filter also selects ``true`` (a README known gap)."""
+        1, so there an ``eq: 1`` filter also selects ``true`` (docs/mongodb-stand-in.md)."""
         if (await db.client.admin.command("buildInfo")).get("process") != "nx_27017":
             await super().test_a_boolean_attribute_is_not_the_number_one(stores)
             return
