@@ -125,13 +125,12 @@ class ChunkStore:
                       "finished_at": now, "owner": None}})
         return result.modified_count == 1
 
-    async def held(self, campaign_id: str) -> list[ChunkState]:
-        """The campaign's pending chunks that some pod holds."""
+    async def pending(self, campaign_id: str) -> list[ChunkState]:
+        """The campaign's chunks not closed yet, held by a pod or not."""
         cursor = self._chunks.find({"campaign_id": campaign_id,
                                     "status": ChunkStatus.PENDING.value},
-                                   {"recipients": 0})
-        return [state for state in [from_bson(ChunkState, d) async for d in cursor]
-                if state.owner is not None]
+                                   {"recipients": 0}).sort("seq", 1)
+        return [from_bson(ChunkState, d) async for d in cursor]
 
     async def mark_rescued(self, held: ChunkState, now: datetime, not_since: datetime) -> bool:
         """Note that the sweep offers ``held`` to the live senders: True once per holder and

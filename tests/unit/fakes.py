@@ -495,11 +495,10 @@ class FakeChunks:
         return sum(1 for c in self._rows.values()
                    if c.campaign_id == campaign_id and c.state.status in CHUNK_CLOSED_FOR_GOOD)
 
-    async def held(self, campaign_id: str) -> list[ChunkState]:
+    async def pending(self, campaign_id: str) -> list[ChunkState]:
         await _round_trip()
         return [c.state for key, c in sorted(self._rows.items())
-                if key[0] == campaign_id and c.state.status is ChunkStatus.PENDING
-                and c.state.owner is not None]
+                if key[0] == campaign_id and c.state.status is ChunkStatus.PENDING]
 
     async def mark_rescued(self, held: ChunkState, now: datetime, not_since: datetime) -> bool:
         await _round_trip()

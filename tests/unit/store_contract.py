@@ -521,7 +521,9 @@ class ChunkContract:
         await stores.chunks.claim(campaign_id, 1, "frozen", None, now + LEASE)
         await stores.chunks.claim(campaign_id, 2, "a", None, now + LEASE)
         await stores.chunks.finish(campaign_id, 2, ChunkStatus.DONE, 1, 0, now, "a")
-        [held] = await stores.chunks.held(campaign_id)
+        pending = await stores.chunks.pending(campaign_id)
+        assert [(c.seq, c.owner) for c in pending] == [(0, None), (1, "frozen")]
+        held = pending[1]
         assert (held.seq, held.owner, held.fence) == (1, "frozen", 1)
         later = now + timedelta(seconds=5)
         assert await stores.chunks.mark_rescued(held, now, not_since=now - LEASE)

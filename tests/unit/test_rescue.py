@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from herald.clock import utcnow
+from herald.domain.messages import SendChunk
 from herald.domain.status import Status
 from herald.service_layer.ports import Stores
 from herald.service_layer.sending.rescue import rescue_chunks_of_dead_senders
@@ -53,3 +54,31 @@ async def test_chunks_of_campaigns_not_sending_are_left_alone(
     campaign = await sending_campaign(stores, [["a"]], status=Status.CANCELLING)
     await stores.chunks.claim(campaign.id, 0, "frozen", None, utcnow() + timedelta(minutes=5))
     assert await rescue(stores, registry, bus) == 0
+
+
+async def test_a_chunk_nobody_claimed_while_nothing_is_ready_is_offered_after_a_while(
+        stores: Stores, registry: FakeRegistry, bus: FakeBus) -> None:
+    """Its message went to a consumer that stopped before claiming it."""
+    campaign = await sending_campaign(stores, [["a"], ["b"]])
+    until = utcnow() + timedelta(minutes=5)
+    await stores.chunks.claim(campaign.id, 1, "frozen", None, until)
+    assert await rescue(stores, registry, bus) == 1  # the held one at once
+    assert await rescue(stores, registry, bus, later_s=1) == 0  # too early for the unclaimed
+    bus.delivered = len(bus.chunks)  # nothing ready in the queue
+    offered = await rescue(stores, registry, bus, later_s=OFFER_AGAIN_AFTER.total_seconds() + 1)
+    assert offered == 2 and [c.seq for c in bus.chunks] == [1, 0, 1]
+
+
+async def test_a_chunk_nobody_claimed_waits_while_the_queue_holds_work(
+        stores: Stores, registry: FakeRegistry, bus: FakeBus) -> None:
+    await sending_campaign(stores, [["a"]])
+    await bus.send_chunk(bus_chunk := await any_chunk(stores))  # one ready in the queue
+    assert bus_chunk.seq == 0
+    assert await rescue(stores, registry, bus, later_s=3600) == 0
+
+
+async def any_chunk(stores: Stores) -> SendChunk:
+    campaign = (await stores.campaigns.with_status(Status.IN_PROGRESS))[0]
+    chunk = await stores.chunks.get(campaign.id, 0)
+    assert chunk is not None
+    return SendChunk(campaign_id=campaign.id, seq=0, recipients=list(chunk.recipients))

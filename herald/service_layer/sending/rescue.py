@@ -4,10 +4,15 @@ waiting for RabbitMQ to notice the holder is gone.
 A sender the kernel stopped (SIGSTOP, a stalled VM) keeps its AMQP connection open for as long
 as the broker's heartbeat allows (60 s, about 170 s seen in practice), and with it the chunk
 messages it holds: nobody else would get them before then. The dispatchers' sweep therefore
-publishes a copy of each chunk whose holder is no longer in the registry; a live sender takes it
-over (``ChunkClaims.take``: the holder is dead, and the claim is conditional on the chunk's
-fencing token), skips what was recorded and sends the rest. The stopped sender, when it runs
-again, finds the chunk is no longer its own and sends nothing more of it (``fence.py``).
+publishes a copy of
+
+- each chunk whose holder is no longer in the registry: a live sender takes it over
+  (``ChunkClaims.take``: the holder is dead, and the claim is conditional on the chunk's fencing
+  token), skips what was recorded and sends the rest; the stopped sender, when it runs again,
+  finds the chunk is no longer its own and sends nothing more of it (``fence.py``);
+- each chunk nobody holds that has waited a while although nothing is ready in
+  ``herald.chunks``: its message was delivered to a consumer that stopped before it could claim
+  it. A copy that meets the original later is only acknowledged (the chunk is held or closed).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from herald.domain.documents import ChunkState
 from herald.domain.messages import SendChunk
 from herald.domain.status import ACTIVE
 from herald.service_layer.ports import Bus, CampaignRepository, ChunkRepository, PodRegistry
@@ -30,19 +36,35 @@ async def rescue_chunks_of_dead_senders(campaigns: CampaignRepository, chunks: C
     the stopped sender itself, whose connection is still open (a consumer with room in its
     prefetch); once that is full, copies go to the live ones."""
     live = {pod.id for pod in await registry.live(("sender",))}
+    nothing_ready = await bus.chunks_ready() == 0
     offered = 0
     for status in sorted(ACTIVE):
         for campaign in await campaigns.with_status(status):
-            for held in await chunks.held(campaign.id):
-                if held.owner in live or not await chunks.mark_rescued(
-                        held, now, not_since=now - offer_again_after):
-                    continue
-                chunk = await chunks.get(campaign.id, held.seq)
-                if chunk is None:
-                    continue
-                await bus.send_chunk(SendChunk(campaign_id=campaign.id, seq=held.seq,
-                                               recipients=list(chunk.recipients)))
-                log.warning("chunk %s:%d is held by %s, whose heartbeat expired: offered to the "
-                            "live senders", campaign.id, held.seq, held.owner)
-                offered += 1
+            for state in await chunks.pending(campaign.id):
+                why = _stuck(state, live, nothing_ready, now - offer_again_after)
+                if why and await chunks.mark_rescued(state, now,
+                                                     not_since=now - offer_again_after):
+                    offered += await _offer(chunks, bus, state, why)
     return offered
+
+
+def _stuck(state: ChunkState, live: set[str], nothing_ready: bool,
+           waited_since: datetime) -> str | None:
+    """Why the chunk needs offering again, or None."""
+    if state.owner is not None:
+        return None if state.owner in live else \
+            f"is held by {state.owner}, whose heartbeat expired"
+    if nothing_ready and state.created_at < waited_since:
+        return "has waited unclaimed while nothing is ready in herald.chunks (its message is " \
+               "with a consumer that stopped before claiming it)"
+    return None
+
+
+async def _offer(chunks: ChunkRepository, bus: Bus, state: ChunkState, why: str) -> int:
+    chunk = await chunks.get(state.campaign_id, state.seq)
+    if chunk is None:
+        return 0
+    await bus.send_chunk(SendChunk(campaign_id=state.campaign_id, seq=state.seq,
+                                   recipients=list(chunk.recipients)))
+    log.warning("chunk %s:%d %s: offered to the live senders", state.campaign_id, state.seq, why)
+    return 1
