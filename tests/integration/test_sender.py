@@ -252,10 +252,11 @@ async def test_every_request_of_a_campaign_carries_its_replacement_key(
     chunks = [[f"tok-{seq}-{i}" for i in range(150)] for seq in range(2)]
     document = await sending_campaign(sender.resources.stores, chunks, replace_key=named)
     await publish_chunks(sender.resources.bus, document, chunks)
-    await eventually(lambda: finished(sender, document.id))
+    done = await eventually(lambda: finished(sender, document.id))
     key = named or f"herald-{document.id}"
     received = emulator.received()
-    assert sorted(r.token for r in received) == sorted(t for chunk in chunks for t in chunk)
+    assert sorted(r.token for r in received) == sorted(t for chunk in chunks for t in chunk), (
+        done.counts, emulator.stats())
     assert {(r.android_tag, r.android_collapse_key, r.apns_collapse_id, r.webpush_tag)
             for r in received} == {(key, key, key, key)}
     assert {r.webpush_topic for r in received} == {key if named is None else web_push_topic(key)}
