@@ -21,6 +21,8 @@ from herald.domain.payload import (
     build_payload,
     check_payload_size,
 )
+from herald.domain.personalize import TemplateRefused
+from herald.domain.rendering import Translation, Translations, content_problems
 from herald.domain.status import Status
 from herald.domain.timing import validate_cron
 from herald.domain.types import (
@@ -148,10 +150,23 @@ class Content(Strict):
     options: SendOptions | None = Field(
         default=None, description="Delivery and display per platform: TTL, priority, Android "
                                   "channel, sound, iOS badge, what a tap opens, analytics label")
+    translations: Translations = Field(
+        default_factory=dict,
+        description="The words in other languages, by language tag (BCP 47: 'es', 'pt-BR'): a "
+                    "device gets the most specific tag its locale matches (es-MX, then es), "
+                    "else this content. Titles, bodies and data values may hold placeholders "
+                    "such as {{ attributes.first_name | default(\"there\") }} (docs/content.md)")
 
     @model_validator(mode="after")
     def _fits_fcm(self) -> Content:
-        check_payload_size(self.payload(self._sized_key()))
+        key = self._sized_key()
+        check_payload_size(self.payload(key))
+        problems = content_problems(
+            self.title, self.body, self.data, self.translations,
+            image_url=str(self.image_url) if self.image_url else None, options=self.options,
+            replace_key=key)
+        if problems:
+            raise TemplateRefused(problems)
         return self
 
     def _sized_key(self) -> str:
@@ -222,6 +237,7 @@ class CampaignPatch(Strict):
     image_url: AnyHttpUrl | None = None
     data: DataMap | None = None
     options: SendOptions | None = None
+    translations: Translations | None = None
     audience: Audience | None = None
     send_at: datetime | None = None
     timezone: TimezoneName | None = None
@@ -330,6 +346,7 @@ class CampaignView(BaseModel):
     image_url: str | None
     data: dict[str, str]
     options: SendOptions | None = None
+    translations: dict[str, Translation] = Field(default_factory=dict)
     audience: dict[str, Any] | None
     retarget: dict[str, Any] | None
     chunk_size: int
@@ -382,6 +399,9 @@ class RetargetRequest(Strict):
     image_url: AnyHttpUrl | None = None
     data: DataMap | None = None
     options: SendOptions | None = None
+    translations: Translations | None = Field(
+        default=None, description="Omitted: the original's translations; {} sends every "
+                                  "device the new content")
     name: str | None = Field(default=None, max_length=200)
     chunk_size: int | None = Field(default=None, ge=1, le=5000)
 

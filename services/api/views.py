@@ -34,7 +34,7 @@ def campaign_view(campaign: Campaign) -> CampaignView:
     return CampaignView(
         id=campaign.id, name=campaign.name, status=campaign.status, title=content.title,
         body=content.body, image_url=content.image_url, data=content.data,
-        options=content.options,
+        options=content.options, translations=content.translations,
         audience=campaign.audience.model_dump(mode="json", by_alias=True)
         if campaign.audience else None,
         retarget={"campaign_id": follow_up.campaign_id, "outcome": follow_up.outcome.value}

@@ -45,7 +45,7 @@ async def test_ndjson_is_one_object_per_line_written_in_blocks() -> None:
 
 
 async def test_an_empty_csv_audit_is_its_header() -> None:
-    assert await download([], AuditFormat.CSV) == (b"token,user_id,outcome,error\r\n", 1)
+    assert await download([], AuditFormat.CSV) == (b"token,user_id,outcome,error,variant\r\n", 1)
 
 
 def test_the_parameter_wins_over_accept_and_ndjson_is_the_default() -> None:
