@@ -139,7 +139,8 @@ async def test_the_sender_sends_an_amend_with_the_originals_key_on_every_platfor
     assert await stores.campaigns.claim_for_dispatch(amend.id, "d", now, now + LEASE)
     info = await CampaignCache(stores.campaigns, CancelWatch(flags)).get(amend.id)
     assert info is not None
-    message = orjson.loads(info.content.message_for("tok", RecipientDevice(None, None, None, "android")).body or b"")["message"]
+    device = RecipientDevice(None, None, None, "android")
+    message = orjson.loads(info.content.message_for("tok", device).body or b"")["message"]
     key = original.sent_with_key
     assert message["android"] == {"collapse_key": key, "notification": {"tag": key}}
     assert message["apns"] == {"headers": {"apns-collapse-id": key}}
