@@ -61,6 +61,8 @@ from herald.domain.personalize import (
 )
 
 MAX_TRANSLATIONS = 100
+DEFAULT_VARIANT = "default"
+"""What the audit, a preview and the audience split call the campaign's own content."""
 
 
 class Translation(BaseModel):

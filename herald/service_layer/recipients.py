@@ -12,6 +12,7 @@ Freezing what a cancelled campaign never paged is ``freezing.py``'s.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,11 +30,9 @@ from herald.domain.documents import (
 from herald.domain.fcm_errors import FcmError, token_is_unusable
 from herald.domain.locales import LocaleMatcher
 from herald.domain.messages import Profile, ProfileNeed, Recipient
+from herald.domain.rendering import DEFAULT_VARIANT
 from herald.domain.timing import Wave
 from herald.service_layer.ports import CampaignRecords
-
-DEFAULT_VARIANT = "default"
-"""What the audit calls the campaign's own content (no translation)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,9 +273,30 @@ async def audit(stores: CampaignRecords, campaign: Campaign,
                 yield RecipientLine(recipient.token, recipient.user_id, found, error,
                                     variants.of(recipient))
     if outcome is Outcome.UNSENT and campaign.source_not_exhausted:
-        source = await source_for(stores, campaign)
+        source = await source_for(stores, campaign, need=_variant_need(campaign))
         async for _, recipient in source.stream(after=cursor):
-            yield RecipientLine(recipient.token, recipient.user_id, Outcome.UNSENT)
+            yield RecipientLine(recipient.token, recipient.user_id, Outcome.UNSENT,
+                                variant=variants.of(recipient))
+
+
+def _variant_need(campaign: Campaign) -> ProfileNeed | None:
+    """What the audit reads of the devices never paged: their locale, if the campaign has
+    translations (the variant they would have got)."""
+    return ProfileNeed() if campaign.content.translations else None
+
+
+async def variants_of(stores: CampaignRecords, campaign: Campaign,
+                      outcome: Outcome) -> dict[str, int]:
+    """The recipients of ``campaign`` with ``outcome``, by the variant they got (or, unsent,
+    would have got): the languages a follow-up of them affects. A campaign without
+    translations has only ``default``, counted without reading the audit."""
+    if not campaign.content.translations:
+        count = campaign.counts.sent if outcome is Outcome.SENT else campaign.counts.unsent
+        return {DEFAULT_VARIANT: count} if count else {}
+    counted: Counter[str] = Counter()
+    async for line in audit(stores, campaign, outcome):
+        counted[line.variant] += 1
+    return dict(counted)
 
 
 def unsent(stores: CampaignRecords, campaign: Campaign) -> AsyncIterator[RecipientLine]:

@@ -36,6 +36,7 @@ from herald.service_layer.campaigns import (
     SendAtInPast,
 )
 from herald.service_layer.cancellation import CampaignNotFound, CannotCancel
+from herald.service_layer.preview import DeviceNotFound
 from herald.service_layer.queries import ScheduleNotFound
 from herald.service_layer.scheduling import ScheduleEnded
 
@@ -71,6 +72,7 @@ def schedule_not_found(schedule_id: str) -> ApiError:
 
 DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     CampaignNotFound: (404, "campaign_not_found"),
+    DeviceNotFound: (404, "device_not_found"),
     ScheduleNotFound: (404, "schedule_not_found"),
     KeyNotFound: (404, "api_key_not_found"),
     CannotCancel: (409, "not_cancellable"),

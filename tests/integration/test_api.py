@@ -161,7 +161,8 @@ async def test_the_audit_streams_ndjson_per_outcome(api: httpx.AsyncClient, db: 
     lines = [orjson.loads(line) for line in sent.content.splitlines()]
     assert len(lines) == 12 and set(lines[0]) == {"token", "user_id", "outcome", "error", "variant"}
     assert [orjson.loads(line) for line in failed.content.splitlines()] == [
-        {"token": "tok-00011", "user_id": "u11", "outcome": "failed", "error": "UNREGISTERED"}]
+        {"token": "tok-00011", "user_id": "u11", "outcome": "failed", "error": "UNREGISTERED",
+         "variant": "default"}]
     assert bad.status_code == 422
 
 
