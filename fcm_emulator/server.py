@@ -102,7 +102,7 @@ import functools
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,6 +203,11 @@ class Behaviour:
                 "keep_bodies": self.keep_bodies,
                 "token_endpoint": {"refuse": self.refuse_grants, "stall_s": self.grant_stall_s,
                                    "expires_in_s": self.expires_in_s}}
+
+
+PLAIN_KNOBS: dict[str, Callable[[Any], Any]] = {
+    "latency_ms": float, "stall_ms": float, "payload_fcm_error": bool, "keep_bodies": bool}
+"""Configuration keys that set the :class:`Behaviour` field of their name, converted."""
 
 
 @dataclass
@@ -384,15 +389,9 @@ class Emulator:
         return web.json_response({**self.behaviour.to_dict(), "revoked_tokens": revoked})
 
     def _apply(self, config: dict[str, Any]) -> int:
-        behaviour = self.behaviour
-        if "latency_ms" in config:
-            behaviour.latency_ms = float(config["latency_ms"])
-        if "stall_ms" in config:
-            behaviour.stall_ms = float(config["stall_ms"])
-        if "payload_fcm_error" in config:
-            behaviour.payload_fcm_error = bool(config["payload_fcm_error"])
-        if "keep_bodies" in config:
-            behaviour.keep_bodies = bool(config["keep_bodies"])
+        for name, kind in PLAIN_KNOBS.items():
+            if name in config:
+                setattr(self.behaviour, name, kind(config[name]))
         if "push_back" in config:
             self._set_push_back(config["push_back"])
         if "fail_all" in config:
