@@ -215,14 +215,17 @@ def targets(chunk: SendChunk, recorded: Recorded,
         return [Target(position, r.token) for position, r in todo], []
     sendable: list[Target] = []
     refused: list[RecipientOutcome] = []
+    first_failure: str | None = None
     for position, recipient in todo:
         message = content.message_for(recipient.token, recipient.device())
         if message.body is not None:
             sendable.append(Target(position, recipient.token, message.body))
         else:
             refused.append(RecipientOutcome(Target(position, recipient.token), message.code))
-            log.info("chunk %s:%d position %d not sent: %s", chunk.campaign_id, chunk.seq,
-                     position, message.failure)
+            first_failure = first_failure or message.failure
+    if refused:  # one line per chunk, however many of its recipients fail so
+        log.warning("chunk %s:%d: %d recipients failed before sending (first: %s)",
+                    chunk.campaign_id, chunk.seq, len(refused), first_failure)
     return sendable, refused
 
 
