@@ -9,12 +9,15 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from bson import ObjectId
 from fastapi import FastAPI
 
 from herald import names
 from herald.adapters.mongo import Database
 from herald.domain.access import Role
 from herald.domain.payload import MAX_PAYLOAD_BYTES
+from herald.service_layer.ports import Stores
+from tests.factories import paged_campaign
 from tests.integration.helpers import client_of, mint
 from tests.support import error_code
 
@@ -155,3 +158,22 @@ async def test_who_may_preview(api: httpx.AsyncClient, api_app: FastAPI) -> None
         async with client_of(api_app, await mint(api, role)) as client:
             response = await client.post("/v1/campaigns/preview", json=body)
         assert (response.status_code == 200) == allowed, (role, response.text)
+
+
+async def test_campaigns_and_chunks_stored_before_translations_read_and_audit_as_before(
+        api: httpx.AsyncClient, db: Database, stores: Stores) -> None:
+    campaign_id = await paged_campaign(stores)
+    await db[names.CAMPAIGNS].update_one({"_id": ObjectId(campaign_id)},
+                                         {"$unset": {"content.translations": ""}})
+    async for chunk in db[names.CHUNKS].find({"campaign_id": campaign_id}):  # nulls, as before
+        legacy = [{"token": r["token"], "user_id": None} for r in chunk["recipients"]]
+        await db[names.CHUNKS].update_one({"_id": chunk["_id"]}, {"$set": {"recipients": legacy}})
+    stored = await stores.campaigns.get(campaign_id)
+    assert stored is not None and stored.content.translations == {}
+    assert stored.content.profile_need is None
+    view = (await api.get(f"/v1/campaigns/{campaign_id}")).json()
+    assert view["translations"] == {}
+    audit = await api.get(f"/v1/campaigns/{campaign_id}/recipients", params={"outcome": "sent"})
+    lines = [orjson.loads(line) for line in audit.content.splitlines()]
+    assert lines and {line["variant"] for line in lines} == {"default"}
+    assert lines[0]["user_id"] is None
