@@ -5,13 +5,16 @@ recipient's variant, and a correction re-renders for each device."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient, Received
+from herald_cli import commands as cli
 from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, reachable_devices
 
@@ -72,6 +75,7 @@ def test_each_device_gets_its_language_and_name_as_previewed_and_a_correction_re
     own, audience = fleet.import_own(api, devices)
     by_token = {device["token"]: expected[base["token"]] for device, base in zip(own, devices,
                                                                                     strict=True)}
+    _estimated_with_the_cli(fleet, audience, by_token)
     emulator.configure(keep_bodies=True)
     campaign_id = api.create_campaign(**CONTENT, audience=audience)
     watched = own[0]["token"]  # es-MX, with a first name
@@ -95,6 +99,19 @@ def test_each_device_gets_its_language_and_name_as_previewed_and_a_correction_re
     assert audit == {token: LOCALES[locale] for token, (locale, _) in by_token.items()}
 
     _corrected(api, emulator, campaign_id, by_token, own)
+
+
+def _estimated_with_the_cli(fleet: Fleet, audience: dict[str, Any],
+                            by_token: dict[str, tuple[str, str | None]]) -> None:
+    """``herald audiences estimate --language ...``: the audience split as the sender matches."""
+    config = fleet.stack.config
+    result = CliRunner().invoke(cli.app, [
+        "audiences", "estimate", "--filter", json.dumps(audience), "--api", config.api_url,
+        "--api-key", config.api_key, *(arg for tag in CONTENT["translations"]
+                                       for arg in ("--language", tag))])
+    assert result.exit_code == 0, result.output
+    split = {words[0]: int(words[1]) for words in map(str.split, result.output.splitlines()[1:])}
+    assert split == dict(Counter(LOCALES[locale] for locale, _ in by_token.values()))
 
 
 def _user_id(own: list[dict[str, Any]], token: str) -> str:
