@@ -19,7 +19,7 @@ from enum import Enum
 
 from herald.domain.documents import Recorded
 from herald.domain.fcm_errors import FcmError, SendResult
-from herald.domain.messages import SendChunk
+from herald.domain.messages import Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome, Target, dead_tokens
 from herald.domain.rendering import CompiledContent
 from herald.observability import CHUNKS
@@ -213,6 +213,16 @@ def targets(chunk: SendChunk, recorded: Recorded,
             if position not in recorded]
     if not content.per_device:
         return [Target(position, r.token) for position, r in todo], []
+    sendable, refused, first_failure = _rendered(todo, content)
+    if refused:  # one line per chunk, however many of its recipients fail so
+        log.warning("chunk %s:%d: %d recipients failed before sending (first: %s)",
+                    chunk.campaign_id, chunk.seq, len(refused), first_failure)
+    return sendable, refused
+
+
+def _rendered(todo: list[tuple[int, Recipient]], content: CompiledContent
+              ) -> tuple[list[Target], list[RecipientOutcome], str | None]:
+    """Each recipient's own message, or its failure (and the first failure's reason)."""
     sendable: list[Target] = []
     refused: list[RecipientOutcome] = []
     first_failure: str | None = None
@@ -223,10 +233,7 @@ def targets(chunk: SendChunk, recorded: Recorded,
         else:
             refused.append(RecipientOutcome(Target(position, recipient.token), message.code))
             first_failure = first_failure or message.failure
-    if refused:  # one line per chunk, however many of its recipients fail so
-        log.warning("chunk %s:%d: %d recipients failed before sending (first: %s)",
-                    chunk.campaign_id, chunk.seq, len(refused), first_failure)
-    return sendable, refused
+    return sendable, refused, first_failure
 
 
 class _Gate:
