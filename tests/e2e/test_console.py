@@ -250,6 +250,8 @@ def test_correct_everyone_on_a_stopped_campaign(pages: PageMaker, admin: Api,
     result = page.locator("#follow-up-result")
     expect(result.locator("[data-half=retarget]")).to_contain_text(f"{counts['unsent']:,}")
     expect(result.locator("[data-half=amend]")).to_contain_text(f"{counts['sent']:,}")
+    expect(result.locator("[data-half=amend] .languages")).to_have_text(
+        f" (by language: default {counts['sent']:,})")
     result.scroll_into_view_if_needed()
     screenshot(page, "correct-everyone")
     halves = {half: result.locator(f"[data-half={half}] a").inner_text()

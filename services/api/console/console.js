@@ -486,9 +486,12 @@ function followUpForm(c, kind) {
 }
 
 function correctionResult(answer) {
+  const languages = (made) => Object.entries(made.languages || {})
+    .map(([variant, count]) => `${variant} ${fmt(count)}`).join(", ");
   const half = (name, made, what) => made
     ? h("li", { "data-half": name }, `${what}: `, h("strong", { class: "num", text: fmt(made.expected) }),
-      " devices — ", h("a", { href: `#/campaigns/${made.id}`, text: made.id }))
+      " devices — ", h("a", { href: `#/campaigns/${made.id}`, text: made.id }),
+      h("span", { class: "muted languages", text: ` (by language: ${languages(made)})` }))
     : h("li", { "data-half": name, text: `${what}: nobody` });
   return h("div", { class: "notice ok" }, h("strong", { text: "Correction sent." }),
     h("ul", {}, half("retarget", answer.retarget, "New notification to the unsent"),
