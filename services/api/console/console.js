@@ -298,7 +298,8 @@ function renderCampaign(parts, view) {
   const c = view.campaign;
   parts.title.textContent = label(c);
   parts.status.replaceChildren(statusBadge(c.status));
-  parts.meta.textContent = `${c.title} — ${c.body}`;
+  const tags = Object.keys(c.translations || {});
+  parts.meta.textContent = `${c.title} — ${c.body}` + (tags.length ? ` (also in ${tags.join(", ")})` : "");
   parts.bar.replaceChildren(progressBar(c.counts, true));
   parts.counts.replaceChildren(...[["targeted", "Targeted"], ["sent", "Sent"], ["failed", "Failed"],
     ["unsent", "Unsent"]].map(([k, t]) => h("div", { class: k },
