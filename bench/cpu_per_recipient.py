@@ -12,6 +12,12 @@ from ``/proc/self/stat`` the same way, on the same event loop as Herald's proces
 two rows alternate ``--runs`` times; the table has each run and the medians. The ratio says
 what Herald's pipeline (paging, queueing, claims, the window, recording, counting) adds to the
 request itself. Issue 12's goal: <= 1.5x.
+
+``--personal`` adds a row to each run (issue 25): the same devices (each with a locale and two
+attributes) sent a campaign with two placeholders in its title and two in its body and two
+translations (``bench.personalize``'s content), so that the dispatcher copies each device's
+profile into its chunk and the sender renders each recipient's message. The sender's own CPU
+is reported beside the total of the three processes.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 import aiohttp
 import uvloop
 
+from bench import personalize
 from bench.common import process_cpu_s, results_path, write_json
 from bench.stack import create_campaign, import_devices, running_stack, wait_for_campaign
 from devstack.stack import Stack
@@ -39,26 +46,43 @@ IN_FLIGHT = 256
 TITLE, BODY = "Bench", "CPU per recipient"
 
 
+LOCALES = ("es-MX", "es", "pt-BR", "en-US", "fr-FR", "de", None)
+
+
 def devices(count: int) -> list[dict[str, Any]]:
-    return [{"token": f"cpu-{i:07d}-" + "x" * 140, "user_id": f"u{i}", "platform": "android"}
+    """Every device has a locale (most) and attributes; a plain campaign reads neither."""
+    return [{"token": f"cpu-{i:07d}-" + "x" * 140, "user_id": f"u{i}", "platform": "android",
+             **({"locale": locale} if (locale := LOCALES[i % len(LOCALES)]) else {}),
+             "attributes": {"first_name": f"Name{i}", "city": "Lisbon"} if i % 3 else {}}
             for i in range(count)]
 
 
-def herald_cpu_s(stack: Stack) -> float:
-    return sum(process_cpu_s(stack.processes[name].pid) for name in HERALD_PROCESSES)
+PLAIN_CONTENT = {"title": TITLE, "body": BODY}
+PERSONAL_CONTENT = {
+    "title": personalize.PERSONAL[0], "body": personalize.PERSONAL[1],
+    "data": personalize.DATA,
+    "translations": {tag: translation.model_dump()
+                     for tag, translation in personalize.PERSONAL_TRANSLATIONS.items()}}
 
 
-def run_herald(stack: Stack, api: Any, count: int) -> dict[str, float]:
-    before = herald_cpu_s(stack)
+def herald_cpu_s(stack: Stack, names: tuple[str, ...] = HERALD_PROCESSES) -> float:
+    return sum(process_cpu_s(stack.processes[name].pid) for name in names)
+
+
+def run_herald(stack: Stack, api: Any, count: int,
+               content: dict[str, Any] | None = None) -> dict[str, float]:
+    before, sender_before = herald_cpu_s(stack), herald_cpu_s(stack, ("sender-1",))
     started = time.monotonic()
-    campaign_id = create_campaign(api, {"title": TITLE, "body": BODY})
+    campaign_id = create_campaign(api, content or PLAIN_CONTENT)
     campaign = wait_for_campaign(api, campaign_id, lambda c: c["status"] in FINISHED,
                                  f"campaign {campaign_id} to end", 1800, 0.2)
     cpu_s = herald_cpu_s(stack) - before
+    sender_s = herald_cpu_s(stack, ("sender-1",)) - sender_before
     if campaign["status"] != "completed" or campaign["counts"]["sent"] != count:
         raise RuntimeError(f"campaign did not complete cleanly: {campaign}")
     return {"recipients": count, "cpu_s": cpu_s, "seconds": time.monotonic() - started,
-            "cpu_ms_per_recipient": 1000 * cpu_s / count}
+            "cpu_ms_per_recipient": 1000 * cpu_s / count,
+            "sender_cpu_ms_per_recipient": 1000 * sender_s / count}
 
 
 def bare_aiohttp(url: str, count: int, result: Any, authorization: dict[str, str]) -> None:
@@ -104,15 +128,23 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=20_000)
     parser.add_argument("--latency-ms", type=int, default=20)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--personal", action="store_true",
+                        help="also a personalised, translated campaign in each run (issue 25)")
     parser.add_argument("--output", type=Path, default=results_path("cpu_per_recipient.json"))
     args = parser.parse_args()
     runs: list[tuple[dict[str, float], dict[str, float]]] = []
+    personal: list[dict[str, float]] = []
     with running_stack(senders=1, api_timeout_s=120) as bench:
         import_devices(bench.api, devices(args.devices))
         for _ in range(args.runs):
             bench.emulator.reset()
             bench.emulator.configure(latency_ms=args.latency_ms)
             herald = run_herald(bench.stack, bench.api, args.devices)
+            if args.personal:
+                bench.emulator.reset()
+                bench.emulator.configure(latency_ms=args.latency_ms)
+                personal.append(run_herald(bench.stack, bench.api, args.devices,
+                                           PERSONAL_CONTENT))
             bench.emulator.reset()
             bench.emulator.configure(latency_ms=args.latency_ms)
             runs.append((herald, run_baseline(bench.stack, args.devices)))
@@ -126,11 +158,36 @@ def main() -> None:
     median_herald = statistics.median(h["cpu_ms_per_recipient"] for h, _ in runs)
     ratio = median_herald / median_baseline
     print(f"| median | {median_baseline:.3f} | {median_herald:.3f} | {ratio:.2f} |")
+    if personal:
+        _report_personal([h for h, _ in runs], personal)
     write_json(args.output, {"bench": "cpu_per_recipient", "latency_ms": args.latency_ms,
                              "recipients": args.devices,
                              "runs": [{"herald": h, "baseline": b} for h, b in runs],
+                             "personal_runs": personal,
                              "median_ms": {"herald": median_herald, "baseline": median_baseline},
                              "ratio": ratio})
+
+
+def _report_personal(plain: list[dict[str, float]], personal: list[dict[str, float]]) -> None:
+    """Plain against personalised content, run by run: all three processes, and the sender."""
+    print("\n| run | plain: Herald / sender CPU ms per recipient | placeholders + translations:"
+          " Herald / sender | x plain (Herald / sender) |")
+    print("|---|---:|---:|---:|")
+    rows = [*zip(plain, personal, strict=True)]
+    for number, (a, b) in enumerate(rows, 1):
+        print(f"| {number} | {_pair(a)} | {_pair(b)} | "
+              f"{b['cpu_ms_per_recipient'] / a['cpu_ms_per_recipient']:.2f} / "
+              f"{b['sender_cpu_ms_per_recipient'] / a['sender_cpu_ms_per_recipient']:.2f} |")
+    medians = [{key: statistics.median(r[key] for r in group) for key in
+                ("cpu_ms_per_recipient", "sender_cpu_ms_per_recipient")}
+               for group in (plain, personal)]
+    total, sender = (medians[1][key] / medians[0][key] for key in
+                     ("cpu_ms_per_recipient", "sender_cpu_ms_per_recipient"))
+    print(f"| median | {_pair(medians[0])} | {_pair(medians[1])} | {total:.2f} / {sender:.2f} |")
+
+
+def _pair(run: dict[str, float]) -> str:
+    return f"{run['cpu_ms_per_recipient']:.3f} / {run['sender_cpu_ms_per_recipient']:.3f}"
 
 
 def _ratio(herald: dict[str, float], baseline: dict[str, float]) -> float:

@@ -66,6 +66,8 @@ key                                                    effect
                                                        ``expires_in_s`` the lifetime of new tokens
                                                        (defaults null, 0, 3600; each optional)
 ``stall_ms``                                           the hold of ``stall-`` tokens (15000)
+``keep_bodies``                                        true: keep each request's body from now on
+                                                       (listed as ``body``), until a reset
 ``payload_fcm_error``                                  (addition) true: FCM-rule violations also
                                                        carry ``FcmError INVALID_ARGUMENT``, as some
                                                        public reports show FCM answering
@@ -83,7 +85,7 @@ OAuth token endpoint (:mod:`fcm_emulator.oauth`). What was received, each as NDJ
   account of the access token), ``auth_error`` (``missing``, ``unknown``, ``expired``,
   ``revoked``), ``validate_only``, the replacement fields (Android ``notification.tag`` and
   ``collapse_key``, APNs ``apns-collapse-id``, web push ``Topic`` and ``notification.tag``), and
-  ``body`` when started with ``--keep-bodies``;
+  ``body`` when started with ``--keep-bodies`` (or configured with ``keep_bodies``);
 - ``GET /_emulator/grants``, one row per grant request: ``at``, ``client_email``, ``granted``,
   ``error``, ``expires_at``.
 
@@ -100,7 +102,7 @@ import functools
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,6 +190,8 @@ class Behaviour:
     grant_stall_s: float = 0.0
     expires_in_s: int = 3600
     payload_fcm_error: bool = False
+    keep_bodies: bool = False
+    """Keep each request's body from now on (as ``--keep-bodies`` does from the start)."""
 
     def to_dict(self) -> dict[str, Any]:
         fail_all = None if self.fail_all_error is None else {
@@ -196,8 +200,14 @@ class Behaviour:
         return {"latency_ms": self.latency_ms, "push_back_error": self.push_back_error,
                 "push_back_until": self.push_back_until, "fail_all": fail_all,
                 "stall_ms": self.stall_ms, "payload_fcm_error": self.payload_fcm_error,
+                "keep_bodies": self.keep_bodies,
                 "token_endpoint": {"refuse": self.refuse_grants, "stall_s": self.grant_stall_s,
                                    "expires_in_s": self.expires_in_s}}
+
+
+PLAIN_KNOBS: dict[str, Callable[[Any], Any]] = {
+    "latency_ms": float, "stall_ms": float, "payload_fcm_error": bool, "keep_bodies": bool}
+"""Configuration keys that set the :class:`Behaviour` field of their name, converted."""
 
 
 @dataclass
@@ -206,19 +216,21 @@ class Record:
     for campaigns of 50,000); the raw bodies beside them when they are kept."""
 
     rows: list[tuple[Any, ...]] = field(default_factory=list)
-    bodies: list[bytes] = field(default_factory=list)
+    bodies: list[bytes | None] = field(default_factory=list)
+    """Beside each row: its raw body, or None where bodies were not kept."""
     seen_flaky: set[str] = field(default_factory=set)
     lines: list[bytes] = field(default_factory=list)
     """``rows[:len(lines)]`` encoded once (rows never change): a test that polls the record while
     a campaign of 50,000 runs pays for the new rows only."""
 
-    def encoded(self, keep_bodies: bool) -> list[bytes]:
+    def encoded(self) -> list[bytes]:
         """One NDJSON line (newline included) per row, ``body`` included when kept."""
         start = len(self.lines)
         for index in range(start, len(self.rows)):
             row = dict(zip(ROW_NAMES, self.rows[index], strict=True))
-            if keep_bodies:
-                row["body"] = _body(self.bodies[index])
+            raw = self.bodies[index]
+            if raw is not None:
+                row["body"] = _body(raw)
             self.lines.append(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
         return self.lines
 
@@ -251,8 +263,8 @@ class Emulator:
         self.record.rows.append((
             received_at, token, error, verdict.violation and verdict.violation.description,
             authorized_as, auth_error, verdict.validate_only, *verdict.replacement))
-        if self.keep_bodies:
-            self.record.bodies.append(raw)
+        self.record.bodies.append(raw if self.keep_bodies or self.behaviour.keep_bodies
+                                  else None)
         if verdict.violation is not None:
             self._count_violation(verdict.violation.field, verdict.violation.description)
         if refusal is not None:
@@ -377,13 +389,9 @@ class Emulator:
         return web.json_response({**self.behaviour.to_dict(), "revoked_tokens": revoked})
 
     def _apply(self, config: dict[str, Any]) -> int:
-        behaviour = self.behaviour
-        if "latency_ms" in config:
-            behaviour.latency_ms = float(config["latency_ms"])
-        if "stall_ms" in config:
-            behaviour.stall_ms = float(config["stall_ms"])
-        if "payload_fcm_error" in config:
-            behaviour.payload_fcm_error = bool(config["payload_fcm_error"])
+        for name, kind in PLAIN_KNOBS.items():
+            if name in config:
+                setattr(self.behaviour, name, kind(config[name]))
         if "push_back" in config:
             self._set_push_back(config["push_back"])
         if "fail_all" in config:
@@ -427,7 +435,7 @@ class Emulator:
 
     async def requests(self, _: web.Request) -> web.Response:
         """Every send, in order, as NDJSON rows of :data:`ROW_NAMES` (and ``body``, kept)."""
-        return web.Response(body=b"".join(self.record.encoded(self.keep_bodies)),
+        return web.Response(body=b"".join(self.record.encoded()),
                             content_type="application/x-ndjson")
 
     async def grants(self, _: web.Request) -> web.Response:

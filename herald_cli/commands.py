@@ -101,6 +101,18 @@ def _print_json(value: Any) -> None:
     console.print_json(orjson.dumps(value).decode())
 
 
+TranslationsOption = Annotated[str | None, typer.Option(
+    help='Translations as JSON by language tag, e.g. \'{"es": {"title": "Hola", "body": "..."}}\'',
+    show_default=False)]
+
+
+def _parse_json(option: str, text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        _fail(f"{option} is not JSON: {exc}")
+
+
 def _parse_data(pairs: list[str]) -> dict[str, str]:
     data = {}
     for pair in pairs:
@@ -139,12 +151,14 @@ def create(
     api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
     data: Annotated[list[str] | None, typer.Option(help="key=value, repeatable")] = None,
     audience: Annotated[str | None, typer.Option(help="Audience filter as JSON")] = None,
-    name: str | None = None,
+    name: str | None = None, translations: TranslationsOption = None,
 ) -> None:
     """Create a campaign (sent now) and print its id."""
     payload: dict[str, Any] = {"title": title, "body": body, "data": _parse_data(data or [])}
     if name:
         payload["name"] = name
+    if translations:
+        payload["translations"] = _parse_json("--translations", translations)
     if audience:
         payload["audience"] = orjson.loads(audience)
     created = _call(Endpoint(api, api_key), "POST", "/v1/campaigns", json=payload).json()
@@ -316,9 +330,11 @@ IdempotencyOption = Annotated[str | None, typer.Option(
 
 
 def _follow_up_body(title: str | None, body: str | None, data: list[str] | None,
-                    image_url: str | None) -> dict[str, Any]:
-    given: dict[str, Any] = {"title": title, "body": body, "image_url": image_url,
-                             "data": _parse_data(data) if data else None}
+                    image_url: str | None, translations: str | None = None) -> dict[str, Any]:
+    given: dict[str, Any] = {
+        "title": title, "body": body, "image_url": image_url,
+        "data": _parse_data(data) if data else None,
+        "translations": _parse_json("--translations", translations) if translations else None}
     return {key: value for key, value in given.items() if value is not None}
 
 
@@ -336,10 +352,11 @@ def retarget(
     api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
     title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
     image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
+    translations: TranslationsOption = None,
 ) -> None:
     """Send a follow-up to exactly the recipients a finished campaign did not reach."""
     created = _follow_up(Endpoint(api, api_key), campaign_id, "retarget",
-                         _follow_up_body(title, body, data, image_url), idempotency_key)
+                         _follow_up_body(title, body, data, image_url, translations), idempotency_key)
     console.print(created["id"])
 
 
@@ -349,10 +366,11 @@ def amend(
     api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
     title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
     image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
+    translations: TranslationsOption = None,
 ) -> None:
     """Replace a finished campaign's notification on every device FCM accepted it for."""
     created = _follow_up(Endpoint(api, api_key), campaign_id, "amend",
-                         _follow_up_body(title, body, data, image_url), idempotency_key)
+                         _follow_up_body(title, body, data, image_url, translations), idempotency_key)
     console.print(created["id"])
 
 
@@ -362,11 +380,12 @@ def correct(
     api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
     title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
     image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
+    translations: TranslationsOption = None,
 ) -> None:
     """Correct a finished campaign: a new notification to its unsent recipients and a
     replacement to its sent ones, in one call; prints both follow-ups."""
     result = _follow_up(Endpoint(api, api_key), campaign_id, "correct",
-                        _follow_up_body(title, body, data, image_url), idempotency_key)
+                        _follow_up_body(title, body, data, image_url, translations), idempotency_key)
     for half, meaning in (("retarget", "new notification to the unsent"),
                           ("amend", "replacement for the sent")):
         made = result[half]
@@ -383,15 +402,17 @@ def estimate(
         "--filter", help='Audience filter as JSON, as in campaigns create, e.g. '
                          '\'{"push_enabled": true, "topics": ["live"]}\'')] = "{}",
     api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
+    languages: Annotated[list[str] | None, typer.Option(
+        "--language", help="A translation's tag, repeatable: the devices split by language")
+    ] = None,
 ) -> None:
     """How many devices an audience reaches now, before anything is sent to it."""
-    try:
-        audience = orjson.loads(filter_json)
-    except orjson.JSONDecodeError as exc:
-        _fail(f"--filter is not JSON: {exc}")
+    audience = _parse_json("--filter", filter_json)
     answer = _call(Endpoint(api, api_key), "POST", "/v1/audiences/estimate",
-                   json={"audience": audience}).json()
+                   json={"audience": audience, "languages": languages or []}).json()
     console.print(f"{answer['devices']} devices", highlight=False)
+    for variant, count in sorted((answer.get("by_language") or {}).items()):
+        console.print(f"  {variant:<12} {count}", highlight=False)
 
 
 @app.command("pods")

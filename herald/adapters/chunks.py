@@ -34,7 +34,7 @@ from herald.domain.documents import (
     Failure,
     Recorded,
 )
-from herald.domain.messages import Recipient
+from herald.domain.messages import Profile, Recipient
 from herald.domain.outcomes import RecipientOutcome
 
 _WITHOUT_RECIPIENTS = {"recipients": 0}
@@ -46,9 +46,14 @@ def chunk_id(campaign_id: str, seq: int) -> str:
 
 def _chunk(document: Document) -> Chunk:
     # Validated when the chunk was written; the audit reads a whole campaign of these.
-    recipients = tuple(Recipient.model_construct(token=r["token"], user_id=r.get("user_id"))
+    recipients = tuple(Recipient.model_construct(token=r["token"], user_id=r.get("user_id"),
+                                                 profile=_profile(r.get("profile")))
                        for r in document["recipients"])
     return Chunk(from_bson(ChunkState, document), recipients)
+
+
+def _profile(stored: dict[str, Any] | None) -> Profile | None:
+    return None if stored is None else Profile.model_construct(**{"attributes": {}, **stored})
 
 
 class ChunkStore:
@@ -62,7 +67,7 @@ class ChunkStore:
         state = ChunkState(campaign_id=campaign_id, seq=seq, size=len(recipients), cursor=cursor,
                            status=status, created_at=now)
         document = {"_id": chunk_id(campaign_id, seq), **to_bson(state),
-                    "recipients": [r.model_dump() for r in recipients]}
+                    "recipients": [r.stored() for r in recipients]}
         try:
             await self._chunks.insert_one(document)
         except DuplicateKeyError:

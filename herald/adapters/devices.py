@@ -22,11 +22,16 @@ from herald.adapters.records import maybe, object_id
 from herald.contracts.http import DeviceIn
 from herald.domain.audience import AttributeFilter, Audience, Zones
 from herald.domain.documents import Device, UpsertCounts
-from herald.domain.messages import Recipient
+from herald.domain.messages import Profile, ProfileNeed, Recipient
 
 DUPLICATE_KEY = 11000
 UPDATE_BULK = 500
 FEW_TOKENS = 32
+PLAIN_FIELDS = {"token": 1, "user_id": 1}
+PROFILE_FIELDS = {"token": 1, "user_id": 1, "platform": 1, "locale": 1, "timezone": 1,
+                  "attributes": 1}
+"""A per-device campaign's recipients carry their profile (``ProfileNeed`` keeps the
+attributes it reads); nx-27017 projects whole fields, so ``attributes`` is read whole."""
 STREAM_BATCH = 5000
 """Documents per round trip when streaming an audience: one cursor, large batches."""
 
@@ -102,9 +107,11 @@ class DeviceStore:
         return result.modified_count
 
     async def stream(self, audience: Audience, after: str | None, until: str | None, *,
-                     zones: Zones | None = None) -> AsyncIterator[tuple[str, Recipient]]:
+                     zones: Zones | None = None,
+                     need: ProfileNeed | None = None) -> AsyncIterator[tuple[str, Recipient]]:
         """Devices of ``audience`` (in ``zones``) with ``after < id <= until``, in id order, on
-        one cursor: each device's id and the recipient it is."""
+        one cursor: each device's id and the recipient it is, with the profile ``need`` asks
+        for (None: token and user id only, as a plain campaign needs)."""
         query = audience_filter(audience, zones)
         id_range: dict[str, ObjectId | None] = {}
         if after is not None:
@@ -112,11 +119,29 @@ class DeviceStore:
         if until is not None:
             id_range["$lte"] = object_id(until)
         full = {**query, "_id": id_range} if id_range else dict(query)
-        cursor = (self._devices.find(full, {"token": 1, "user_id": 1})
-                  .sort("_id", 1).batch_size(STREAM_BATCH))
+        projection = PLAIN_FIELDS if need is None else PROFILE_FIELDS
+        cursor = (self._devices.find(full, projection).sort("_id", 1).batch_size(STREAM_BATCH))
         async for device in cursor:
             yield str(device["_id"]), Recipient.model_construct(
-                token=device["token"], user_id=device.get("user_id"))
+                token=device["token"], user_id=device.get("user_id"),
+                profile=None if need is None else need.profile(device))
+
+    async def profiles(self, tokens: Sequence[str], need: ProfileNeed) -> dict[str, Profile]:
+        """The profiles of the devices with these tokens, by token; one query (``$in``)."""
+        cursor = self._devices.find({"token": {"$in": list(tokens)}}, PROFILE_FIELDS)
+        return {device["token"]: need.profile(device) async for device in cursor}
+
+    async def locales(self, audience: Audience) -> dict[str | None, int]:
+        """Devices of ``audience`` by locale: one ``$group`` over the same ``$match`` as
+        ``count`` (strings as keys, which nx-27017 keeps as they are)."""
+        cursor = await self._devices.aggregate([
+            {"$match": audience_filter(audience)},
+            {"$group": {"_id": "$locale", "devices": {"$sum": 1}}}])
+        return {row["_id"]: int(row["devices"]) async for row in cursor}
+
+    async def find_by_user_id(self, user_id: str) -> Device | None:
+        return maybe(Device, await self._devices.find_one({"user_id": user_id},
+                                                          sort=[("_id", DESCENDING)]))
 
     async def timezones(self, audience: Audience) -> list[str]:
         """The distinct device timezones among the devices of ``audience``."""

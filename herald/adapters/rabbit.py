@@ -190,7 +190,10 @@ class RabbitBus:
         self._broker = broker
 
     async def send_chunk(self, message: SendChunk) -> None:
-        await self._broker.publish(message, queue=CHUNKS_QUEUE, persist=True)
+        # Absent fields left out: a plain campaign's recipients stay ``token`` and ``user_id``.
+        body = message.model_dump_json(exclude_none=True).encode()
+        await self._broker.publish(body, queue=CHUNKS_QUEUE, persist=True,
+                                   content_type="application/json")
 
     async def chunks_ready(self) -> int:
         """Chunk messages waiting in ``herald.chunks``, ready and not yet delivered to a sender.

@@ -12,6 +12,7 @@ from pydantic import AnyHttpUrl, AwareDatetime, BaseModel, ConfigDict, Field, mo
 
 from herald.domain.access import ActorKind, LogOutcome, Role
 from herald.domain.audience import Audience, Platform
+from herald.domain.locales import LanguageTag
 from herald.domain.payload import (
     LONGEST_DEFAULT_KEY,
     SIZED_NOW_S,
@@ -21,11 +22,19 @@ from herald.domain.payload import (
     build_payload,
     check_payload_size,
 )
+from herald.domain.personalize import TemplateRefused
+from herald.domain.rendering import (
+    MAX_TRANSLATIONS,
+    Translation,
+    Translations,
+    content_problems,
+)
 from herald.domain.status import Status
 from herald.domain.timing import validate_cron
 from herald.domain.types import (
     AttributeName,
     Locale,
+    ObjectIdStr,
     Scalar,
     TimezoneName,
     Token,
@@ -148,10 +157,23 @@ class Content(Strict):
     options: SendOptions | None = Field(
         default=None, description="Delivery and display per platform: TTL, priority, Android "
                                   "channel, sound, iOS badge, what a tap opens, analytics label")
+    translations: Translations = Field(
+        default_factory=dict,
+        description="The words in other languages, by language tag (BCP 47: 'es', 'pt-BR'): a "
+                    "device gets the most specific tag its locale matches (es-MX, then es), "
+                    "else this content. Titles, bodies and data values may hold placeholders "
+                    "such as {{ attributes.first_name | default(\"there\") }} (docs/content.md)")
 
     @model_validator(mode="after")
     def _fits_fcm(self) -> Content:
-        check_payload_size(self.payload(self._sized_key()))
+        key = self._sized_key()
+        check_payload_size(self.payload(key))
+        problems = content_problems(
+            self.title, self.body, self.data, self.translations,
+            image_url=str(self.image_url) if self.image_url else None, options=self.options,
+            replace_key=key)
+        if problems:
+            raise TemplateRefused(problems)
         return self
 
     def _sized_key(self) -> str:
@@ -222,6 +244,7 @@ class CampaignPatch(Strict):
     image_url: AnyHttpUrl | None = None
     data: DataMap | None = None
     options: SendOptions | None = None
+    translations: Translations | None = None
     audience: Audience | None = None
     send_at: datetime | None = None
     timezone: TimezoneName | None = None
@@ -290,16 +313,85 @@ class SchedulePage(BaseModel):
 
 class AudienceEstimateRequest(Strict):
     audience: Audience = Field(default_factory=Audience)
+    languages: list[LanguageTag] = Field(
+        default_factory=list, max_length=MAX_TRANSLATIONS,
+        description="The tags of a campaign's translations: the answer then splits the devices "
+                    "by the variant each would get (by_language)")
 
 
 class AudienceEstimate(BaseModel):
     devices: int = Field(description="Devices the audience selects now (a campaign created now "
                                      "targets these, plus any registered before it is paged)")
+    by_language: dict[str, int] | None = Field(
+        default=None, description="With `languages`: the devices by the translation their "
+                                  "locale selects (its tag), `default` for the campaign's own "
+                                  "content; null without `languages`")
+
+
+# --- preview ---------------------------------------------------------------------------------------
+class PreviewContent(Content):
+    """A campaign's content as a create would give it, for a preview."""
+
+    replace_key: ReplaceKey | None = Field(
+        default=None, description="Omitted: herald-000000000000000000000000 stands for the "
+                                  "key a new campaign's id gives")
+
+    def _sized_key(self) -> str:
+        return self.replace_key or LONGEST_DEFAULT_KEY
+
+
+class PreviewRequest(Strict):
+    """What to preview (``content``, or the campaign ``campaign_id``) for which device (its
+    ``token``, or the newest device of ``user_id``): one of each."""
+
+    content: PreviewContent | None = None
+    campaign_id: ObjectIdStr | None = None
+    token: Token | None = None
+    user_id: UserId | None = None
+
+    @model_validator(mode="after")
+    def _one_of_each(self) -> PreviewRequest:
+        if (self.content is None) == (self.campaign_id is None):
+            raise ValueError("give either content or campaign_id")
+        if (self.token is None) == (self.user_id is None):
+            raise ValueError("give either token or user_id")
+        return self
+
+
+class PreviewDevice(BaseModel):
+    token: str
+    user_id: str | None
+    platform: str
+    locale: str | None
+    timezone: str | None
+
+
+class Preview(BaseModel):
+    """The FCM message the device would get, exactly as a sender would send it; nothing sent."""
+
+    device: PreviewDevice
+    variant: str = Field(description="The translation its locale selects (its tag), or "
+                                     "`default`: the campaign's own content")
+    message: dict[str, Any] | None = Field(
+        description="The FCM v1 `message` of the request body (token, notification, data, "
+                    "every platform's options and replacement key); null if it cannot be sent")
+    size_bytes: int | None = Field(
+        description="Its size as FCM's 4,096-byte rule counts it (all but the token)")
+    failure: str | None = Field(default=None,
+                                description="Why this device's message would fail, if it would")
+    failure_code: str | None = Field(
+        default=None, description="The audit's error for it: MESSAGE_TOO_BIG or RENDER_FAILED")
+
+
+AFFECTED_LANGUAGES = ("A follow-up (retarget, amend): the original's recipients it reaches, by "
+                      "the variant of the original they got (or, unsent, would have got): a "
+                      "translation's tag, or `default`")
 
 
 class CampaignCreated(BaseModel):
     id: str
     status: Status
+    languages: dict[str, int] | None = Field(default=None, description=AFFECTED_LANGUAGES)
 
 
 class Counts(BaseModel):
@@ -330,6 +422,7 @@ class CampaignView(BaseModel):
     image_url: str | None
     data: dict[str, str]
     options: SendOptions | None = None
+    translations: dict[str, Translation] = Field(default_factory=dict)
     audience: dict[str, Any] | None
     retarget: dict[str, Any] | None
     chunk_size: int
@@ -382,6 +475,9 @@ class RetargetRequest(Strict):
     image_url: AnyHttpUrl | None = None
     data: DataMap | None = None
     options: SendOptions | None = None
+    translations: Translations | None = Field(
+        default=None, description="Omitted: the original's translations; {} sends every "
+                                  "device the new content")
     name: str | None = Field(default=None, max_length=200)
     chunk_size: int | None = Field(default=None, ge=1, le=5000)
 
@@ -409,6 +505,7 @@ class FollowUpCreated(BaseModel):
                                              "has paged them all (equal to expected); null "
                                              "until then: read it from `href`")
     href: str = Field(description="Where to follow it: /v1/campaigns/{id}")
+    languages: dict[str, int] = Field(default_factory=dict, description=AFFECTED_LANGUAGES)
 
 
 class CorrectResult(BaseModel):

@@ -22,9 +22,10 @@ from typing import Any
 
 from herald.domain.access import Actor
 from herald.domain.audience import Audience
-from herald.domain.messages import Recipient
+from herald.domain.messages import ProfileNeed, Recipient
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.payload import SendOptions, replace_key_for
+from herald.domain.rendering import Translation, profile_need
 from herald.domain.status import Status
 from herald.domain.timing import Wave
 
@@ -162,6 +163,13 @@ class CampaignContent:
     data: dict[str, str] = field(default_factory=dict)
     image_url: str | None = None
     options: SendOptions | None = None
+    translations: dict[str, Translation] = field(default_factory=dict)
+    """By language tag (canonical); a campaign stored before translations existed has none."""
+
+    @property
+    def profile_need(self) -> ProfileNeed | None:
+        """What of each device its messages read; None for one message to every device."""
+        return profile_need(self.title, self.body, self.data, self.translations)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ never breaks an older pod; anything it cannot act on is dead-lettered with a log
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +35,46 @@ class DispatchCampaign(BaseModel):
     campaign_id: ObjectIdStr
 
 
+class Profile(BaseModel):
+    """What a translated or personalised campaign reads of a recipient's device, copied into
+    its chunk by the dispatcher (a plain campaign's recipients carry none: its chunks stay as
+    small as before). ``attributes`` holds only those the campaign's placeholders read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    platform: str | None = None
+    locale: str | None = None
+    timezone: str | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileNeed:
+    """What of each device a campaign's messages read, so the dispatcher copies that and no
+    more into its chunks: the platform, locale and timezone, and these ``attributes``."""
+
+    attributes: frozenset[str] = frozenset()
+
+    def profile(self, device: Mapping[str, Any]) -> Profile:
+        """The profile of a device given as its stored fields."""
+        attributes = device.get("attributes") or {}
+        return Profile.model_construct(
+            platform=device.get("platform"), locale=device.get("locale"),
+            timezone=device.get("timezone"),
+            attributes={name: attributes[name] for name in self.attributes if name in attributes})
+
+
+@dataclass(frozen=True, slots=True)
+class RecipientDevice:
+    """A recipient as a placeholder sees it (``herald.domain.personalize.DeviceFields``)."""
+
+    user_id: str | None
+    locale: str | None
+    timezone: str | None
+    platform: str
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
 class Recipient(BaseModel):
     """A recipient inside a chunk. Tokens were validated when the device registered; here only
     their size is checked, since a chunk carries hundreds of them on the sender's hot path."""
@@ -41,6 +83,21 @@ class Recipient(BaseModel):
 
     token: str = Field(min_length=1, max_length=4096)
     user_id: UserId | None = None
+    profile: Profile | None = None
+
+    def device(self) -> RecipientDevice:
+        """The recipient's fields for rendering; a recipient without a profile has only its
+        user id (its placeholders' defaults apply, ``platform`` is empty)."""
+        profile = self.profile
+        if profile is None:
+            return RecipientDevice(self.user_id, None, None, "")
+        return RecipientDevice(self.user_id, profile.locale, profile.timezone,
+                               profile.platform or "", profile.attributes)
+
+    def stored(self) -> dict[str, Any]:
+        """As a chunk document and a chunk message hold it: absent fields left out, so a
+        plain campaign's recipients are exactly ``token`` and ``user_id``."""
+        return self.model_dump(exclude_none=True)
 
 
 class SendChunk(BaseModel):

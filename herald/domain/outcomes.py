@@ -16,10 +16,12 @@ from herald.domain.fcm_errors import FcmError, token_is_dead
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A recipient to send to, known by its position in the chunk."""
+    """A recipient to send to, known by its position in the chunk; ``body`` is its own FCM
+    request when the campaign's messages differ per device (None: the shared one)."""
 
     position: int
     token: str
+    body: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

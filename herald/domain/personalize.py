@@ -148,6 +148,15 @@ class TemplateProblem:
     field: str
     position: Position | None
     message: str
+    kind: str = "template"
+    """``template`` (a placeholder), ``size`` (a variant over FCM's size rule) or
+    ``translation`` (a tag or a data key a translation may not have)."""
+
+    @property
+    def variant(self) -> str:
+        """The variant the problem is in: a translation's tag, or ``default``."""
+        parts = self.field.split(".")
+        return parts[1] if parts[0] == "translations" and len(parts) > 1 else "default"
 
     def __str__(self) -> str:
         if self.position is None:

@@ -38,6 +38,7 @@ import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from herald.domain.locales import LocaleMatcher, canonical_tag
+from herald.domain.messages import ProfileNeed
 from herald.domain.payload import (
     LONGEST_DEFAULT_KEY,
     MAX_PAYLOAD_BYTES,
@@ -60,6 +61,8 @@ from herald.domain.personalize import (
 )
 
 MAX_TRANSLATIONS = 100
+DEFAULT_VARIANT = "default"
+"""What the audit, a preview and the audience split call the campaign's own content."""
 
 
 class Translation(BaseModel):
@@ -123,12 +126,12 @@ def _translation_problems(tag: str, translation: Translation,
     try:
         canonical_tag(tag)
     except ValueError as exc:
-        return [TemplateProblem(prefix.rstrip("."), None, str(exc))]
+        return [TemplateProblem(prefix.rstrip("."), None, str(exc), kind="translation")]
     problems = _variant_problems(prefix, translation.title, translation.body, translation.data)
     problems.extend(
         TemplateProblem(f"{prefix}data.{key}", None,
                         f"the campaign's data has no key {key!r}: a translation translates the "
-                        "campaign's data values and adds none")
+                        "campaign's data values and adds none", kind="translation")
         for key in translation.data if key not in data)
     return problems
 
@@ -142,7 +145,7 @@ def _size_problems(field: str, title: str, body: str, data: Mapping[str, str],
     if size <= MAX_PAYLOAD_BYTES:
         return []
     return [TemplateProblem(field, None, f"{PayloadTooLarge(size)} (placeholders counted as "
-                                         "written)")]
+                                         "written)", kind="size")]
 
 
 def size_problem(size: int) -> str | None:
@@ -166,14 +169,22 @@ class Rendered:
     variant: str | None
 
 
+MESSAGE_TOO_BIG = "MESSAGE_TOO_BIG"
+"""The audit's error for a recipient whose rendered message is over FCM's 4,096 bytes."""
+RENDER_FAILED = "RENDER_FAILED"
+"""The audit's error for a recipient whose placeholders could not be rendered."""
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceMessage:
     """What the sender sends one device: the FCM request ``body``, or why it cannot
-    (``failure``: that recipient fails, the campaign goes on); ``variant`` as in :class:`Rendered`."""
+    (``failure``, and ``code`` as the audit records it: that recipient fails, the campaign goes
+    on); ``variant`` as in :class:`Rendered`."""
 
     variant: str | None
     body: bytes | None = None
     failure: str | None = None
+    code: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +237,7 @@ class _Variant:
         try:
             words = self.render(device)
         except RenderFailed as exc:
-            return DeviceMessage(self.tag, failure=exc.reason)
+            return DeviceMessage(self.tag, failure=exc.reason, code=RENDER_FAILED)
         notification = {"title": words.title, "body": words.body}
         if self.image:
             notification["image"] = self.image
@@ -234,7 +245,7 @@ class _Variant:
                               else {"notification": notification})
         failure = size_problem(len(fields) + len(self._tail) - 2)  # one '}' and one ',' less
         if failure is not None:
-            return DeviceMessage(self.tag, failure=failure)
+            return DeviceMessage(self.tag, failure=failure, code=MESSAGE_TOO_BIG)
         return DeviceMessage(self.tag, _HEAD + orjson.dumps(token) + b"," + fields[1:-1] + self._tail)
 
 
@@ -260,6 +271,17 @@ class CompiledContent:
         return frozenset[str]().union(*(v.attribute_names for v in self._variants.values()))
 
     @property
+    def per_device(self) -> bool:
+        """Whether devices get different messages (translations, or placeholders): then each
+        recipient's message is made from its profile; else all share :attr:`shared`."""
+        return len(self._variants) > 1 or self.personalized
+
+    @property
+    def shared(self) -> MessageTemplate | None:
+        """The one message every device gets (its token spliced in), when not per device."""
+        return None if self.per_device else self._variants[None].template
+
+    @property
     def tags(self) -> tuple[str, ...]:
         """The translations' tags, canonical."""
         return tuple(tag for tag in self._variants if tag is not None)
@@ -276,6 +298,15 @@ class CompiledContent:
         """The FCM request body for ``device`` at ``token``, or the reason it fails alone: a
         field that cannot be rendered, or a message over FCM's size limit."""
         return self._variants[self._matcher.match(device.locale)].message_for(token, device)
+
+
+def profile_need(title: str, body: str, data: Mapping[str, str],
+                 translations: Mapping[str, Translation]) -> ProfileNeed | None:
+    """What of each device this content's messages read (None: nothing, every device gets one
+    message): the dispatcher copies that into the chunks."""
+    compiled = compile_content(title, body, data, translations, replace_key=LONGEST_DEFAULT_KEY,
+                               now_s=SIZED_NOW_S)
+    return ProfileNeed(compiled.attribute_names) if compiled.per_device else None
 
 
 def compile_content(title: str, body: str, data: Mapping[str, str],

@@ -148,7 +148,7 @@ def content_of(template: http.Content) -> CampaignContent:
     """What a validated request asks the devices to show."""
     return CampaignContent(title=template.title, body=template.body, data=dict(template.data),
                    image_url=str(template.image_url) if template.image_url else None,
-                   options=template.options)
+                   options=template.options, translations=dict(template.translations))
 
 
 def sized(content: dict[str, Any], replace_key: str) -> CampaignContent:
@@ -168,7 +168,9 @@ def _follow_up_content(request: RetargetRequest, base: CampaignContent,
     return sized({"title": request.title or base.title, "body": request.body or base.body,
                   "data": base.data if request.data is None else request.data,
                   "image_url": str(request.image_url) if request.image_url else base.image_url,
-                  "options": base.options if request.options is None else request.options},
+                  "options": base.options if request.options is None else request.options,
+                  "translations": base.translations if request.translations is None
+                  else request.translations},
                  replace_key)
 
 
@@ -398,7 +400,9 @@ def _edited(current: Campaign, patch: CampaignPatch, by: Actor) -> Campaign:
                      "image_url": patch.image_url if "image_url" in given and patch.image_url
                      else current.content.image_url,
                      "options": current.content.options if patch.options is None
-                     else patch.options}, current.sent_with_key)
+                     else patch.options,
+                     "translations": current.content.translations if patch.translations is None
+                     else patch.translations}, current.sent_with_key)
     edited = replace(
         current, content=content, name=current.name if patch.name is None else patch.name,
         audience=current.audience if patch.audience is None else patch.audience, edited_by=by)

@@ -33,7 +33,7 @@ from herald.domain.documents import (
     UpsertCounts,
 )
 from herald.domain.fcm_errors import SendResult
-from herald.domain.messages import CancelCampaign, Recipient, SendChunk
+from herald.domain.messages import CancelCampaign, Profile, ProfileNeed, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.pods import PodBeat
 from herald.domain.status import Status, Transition
@@ -161,14 +161,24 @@ class DeviceRepository(Protocol):
     async def upsert(self, devices: Sequence[DeviceIn], now: datetime) -> UpsertCounts: ...
     async def mark_invalid(self, tokens: Sequence[str], reason: str, now: datetime) -> int: ...
     def stream(self, audience: Audience, after: str | None, until: str | None, *,
-               zones: Zones | None = None) -> AsyncIterator[tuple[str, Recipient]]:
+               zones: Zones | None = None,
+               need: ProfileNeed | None = None) -> AsyncIterator[tuple[str, Recipient]]:
         """The devices ``audience`` admits (within ``zones``), ``after < id <= until``, in id
-        order: each one's id and the recipient it is."""
+        order: each one's id and the recipient it is (with the profile ``need`` asks for)."""
+        ...
+    async def profiles(self, tokens: Sequence[str], need: ProfileNeed) -> dict[str, Profile]:
+        """The profiles of the devices with these tokens, by token (unknown ones left out)."""
         ...
     async def timezones(self, audience: Audience) -> list[str]: ...
     async def count(self, audience: Audience) -> int: ...
+    async def locales(self, audience: Audience) -> dict[str | None, int]:
+        """How many devices ``audience`` admits, by locale as registered (None: no locale)."""
+        ...
     async def newest_id(self) -> str | None: ...
     async def find_by_token(self, token: str) -> Device | None: ...
+    async def find_by_user_id(self, user_id: str) -> Device | None:
+        """The newest device registered for ``user_id`` (a user may have several)."""
+        ...
 
 
 class ScheduleRepository(Protocol):

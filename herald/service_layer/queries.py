@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from herald.domain.audience import Audience
 from herald.domain.documents import Campaign, Outcome, Schedule
+from herald.domain.locales import LocaleMatcher
+from herald.domain.rendering import DEFAULT_VARIANT
 from herald.domain.status import Status
 from herald.service_layer.cancellation import CampaignNotFound
 from herald.service_layer.ports import (
@@ -61,6 +64,22 @@ async def recipients(records: CampaignRecords, campaign_id: str,
 async def audience_size(devices: DeviceRepository, audience: Audience) -> int:
     """How many devices ``audience`` selects now: the dispatcher's own question, counted."""
     return await devices.count(audience)
+
+
+async def audience_split(devices: DeviceRepository, audience: Audience,
+                         languages: Sequence[str]) -> tuple[int, dict[str, int] | None]:
+    """How many devices ``audience`` selects now and, given a campaign's translation tags,
+    how many of them would get each (``default``: the campaign's own content), matched by the
+    sender's own lookup. Without tags only the count is asked (on nx-27017 a ``$group`` costs
+    more than a ``$count``)."""
+    if not languages:
+        return await devices.count(audience), None
+    matcher = LocaleMatcher(languages)
+    split: Counter[str] = Counter()
+    by_locale = await devices.locales(audience)
+    for locale, count in by_locale.items():
+        split[matcher.match(locale) or DEFAULT_VARIANT] += count
+    return sum(by_locale.values()), dict(split)
 
 
 async def schedule(schedules: ScheduleRepository, schedule_id: str) -> Schedule:

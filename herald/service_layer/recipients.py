@@ -12,7 +12,8 @@ Freezing what a cancelled campaign never paged is ``freezing.py``'s.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -27,7 +28,9 @@ from herald.domain.documents import (
     Recorded,
 )
 from herald.domain.fcm_errors import FcmError, token_is_unusable
-from herald.domain.messages import Recipient
+from herald.domain.locales import LocaleMatcher
+from herald.domain.messages import Profile, ProfileNeed, Recipient
+from herald.domain.rendering import DEFAULT_VARIANT
 from herald.domain.timing import Wave
 from herald.service_layer.ports import CampaignRecords
 
@@ -40,10 +43,25 @@ class RecipientLine:
     user_id: str | None
     outcome: Outcome
     error: str | None = None
+    variant: str = DEFAULT_VARIANT
+    """The translation the recipient's message was in (its tag), or ``default``: the
+    campaign's own content (always, for a campaign without translations)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"token": self.token, "user_id": self.user_id, "outcome": self.outcome.value,
-                "error": self.error}
+                "error": self.error, "variant": self.variant}
+
+
+class Variants:
+    """Which variant a campaign's recipient got: the tag RFC 4647 lookup picks for the locale
+    its chunk recorded (the sender picks with the same matcher, from the same profile)."""
+
+    def __init__(self, tags: Iterable[str]) -> None:
+        self._matcher = LocaleMatcher(tags)
+
+    def of(self, recipient: Recipient) -> str:
+        profile = recipient.profile
+        return self._matcher.match(profile.locale if profile else None) or DEFAULT_VARIANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,15 +81,17 @@ class RecipientSource(Protocol):
 class AudienceSource:
     """Devices matching an audience, in id order, up to the newest device at claim time."""
 
-    def __init__(self, stores: CampaignRecords, audience: Audience, until: str | None) -> None:
+    def __init__(self, stores: CampaignRecords, audience: Audience, until: str | None,
+                 need: ProfileNeed | None = None) -> None:
         self._stores = stores
         self._audience = audience
         self._until = until
+        self._need = need
 
     async def stream(self, after: Cursor) -> AsyncGenerator[tuple[Cursor, Recipient], None]:
         start = after if isinstance(after, str) else None
-        async for device_id, recipient in self._stores.devices.stream(self._audience, start,
-                                                                      self._until):
+        async for device_id, recipient in self._stores.devices.stream(
+                self._audience, start, self._until, need=self._need):
             yield device_id, recipient
 
 
@@ -83,19 +103,44 @@ class FollowUpSource:
     The positions stay valid across pages because a finished campaign's records no longer
     change (``CampaignCreator.correct`` says why)."""
 
+    PROFILE_BATCH = 2000
+    """Recipients whose profiles are read with one query, when the follow-up's messages differ
+    per device (one ``$in`` on MongoDB; one scan of the devices on nx-27017)."""
+
     def __init__(self, stores: CampaignRecords, parent: Campaign,
-                 of: FollowUpOf = FollowUpOf.UNSENT) -> None:
+                 of: FollowUpOf = FollowUpOf.UNSENT, need: ProfileNeed | None = None) -> None:
         self._stores = stores
         self._parent = parent
         self._of = of
+        self._need = need
 
     async def stream(self, after: Cursor) -> AsyncGenerator[tuple[Cursor, Recipient], None]:
         skip = after if isinstance(after, int) else 0
+        size = 1 if self._need is None else self.PROFILE_BATCH
         position = 0
+        batch: list[tuple[int, RecipientLine]] = []
         async for line in self._lines():
             position += 1
             if position > skip:
-                yield position, Recipient.model_construct(token=line.token, user_id=line.user_id)
+                batch.append((position, line))
+            if len(batch) >= size:
+                for item in await self._recipients(batch):
+                    yield item
+                batch = []
+        for item in await self._recipients(batch):
+            yield item
+
+    async def _recipients(self, batch: list[tuple[int, RecipientLine]]
+                          ) -> list[tuple[Cursor, Recipient]]:
+        """The lines as recipients, with their devices' profiles as they are now when the
+        follow-up's messages differ per device (re-rendered for each device)."""
+        profiles: dict[str, Profile] = {}
+        if self._need is not None and batch:
+            profiles = await self._stores.devices.profiles([line.token for _, line in batch],
+                                                           self._need)
+        return [(position, Recipient.model_construct(token=line.token, user_id=line.user_id,
+                                                     profile=profiles.get(line.token)))
+                for position, line in batch]
 
     async def _lines(self) -> AsyncIterator[RecipientLine]:
         if self._of is FollowUpOf.SENT:
@@ -119,7 +164,9 @@ class LocalTimeSource:
     """
 
     def __init__(self, stores: CampaignRecords, audience: Audience, waves: tuple[Wave, ...],
-                 until: str | None, due_by: datetime | None) -> None:
+                 until: str | None, due_by: datetime | None,
+                 need: ProfileNeed | None = None) -> None:
+        self._need = need
         self._stores = stores
         self._audience = audience
         self._waves = waves
@@ -140,7 +187,8 @@ class LocalTimeSource:
                 return
             start = after_id if index == first_wave else None
             async for device_id, recipient in self._stores.devices.stream(
-                    self._audience, start, self._until, zones=self._zones(wave)):
+                    self._audience, start, self._until, zones=self._zones(wave),
+                    need=self._need):
                 yield (index, device_id), recipient
 
     def next_wave_due(self) -> datetime | None:
@@ -151,18 +199,20 @@ class LocalTimeSource:
 
 
 async def source_for(stores: CampaignRecords, campaign: Campaign,
-                     due_by: datetime | None = None) -> RecipientSource:
-    """Where ``campaign``'s recipients come from; ``due_by`` limits local-time waves to the due."""
+                     due_by: datetime | None = None,
+                     need: ProfileNeed | None = None) -> RecipientSource:
+    """Where ``campaign``'s recipients come from; ``due_by`` limits local-time waves to the due;
+    ``need``: what of each device the recipients carry (the dispatcher's chunks)."""
     if campaign.follow_up is not None:
         parent = await stores.campaigns.get(campaign.follow_up.campaign_id)
         if parent is None:
             raise LookupError(f"campaign {campaign.follow_up.campaign_id} is gone")
-        return FollowUpSource(stores, parent, campaign.follow_up.outcome)
+        return FollowUpSource(stores, parent, campaign.follow_up.outcome, need)
     audience = campaign.audience or Audience()
     dispatch = campaign.dispatch
     if campaign.local_time is not None and dispatch.waves is not None:
-        return LocalTimeSource(stores, audience, dispatch.waves, dispatch.until, due_by)
-    return AudienceSource(stores, audience, dispatch.until)
+        return LocalTimeSource(stores, audience, dispatch.waves, dispatch.until, due_by, need)
+    return AudienceSource(stores, audience, dispatch.until, need)
 
 
 async def _recorded_by_chunk(stores: CampaignRecords,
@@ -212,6 +262,7 @@ async def audit(stores: CampaignRecords, campaign: Campaign,
     ``unsent`` also covers the part of the source the dispatcher never paged (it stopped early).
     """
     records = _Lookahead(_recorded_by_chunk(stores, campaign.id))
+    variants = Variants(campaign.content.translations)
     cursor: Cursor = None
     async for chunk in stores.chunks.in_order(campaign.id):
         recorded = await records.for_chunk(chunk.seq)
@@ -219,11 +270,33 @@ async def audit(stores: CampaignRecords, campaign: Campaign,
         for position, recipient in enumerate(chunk.recipients):
             found, error = outcome_of(recorded, position)
             if found is outcome:
-                yield RecipientLine(recipient.token, recipient.user_id, found, error)
+                yield RecipientLine(recipient.token, recipient.user_id, found, error,
+                                    variants.of(recipient))
     if outcome is Outcome.UNSENT and campaign.source_not_exhausted:
-        source = await source_for(stores, campaign)
+        source = await source_for(stores, campaign, need=_variant_need(campaign))
         async for _, recipient in source.stream(after=cursor):
-            yield RecipientLine(recipient.token, recipient.user_id, Outcome.UNSENT)
+            yield RecipientLine(recipient.token, recipient.user_id, Outcome.UNSENT,
+                                variant=variants.of(recipient))
+
+
+def _variant_need(campaign: Campaign) -> ProfileNeed | None:
+    """What the audit reads of the devices never paged: their locale, if the campaign has
+    translations (the variant they would have got)."""
+    return ProfileNeed() if campaign.content.translations else None
+
+
+async def variants_of(stores: CampaignRecords, campaign: Campaign,
+                      outcome: Outcome) -> dict[str, int]:
+    """The recipients of ``campaign`` with ``outcome``, by the variant they got (or, unsent,
+    would have got): the languages a follow-up of them affects. A campaign without
+    translations has only ``default``, counted without reading the audit."""
+    if not campaign.content.translations:
+        count = campaign.counts.sent if outcome is Outcome.SENT else campaign.counts.unsent
+        return {DEFAULT_VARIANT: count} if count else {}
+    counted: Counter[str] = Counter()
+    async for line in audit(stores, campaign, outcome):
+        counted[line.variant] += 1
+    return dict(counted)
 
 
 def unsent(stores: CampaignRecords, campaign: Campaign) -> AsyncIterator[RecipientLine]:

@@ -22,7 +22,7 @@ from herald.domain.documents import Outcome
 from herald.service_layer.recipients import RecipientLine
 
 LINES_PER_WRITE = 500
-COLUMNS = ("token", "user_id", "outcome", "error")
+COLUMNS = ("token", "user_id", "outcome", "error", "variant")
 
 
 class AuditFormat(StrEnum):
@@ -83,7 +83,8 @@ def neutralised(cell: str) -> str:
 
 def _csv_block(block: list[RecipientLine]) -> bytes:
     return _csv_rows([(neutralised(line.token), neutralised(line.user_id or ""),
-                       line.outcome.value, neutralised(line.error or "")) for line in block])
+                       line.outcome.value, neutralised(line.error or ""), line.variant)
+                      for line in block])
 
 
 def _csv_rows(rows: list[tuple[str, ...]]) -> bytes:

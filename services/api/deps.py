@@ -18,7 +18,13 @@ from fastapi import Depends, Request
 
 from herald.adapters.rate_limit import FailedAuthentications, RequestBudget
 from herald.adapters.redis import StreamSlots
-from herald.contracts.http import CampaignPatch, DeviceIn, ScheduleCreate
+from herald.contracts.http import (
+    CampaignPatch,
+    DeviceIn,
+    Preview,
+    PreviewRequest,
+    ScheduleCreate,
+)
 from herald.domain.access import Actor, ApiKey, Role
 from herald.domain.audience import Audience
 from herald.domain.documents import Campaign, Outcome, Schedule, UpsertCounts
@@ -43,7 +49,8 @@ from herald.service_layer.ports import (
     PodRegistry,
     Stores,
 )
-from herald.service_layer.recipients import RecipientLine
+from herald.service_layer.preview import preview
+from herald.service_layer.recipients import RecipientLine, variants_of
 from herald.settings import Settings
 from services.api.readiness import Readiness
 from services.api.streams import WatchCampaign
@@ -92,6 +99,10 @@ ListCampaigns = Annotated[
 AuditRecipients = Annotated[
     Callable[[str, Outcome], Awaitable[AsyncIterator[RecipientLine]]],
     provided(lambda s: partial(queries.recipients, s.stores))]
+AffectedLanguages = Annotated[
+    Callable[[Campaign, Outcome], Awaitable[dict[str, int]]],
+    provided(lambda s: partial(variants_of, s.stores))]
+"""The languages a follow-up affects: the original's recipients of one outcome, by variant."""
 EditScheduled = Annotated[
     Callable[[str, CampaignPatch, Actor], Awaitable[Campaign | None]],
     provided(lambda s: partial(edit_scheduled, s.stores.campaigns))]
@@ -104,8 +115,12 @@ Watch = Annotated[WatchCampaign, provided(lambda s: WatchCampaign(
 # --- devices and audiences -------------------------------------------------------------------
 RegisterDevices = Annotated[Callable[[Sequence[DeviceIn]], Awaitable[UpsertCounts]],
                             provided(lambda s: partial(register_devices, s.stores.devices))]
-AudienceSize = Annotated[Callable[[Audience], Awaitable[int]],
-                         provided(lambda s: partial(queries.audience_size, s.stores.devices))]
+AudienceSplit = Annotated[
+    Callable[[Audience, Sequence[str]], Awaitable[tuple[int, dict[str, int] | None]]],
+    provided(lambda s: partial(queries.audience_split, s.stores.devices))]
+PreviewMessage = Annotated[Callable[[PreviewRequest], Awaitable[Preview]],
+                           provided(lambda s: partial(preview, s.stores.campaigns,
+                                                      s.stores.devices))]
 
 # --- schedules ------------------------------------------------------------------------------
 CreateSchedule = Annotated[Callable[[ScheduleCreate, Actor], Awaitable[Schedule]],

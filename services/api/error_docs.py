@@ -26,6 +26,9 @@ CONFLICT_PREFIXES = ("/v1/campaigns/", "/v1/schedules/")
 """Changes to what lives under these paths are guarded transitions: a campaign or schedule in
 the wrong state answers 409."""
 
+LOOKUPS_IN_BODY = frozenset({"/v1/campaigns/preview"})
+"""Routes whose body names what they look up (a device, a campaign): 404 when it is unknown."""
+
 DESCRIPTIONS = {
     400: "The request body is not JSON",
     401: "No valid API key (missing, unknown, revoked or expired)",
@@ -58,7 +61,7 @@ def error_statuses(route: APIRoute) -> list[int]:
             statuses.append(403)
     if route.body_field is not None:
         statuses += [400, 413]
-    if route.dependant.path_params:
+    if route.dependant.path_params or route.path in LOOKUPS_IN_BODY:
         statuses.append(404)
     if _guarded_change(route):
         statuses.append(409)

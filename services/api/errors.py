@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.domain.payload import PayloadTooLarge
+from herald.domain.personalize import TemplateProblem, TemplateRefused
 from herald.domain.timing import AmbiguousTime
 from herald.service_layer.access import KeyNotFound
 from herald.service_layer.campaigns import (
@@ -35,6 +36,7 @@ from herald.service_layer.campaigns import (
     SendAtInPast,
 )
 from herald.service_layer.cancellation import CampaignNotFound, CannotCancel
+from herald.service_layer.preview import DeviceNotFound
 from herald.service_layer.queries import ScheduleNotFound
 from herald.service_layer.scheduling import ScheduleEnded
 
@@ -70,6 +72,7 @@ def schedule_not_found(schedule_id: str) -> ApiError:
 
 DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     CampaignNotFound: (404, "campaign_not_found"),
+    DeviceNotFound: (404, "device_not_found"),
     ScheduleNotFound: (404, "schedule_not_found"),
     KeyNotFound: (404, "api_key_not_found"),
     CannotCancel: (409, "not_cancellable"),
@@ -93,15 +96,36 @@ HTTP_CODES = {400: "malformed_body", 404: "not_found", 405: "method_not_allowed"
               413: "request_too_large"}
 
 
+PROBLEM_CODES = {"size": "payload_too_large", "template": "invalid_template",
+                 "translation": "invalid_translation"}
+"""The error code of a 422 whose first problem is of this kind (``TemplateProblem.kind``)."""
+
+
 def _validation_details(errors: Sequence[Any]) -> tuple[str, list[dict[str, Any]]]:
     code = "validation_error"
-    details = []
+    details: list[dict[str, Any]] = []
     for error in errors:
-        if isinstance((error.get("ctx") or {}).get("error"), PayloadTooLarge):
+        cause = (error.get("ctx") or {}).get("error")
+        if isinstance(cause, PayloadTooLarge):
             code = "payload_too_large"
+        if isinstance(cause, TemplateRefused):
+            code = PROBLEM_CODES[cause.problems[0].kind] if code == "validation_error" else code
+            details.extend(_problem_detail(list(error.get("loc", ())), p) for p in cause.problems)
+            continue
         details.append({"loc": list(error.get("loc", ())), "msg": error.get("msg"),
                         "type": error.get("type")})
     return code, details
+
+
+def _problem_detail(loc: list[Any], problem: TemplateProblem) -> dict[str, Any]:
+    """A content problem as a 422 names it: the field, its variant and, for a placeholder,
+    the line and column (from 1) and the offset (from 0) of its ``{{``."""
+    position = problem.position
+    return {"loc": [*loc, *problem.field.split(".")], "msg": str(problem), "type": problem.kind,
+            "field": problem.field, "variant": problem.variant,
+            "line": position.line if position else None,
+            "column": position.column if position else None,
+            "offset": position.offset if position else None}
 
 
 def _unprocessable(errors: Sequence[Any]) -> JSONResponse:

@@ -34,7 +34,7 @@ def campaign_view(campaign: Campaign) -> CampaignView:
     return CampaignView(
         id=campaign.id, name=campaign.name, status=campaign.status, title=content.title,
         body=content.body, image_url=content.image_url, data=content.data,
-        options=content.options,
+        options=content.options, translations=content.translations,
         audience=campaign.audience.model_dump(mode="json", by_alias=True)
         if campaign.audience else None,
         retarget={"campaign_id": follow_up.campaign_id, "outcome": follow_up.outcome.value}
@@ -54,20 +54,24 @@ def campaign_view(campaign: Campaign) -> CampaignView:
         amended_by=list(campaign.amended_by))
 
 
-def correct_result(correction: Correction) -> CorrectResult:
+def correct_result(correction: Correction, *, retarget: dict[str, int],
+                   amend: dict[str, int]) -> CorrectResult:
+    """The answer of a correction; ``retarget`` and ``amend``: the languages each half
+    affects (the original's recipients in it, by variant)."""
     counts = correction.original.counts
     return CorrectResult(campaign_id=correction.original.id,
-                         retarget=follow_up_created(correction.retarget, counts.unsent),
-                         amend=follow_up_created(correction.amend, counts.sent))
+                         retarget=follow_up_created(correction.retarget, counts.unsent, retarget),
+                         amend=follow_up_created(correction.amend, counts.sent, amend))
 
 
-def follow_up_created(campaign: Campaign | None, expected: int) -> FollowUpCreated | None:
+def follow_up_created(campaign: Campaign | None, expected: int,
+                      languages: dict[str, int]) -> FollowUpCreated | None:
     if campaign is None:
         return None
     paged = campaign.dispatch.done  # its own count is exact once paging is over
     return FollowUpCreated(id=campaign.id, status=campaign.status, expected=expected,
                            targeted=campaign.counts.targeted if paged else None,
-                           href=f"/v1/campaigns/{campaign.id}")
+                           href=f"/v1/campaigns/{campaign.id}", languages=languages)
 
 
 def schedule_view(schedule: Schedule, misfire_grace_s: float) -> ScheduleView:

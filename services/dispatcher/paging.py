@@ -96,7 +96,8 @@ class Paging:
             seq += 1
         else:
             cursor = await self._checkpointed_cursor(campaign.id, seq)
-        source = await source_for(self._stores, campaign, due_by=utcnow())
+        source = await source_for(self._stores, campaign, due_by=utcnow(),
+                                  need=campaign.content.profile_need)
         batch: list[Recipient] = []
         position: Cursor = cursor
         async with contextlib.aclosing(source.stream(after=cursor)) as recipients:

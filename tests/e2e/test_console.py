@@ -250,6 +250,8 @@ def test_correct_everyone_on_a_stopped_campaign(pages: PageMaker, admin: Api,
     result = page.locator("#follow-up-result")
     expect(result.locator("[data-half=retarget]")).to_contain_text(f"{counts['unsent']:,}")
     expect(result.locator("[data-half=amend]")).to_contain_text(f"{counts['sent']:,}")
+    expect(result.locator("[data-half=amend] .languages")).to_have_text(
+        f" (by language: default {counts['sent']:,})")
     result.scroll_into_view_if_needed()
     screenshot(page, "correct-everyone")
     halves = {half: result.locator(f"[data-half={half}] a").inner_text()
@@ -356,3 +358,36 @@ def test_a_campaign_fcm_refused_shows_why_in_googles_words(
     expect(reason).to_contain_text("cloudmessaging.messages.create")
     expect(page.locator("#timeline")).to_contain_text("FCM refused the campaign")
     screenshot(page, "campaign-refused-by-fcm")
+
+
+def test_the_preview_beside_the_editor_shows_one_devices_language_and_name(
+        pages: PageMaker, admin: Api, operator_key: str) -> None:
+    token = "preview-es-mx-" + "x" * 40
+    admin.import_devices([{"token": token, "user_id": "ana", "platform": "android",
+                           "locale": "es-MX", "topics": ["preview"],
+                           "attributes": {"first_name": "Ana"}},
+                          {"token": "preview-fr-" + "x" * 40, "platform": "ios", "locale": "fr",
+                           "topics": ["preview"]}])
+    page = pages.signed_in(operator_key)
+    page.click("#nav a[data-page=new]")
+    page.fill("#title", 'Hi {{ attributes.first_name | default("there") }}')
+    page.fill("#body", "We are live")
+    page.click("#add-translation")
+    page.locator(".tr-tag").first.fill("es")
+    page.locator(".tr-title").first.fill('Hola {{ attributes.first_name | default("amigo") }}')
+    page.locator(".tr-body").first.fill("Estamos en vivo")
+    page.fill("#topics", "preview")
+    expect(page.locator("#estimate")).to_have_text(
+        re.compile(r"This will reach 2 devices: (es 1, default 1|default 1, es 1)\."))
+    page.fill("#preview-device", token)
+    page.click("#show-preview")
+    expect(page.locator("#preview-variant")).to_have_text("es")
+    expect(page.locator("#preview-title")).to_have_text("Hola Ana")
+    expect(page.locator("#preview-body")).to_have_text("Estamos en vivo")
+    message = json.loads(page.locator("#preview-message").inner_text())["message"]
+    assert message["token"] == token and message["android"]["collapse_key"] == LONGEST_DEFAULT_KEY
+    page.locator("#preview").scroll_into_view_if_needed()
+    screenshot(page, "preview")
+    page.fill("#preview-device", "user:nobody")
+    page.click("#show-preview")
+    expect(page.locator("#preview-result")).to_contain_text("device_not_found")

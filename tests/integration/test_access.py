@@ -15,7 +15,9 @@ from pydantic import SecretStr
 from herald import names
 from herald.adapters.mongo import Database
 from herald.clock import utcnow
+from herald.contracts.http import DeviceIn
 from herald.domain.access import Role
+from herald.domain.audience import Platform
 from herald.domain.status import Status, Transition
 from herald.service_layer.access import ensure_bootstrap_key
 from herald.settings import Settings
@@ -120,6 +122,8 @@ GROUPS: dict[str, tuple[Call, set[Role]]] = {
              {Role.OPERATOR, Role.ADMIN}),
     "retarget": (lambda c, ids: c.post(f"/v1/campaigns/{ids['finished']}/retarget"),
                  {Role.OPERATOR, Role.ADMIN}),
+    "preview": (lambda c, ids: c.post("/v1/campaigns/preview", json={
+        "campaign_id": ids["running"], "token": ids["device"]}), {Role.OPERATOR, Role.ADMIN}),
     "schedule": (lambda c, ids: c.post("/v1/schedules", json={
         "template": CAMPAIGN_BODY, "cron": "0 9 * * MON", "timezone": "Asia/Seoul"}),
                  {Role.OPERATOR, Role.ADMIN}),
@@ -137,7 +141,10 @@ async def _objects(api: httpx.AsyncClient, api_app: FastAPI, role: Role) -> dict
     await stores.campaigns.insert(running)
     finished = await paged_campaign(stores)
     await stores.campaigns.transition(finished, Transition.FAIL, utcnow())
-    return {"running": running.id, "finished": finished, "token": role.value}
+    device = DeviceIn(token=f"preview-{role.value}", platform=Platform.ANDROID)
+    await stores.devices.upsert([device], utcnow())
+    return {"running": running.id, "finished": finished, "token": role.value,
+            "device": device.token}
 
 
 async def _counts(db: Database) -> dict[str, int]:

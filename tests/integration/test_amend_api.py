@@ -20,7 +20,7 @@ from tests.integration.helpers import client_of
 from tests.support import error_code
 
 FIXED = {"data": {"landingUrl": "https://example.com/fixed"}}
-FOLLOW_UP_FIELDS = {"id", "status", "expected", "targeted", "href"}
+FOLLOW_UP_FIELDS = {"languages", "id", "status", "expected", "targeted", "href"}
 
 
 async def view(api: httpx.AsyncClient, campaign_id: str) -> dict[str, Any]:
@@ -37,7 +37,8 @@ async def test_an_amend_is_linked_both_ways_and_carries_the_originals_key(
                               json={"title": "Fixed", **FIXED})
     assert response.status_code == 202
     amend_id = response.json()["id"]
-    assert response.json() == {"id": amend_id, "status": "pending"}
+    assert response.json() == {"id": amend_id, "status": "pending",
+                               "languages": {"default": original.counts.sent}}
     assert response.headers["Location"] == f"/v1/campaigns/{amend_id}"
     amend, parent = await view(api, amend_id), await view(api, original.id)
     assert (amend["amends"], amend["amended_by"]) == (original.id, [])
@@ -85,6 +86,7 @@ async def test_a_correction_answers_both_follow_ups_as_documented_and_a_retry_th
     assert set(body["retarget"]) == set(body["amend"]) == FOLLOW_UP_FIELDS
     retarget, amend = body["retarget"], body["amend"]
     assert (retarget["expected"], amend["expected"]) == (17, 12)
+    assert (retarget["languages"], amend["languages"]) == ({"default": 17}, {"default": 12})
     assert (retarget["status"], retarget["targeted"]) == ("pending", None)
     assert retarget["href"] == f"/v1/campaigns/{retarget['id']}"
     assert again.json() == body

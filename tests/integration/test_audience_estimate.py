@@ -43,7 +43,29 @@ async def registered(api: httpx.AsyncClient) -> httpx.AsyncClient:
 async def test_the_estimate_counts_the_devices_a_campaign_would_target(
         registered: httpx.AsyncClient, audience: dict[str, Any], devices: int) -> None:
     response = await estimate(registered, audience)
-    assert (response.status_code, response.json()) == (200, {"devices": devices})
+    assert (response.status_code, response.json()) == (200, {"devices": devices,
+                                                             "by_language": None})
+
+
+SPLIT_DEVICES = [{"token": f"s-{i}", "platform": "android", "topics": ["split"], **locale}
+                 for i, locale in enumerate([{"locale": "es-MX"}, {"locale": "es_mx"},
+                                             {"locale": "es"}, {"locale": "es-AR"},
+                                             {"locale": "pt-BR"}, {"locale": "fr"}, {}])]
+
+
+async def test_given_a_campaigns_languages_the_estimate_splits_the_devices_by_variant(
+        api: httpx.AsyncClient) -> None:
+    assert (await api.post("/v1/devices/bulk", json={"devices": SPLIT_DEVICES})).status_code == 200
+    response = await api.post("/v1/audiences/estimate", json={
+        "audience": {"topics": ["split"]}, "languages": ["es-mx", "es", "pt"]})
+    assert response.status_code == 200, response.text
+    assert response.json() == {"devices": 7, "by_language": {
+        "es-MX": 2, "es": 2, "pt": 1, "default": 2}}
+
+
+async def test_a_language_that_is_not_a_tag_is_a_422(api: httpx.AsyncClient) -> None:
+    response = await api.post("/v1/audiences/estimate", json={"languages": ["español"]})
+    assert (response.status_code, error_code(response)) == (422, "validation_error")
 
 
 @pytest.mark.parametrize("audience", [

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -63,7 +64,7 @@ from herald.domain.documents import (
     new_id,
 )
 from herald.domain.fcm_errors import FcmError
-from herald.domain.messages import CancelCampaign, Recipient, SendChunk
+from herald.domain.messages import CancelCampaign, Profile, ProfileNeed, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.pods import PodBeat
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
@@ -579,7 +580,8 @@ class FakeDevices:
         return retired
 
     async def stream(self, audience: Audience, after: str | None, until: str | None, *,
-                     zones: Zones | None = None) -> AsyncIterator[tuple[str, Recipient]]:
+                     zones: Zones | None = None,
+                     need: ProfileNeed | None = None) -> AsyncIterator[tuple[str, Recipient]]:
         await _round_trip()
         if (after is not None and not _is_id(after)) or (until is not None and not _is_id(until)):
             return
@@ -590,8 +592,24 @@ class FakeDevices:
             device = self._device(device_id)
             if device is not None and audience.admits(device) and (
                     zones is None or zones.admits(device.timezone)):
-                yield device_id, Recipient.model_construct(token=device.token,
-                                                           user_id=device.user_id)
+                yield device_id, Recipient.model_construct(
+                    token=device.token, user_id=device.user_id,
+                    profile=None if need is None else need.profile(self._documents[device_id]))
+
+    async def profiles(self, tokens: Sequence[str], need: ProfileNeed) -> dict[str, Profile]:
+        await _round_trip()
+        return {token: need.profile(self._documents[device_id])
+                for token, device_id in self._ids_of(tokens).items()}
+
+    async def locales(self, audience: Audience) -> dict[str | None, int]:
+        await _round_trip()
+        return dict(Counter(device.locale for device in self._admitted(audience)))
+
+    async def find_by_user_id(self, user_id: str) -> Device | None:
+        await _round_trip()
+        found = [device_id for device_id, d in self._documents.items()
+                 if d.get("user_id") == user_id]
+        return from_bson(Device, self._documents[max(found)]) if found else None
 
     async def timezones(self, audience: Audience) -> list[str]:
         await _round_trip()

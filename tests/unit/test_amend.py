@@ -24,6 +24,7 @@ from herald.domain.documents import (
     Outcome,
     new_id,
 )
+from herald.domain.messages import RecipientDevice
 from herald.domain.payload import PayloadTooLarge
 from herald.domain.status import Status, Transition
 from herald.service_layer.campaigns import (
@@ -138,7 +139,8 @@ async def test_the_sender_sends_an_amend_with_the_originals_key_on_every_platfor
     assert await stores.campaigns.claim_for_dispatch(amend.id, "d", now, now + LEASE)
     info = await CampaignCache(stores.campaigns, CancelWatch(flags)).get(amend.id)
     assert info is not None
-    message = orjson.loads(info.template.body_for("tok"))["message"]
+    device = RecipientDevice(None, None, None, "android")
+    message = orjson.loads(info.content.message_for("tok", device).body or b"")["message"]
     key = original.sent_with_key
     assert message["android"] == {"collapse_key": key, "notification": {"tag": key}}
     assert message["apns"] == {"headers": {"apns-collapse-id": key}}

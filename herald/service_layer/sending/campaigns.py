@@ -11,7 +11,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from herald.domain.payload import MessageTemplate, build_payload
+from herald.domain.rendering import CompiledContent, compile_content
 from herald.domain.status import ACTIVE, Status
 from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.cancellation import FLAG_REFRESH_S
@@ -22,7 +22,8 @@ CACHE_SIZE = 1000
 
 @dataclass
 class CampaignInfo:
-    template: MessageTemplate
+    content: CompiledContent
+    """Compiled once per pod: the shared message, or each variant's texts and parts."""
     rate_per_s: int | None
     flag_checked_at: float = field(default_factory=time.monotonic)
 
@@ -52,10 +53,11 @@ class CampaignCache:
         if campaign.status not in ACTIVE:
             return None
         content = campaign.content
-        payload = build_payload(content.title, content.body, content.data, content.image_url,
-                                replace_key=campaign.sent_with_key, options=content.options,
-                                now_s=time.time())
-        info = CampaignInfo(MessageTemplate(payload), campaign.rate_per_s)
+        compiled = compile_content(content.title, content.body, content.data,
+                                   content.translations, image_url=content.image_url,
+                                   options=content.options, replace_key=campaign.sent_with_key,
+                                   now_s=time.time())
+        info = CampaignInfo(compiled, campaign.rate_per_s)
         self._entries[campaign_id] = info
         if len(self._entries) > CACHE_SIZE:
             self._entries.popitem(last=False)

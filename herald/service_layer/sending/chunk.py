@@ -17,9 +17,11 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import Enum
 
+from herald.domain.documents import Recorded
 from herald.domain.fcm_errors import FcmError, SendResult
-from herald.domain.messages import SendChunk
+from herald.domain.messages import Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome, Target, dead_tokens
+from herald.domain.rendering import CompiledContent
 from herald.observability import CHUNKS
 from herald.service_layer.ports import RateLimits
 from herald.service_layer.sending.campaigns import UNKNOWN, CampaignCache, CampaignInfo
@@ -117,8 +119,9 @@ class ChunkSender:
         recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
         tally = Tally.of(recorded)
         while True:
-            todo = [Target(position, r.token) for position, r in enumerate(chunk.recipients)
-                    if position not in recorded]
+            todo, refused = targets(chunk, recorded, info.content)
+            if refused:  # recorded failed at once: no request can carry their message
+                await self._record(chunk, refused, tally)
             verdict = await self._send_window(chunk, info, todo, tally, channel_closed, hold)
             if self._fence.holds(hold.epoch):
                 break
@@ -166,7 +169,7 @@ class ChunkSender:
 
         fence, epoch = self._fence, hold.epoch
         await self._window.send(
-            info.template, todo, may_start=gate.may_start, cancelled=cancelled,
+            info.content.shared, todo, may_start=gate.may_start, cancelled=cancelled,
             campaign_bucket=self._limits.for_campaign(chunk.campaign_id, info.rate_per_s),
             record=record, stop=stop, fenced=lambda: not fence.holds(epoch))
         if gate.verdict is None and cancelled.is_set():
@@ -196,6 +199,41 @@ class ChunkSender:
             dead += [(token, FcmError.SENDER_ID_MISMATCH.value) for token in
                      self._refusals.mismatched_to_retire(chunk.campaign_id, outcomes)]
         await self._lifecycle.record(chunk.campaign_id, chunk.seq, outcomes, tally, dead)
+
+
+def targets(chunk: SendChunk, recorded: Recorded,
+            content: CompiledContent) -> tuple[list[Target], list[RecipientOutcome]]:
+    """The chunk's recipients still to send, and those whose message cannot be sent at all
+    (rendered over FCM's size limit, or not renderable), as failed outcomes.
+
+    A campaign whose devices all get one message (no translations, no placeholders) sends the
+    shared one, its token spliced in, as before; only a per-device campaign renders here, each
+    recipient's message from the profile its chunk carries."""
+    todo = [(position, r) for position, r in enumerate(chunk.recipients)
+            if position not in recorded]
+    if not content.per_device:
+        return [Target(position, r.token) for position, r in todo], []
+    sendable, refused, first_failure = _rendered(todo, content)
+    if refused:  # one line per chunk, however many of its recipients fail so
+        log.warning("chunk %s:%d: %d recipients failed before sending (first: %s)",
+                    chunk.campaign_id, chunk.seq, len(refused), first_failure)
+    return sendable, refused
+
+
+def _rendered(todo: list[tuple[int, Recipient]], content: CompiledContent
+              ) -> tuple[list[Target], list[RecipientOutcome], str | None]:
+    """Each recipient's own message, or its failure (and the first failure's reason)."""
+    sendable: list[Target] = []
+    refused: list[RecipientOutcome] = []
+    first_failure: str | None = None
+    for position, recipient in todo:
+        message = content.message_for(recipient.token, recipient.device())
+        if message.body is not None:
+            sendable.append(Target(position, recipient.token, message.body))
+        else:
+            refused.append(RecipientOutcome(Target(position, recipient.token), message.code))
+            first_failure = first_failure or message.failure
+    return sendable, refused, first_failure
 
 
 class _Gate:

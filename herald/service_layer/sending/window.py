@@ -162,6 +162,14 @@ class OutcomeGroups:
             pause = min(WRITE_RETRY_MAX_S, pause * 2)
 
 
+def _body(delivery: _Delivery, target: Target) -> bytes:
+    """The target's own message (a per-device campaign), else the shared one for its token."""
+    if target.body is not None:
+        return target.body
+    assert delivery.template is not None, "a per-device campaign's target without its body"
+    return delivery.template.body_for(target.token)
+
+
 Stop = Callable[[SendResult], None]
 """Told of an answer that stops the whole campaign (a configuration error)."""
 
@@ -170,7 +178,8 @@ Stop = Callable[[SendResult], None]
 class _Delivery:
     """What one chunk delivery sends through the window."""
 
-    template: MessageTemplate
+    template: MessageTemplate | None
+    """The message every target shares; None when each target carries its own body."""
     cancelled: asyncio.Event
     campaign_bucket: RateBucket | None
     groups: OutcomeGroups
@@ -230,7 +239,7 @@ class SendWindow:
         self._runners = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def send(self, template: MessageTemplate, targets: Iterable[Target], *,
+    async def send(self, template: MessageTemplate | None, targets: Iterable[Target], *,
                    may_start: MayStart, cancelled: asyncio.Event,
                    campaign_bucket: RateBucket | None, record: RecordGroup,
                    stop: Stop = lambda _result: None,
@@ -316,8 +325,7 @@ class SendWindow:
                 self._unrecorded.release()  # cancelled, or fenced, before it started: unsent
                 return
             started = time.perf_counter()
-            result = await self._fcm.send(delivery.template.body_for(attempt.target.token),
-                                          delivery.may_send)
+            result = await self._fcm.send(_body(delivery, attempt.target), delivery.may_send)
             FCM_REQUEST_SECONDS.observe(time.perf_counter() - started)
             settled = self._answered(attempt, result)
         except Exception as exc:

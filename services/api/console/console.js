@@ -298,7 +298,8 @@ function renderCampaign(parts, view) {
   const c = view.campaign;
   parts.title.textContent = label(c);
   parts.status.replaceChildren(statusBadge(c.status));
-  parts.meta.textContent = `${c.title} — ${c.body}`;
+  const tags = Object.keys(c.translations || {});
+  parts.meta.textContent = `${c.title} — ${c.body}` + (tags.length ? ` (also in ${tags.join(", ")})` : "");
   parts.bar.replaceChildren(progressBar(c.counts, true));
   parts.counts.replaceChildren(...[["targeted", "Targeted"], ["sent", "Sent"], ["failed", "Failed"],
     ["unsent", "Unsent"]].map(([k, t]) => h("div", { class: k },
@@ -486,9 +487,12 @@ function followUpForm(c, kind) {
 }
 
 function correctionResult(answer) {
+  const languages = (made) => Object.entries(made.languages || {})
+    .map(([variant, count]) => `${variant} ${fmt(count)}`).join(", ");
   const half = (name, made, what) => made
     ? h("li", { "data-half": name }, `${what}: `, h("strong", { class: "num", text: fmt(made.expected) }),
-      " devices — ", h("a", { href: `#/campaigns/${made.id}`, text: made.id }))
+      " devices — ", h("a", { href: `#/campaigns/${made.id}`, text: made.id }),
+      h("span", { class: "muted languages", text: ` (by language: ${languages(made)})` }))
     : h("li", { "data-half": name, text: `${what}: nobody` });
   return h("div", { class: "notice ok" }, h("strong", { text: "Correction sent." }),
     h("ul", {}, half("retarget", answer.retarget, "New notification to the unsent"),
@@ -580,15 +584,94 @@ function payloadBytes(content, replaceKey) {
   return new TextEncoder().encode(JSON.stringify(payload)).length;
 }
 
+// --- translations and the preview of one device's message ----------------------------------------
+function translationsEditor(onChange) {
+  const list = h("div", { class: "translations", id: "translations" });
+  const add = (tag = "", title = "", body = "") => {
+    const text = h("textarea", { class: "tr-body", placeholder: "body", rows: 2, oninput: onChange });
+    text.value = body;
+    list.append(h("div", { class: "translation" },
+      h("input", { type: "text", class: "tr-tag", placeholder: "es, pt-BR…", value: tag, oninput: onChange }),
+      h("input", { type: "text", class: "tr-title", placeholder: "title", value: title, oninput: onChange }),
+      text,
+      h("button", { type: "button", class: "quiet", "aria-label": "Remove translation",
+        onclick: (event) => { event.target.closest(".translation").remove(); onChange(); } }, "Remove")));
+  };
+  const value = () => {
+    const found = {};
+    for (const row of list.children) {
+      const tag = $(".tr-tag", row).value.trim();
+      if (tag) found[tag] = { title: $(".tr-title", row).value, body: $(".tr-body", row).value };
+    }
+    return found;
+  };
+  const element = h("div", { class: "editor-fields" },
+    h("label", { text: "Translations" }, h("span", { class: "hint",
+      text: " — a device gets the most specific language its locale matches (es-MX, then es), else the words above" })),
+    list, h("p", {}, h("button", { type: "button", class: "quiet", id: "add-translation",
+      onclick: () => { add(); onChange(); } }, "Add a translation")),
+    h("p", { class: "hint", text: 'Placeholders in titles, bodies and data values: {{ attributes.first_name | default("there") }}, {{ user_id }}, {{ locale }}, {{ platform }} (docs/content.md).' }));
+  return { element, value, add };
+}
+
+function previewPanel(content) {
+  const device = h("input", { type: "text", id: "preview-device", placeholder: "a device token, or user:<user id>" });
+  const out = h("div", { id: "preview-result", class: "preview-result" },
+    h("p", { class: "muted", text: "The exact message one device would get: its language, its name, every option. Nothing is sent." }));
+  const show = async () => {
+    const who = device.value.trim();
+    if (!who) return;
+    const body = { content: content() };
+    if (who.startsWith("user:")) body.user_id = who.slice(5); else body.token = who;
+    try {
+      out.replaceChildren(renderPreview(await post("/v1/campaigns/preview", body)));
+    } catch (error) {
+      if (error.name !== "AbortError") out.replaceChildren(h("p", { class: "field-error", text: `${error.message} (${error.code})` }));
+    }
+  };
+  const element = h("aside", { class: "panel preview", id: "preview" }, h("h2", { text: "Preview for one device" }),
+    h("label", { for: "preview-device", text: "Device" }), device,
+    h("p", {}, h("button", { type: "button", id: "show-preview", onclick: show }, "Show the message")), out);
+  return { element, refresh: () => { if (device.value.trim()) show(); } };
+}
+
+function renderPreview(preview) {
+  const d = preview.device;
+  const facts = h("dl", { class: "facts" },
+    h("dt", { text: "Device" }), h("dd", { text: `${d.platform}, ${d.locale || "no locale"}${d.user_id ? ", " + d.user_id : ""}` }),
+    h("dt", { text: "Language" }), h("dd", { id: "preview-variant", text: preview.variant }));
+  if (!preview.message) {
+    return h("div", {}, facts, h("p", { class: "field-error", id: "preview-failure",
+      text: `This device would fail: ${preview.failure} (${preview.failure_code})` }));
+  }
+  const n = preview.message.notification;
+  return h("div", {}, facts,
+    h("div", { class: "phone" }, h("div", { class: "phone-title", id: "preview-title", text: n.title }),
+      h("div", { class: "phone-body", id: "preview-body", text: n.body })),
+    h("p", { class: "muted", text: `${fmt(preview.size_bytes)} of ${fmt(MAX_PAYLOAD_BYTES)} bytes` }),
+    h("pre", { class: "mono fcm-message", id: "preview-message", text: JSON.stringify({ message: preview.message }, null, 2) }));
+}
+
+function splitText(found) {
+  const total = `This will reach ${fmt(found.devices)} devices`;
+  if (!found.by_language) return total + ".";
+  const parts = Object.entries(found.by_language).sort((a, b) => b[1] - a[1])
+    .map(([variant, count]) => `${variant} ${fmt(count)}`);
+  return `${total}: ${parts.join(", ")}.`;
+}
+
 // --- new campaign ------------------------------------------------------------------------------
 function newCampaignPage(main) {
   if (!can("campaigns:send")) { main.append(h("p", { text: "This key may not send campaigns." })); return; }
   const editor = contentEditor({}, LONGEST_DEFAULT_KEY);
+  const translations = translationsEditor(() => { estimate(); });
   const name = h("input", { type: "text", id: "name", maxlength: 200, placeholder: "optional, e.g. live-stream-2026-11" });
   const rate = h("input", { type: "number", id: "rate", min: 1, step: 1, placeholder: "no cap: as fast as FCM allows" });
   const audience = audienceEditor(() => estimate());
   const when = whenEditor();
   const reach = h("p", { class: "reach", id: "estimate", text: "Counting the audience…" });
+  const content = () => ({ ...editor.value(), translations: translations.value() });
+  const preview = previewPanel(content);
   const idempotencyKey = crypto.randomUUID();
   let counter = 0;
   let timer = null;
@@ -597,10 +680,11 @@ function newCampaignPage(main) {
     timer = setTimeout(async () => {
       const mine = ++counter;
       try {
-        const found = await post("/v1/audiences/estimate", { audience: audience.value() });
-        if (mine === counter) reach.textContent = `This will reach ${fmt(found.devices)} devices.`;
+        const languages = Object.keys(translations.value());
+        const found = await post("/v1/audiences/estimate", { audience: audience.value(), languages });
+        if (mine === counter) reach.textContent = splitText(found);
       } catch (error) {
-        if (mine === counter && error.name !== "AbortError") reach.textContent = `The audience is not valid: ${error.message}`;
+        if (mine === counter && error.name !== "AbortError") reach.textContent = `The audience or a language is not valid: ${error.message}`;
       }
     }, ESTIMATE_DELAY_MS);
   };
@@ -608,7 +692,7 @@ function newCampaignPage(main) {
   const form = h("form", { class: "editor panel", id: "new-campaign", onsubmit: async (event) => {
     event.preventDefault();
     if (!editor.valid()) return;
-    const body = { ...editor.value(), audience: audience.value(), ...when.value() };
+    const body = { ...content(), audience: audience.value(), ...when.value() };
     if (name.value.trim()) body.name = name.value.trim();
     if (rate.value) body.rate_per_s = Number(rate.value);
     submit.disabled = true;
@@ -620,11 +704,11 @@ function newCampaignPage(main) {
       submit.disabled = false;
     }
   } }, h("h1", { text: "New campaign" }),
-  h("label", { for: "name", text: "Name" }), name, editor.element,
+  h("label", { for: "name", text: "Name" }), name, editor.element, translations.element,
   h("h2", { text: "Audience" }), audience.element, h("h2", { text: "When" }), when.element,
   h("label", { for: "rate", text: "Rate cap (messages per second, this campaign only)" }), rate,
   reach, h("p", {}, submit));
-  main.append(form);
+  main.append(h("div", { class: "compose" }, form, preview.element));
   estimate();
 }
 

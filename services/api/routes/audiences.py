@@ -9,15 +9,17 @@ from fastapi import APIRouter
 from herald.contracts.http import AudienceEstimate, AudienceEstimateRequest
 from herald.domain.access import Scope
 from services.api.auth import Caller, scoped
-from services.api.deps import AudienceSize
+from services.api.deps import AudienceSplit
 
 router = APIRouter(prefix="/v1/audiences", tags=["campaigns"])
 
 
 @router.post("/estimate", response_model=AudienceEstimate)
-async def estimate_audience(body: AudienceEstimateRequest, audience_size: AudienceSize,
+async def estimate_audience(body: AudienceEstimateRequest, audience_split: AudienceSplit,
                             _: Annotated[Caller, scoped(Scope.CAMPAIGNS_READ)]
                             ) -> AudienceEstimate:
-    """How many devices the audience filter (the one of a campaign create) selects now. A read:
-    it changes nothing, so anyone who may read campaigns may ask."""
-    return AudienceEstimate(devices=await audience_size(body.audience))
+    """How many devices the audience filter (the one of a campaign create) selects now, and,
+    given the tags of a campaign's translations (``languages``), how they split by the variant
+    each would get. A read: it changes nothing, so anyone who may read campaigns may ask."""
+    devices, by_language = await audience_split(body.audience, body.languages)
+    return AudienceEstimate(devices=devices, by_language=by_language)

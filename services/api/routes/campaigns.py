@@ -19,6 +19,8 @@ from herald.contracts.http import (
     CancelResult,
     CorrectRequest,
     CorrectResult,
+    Preview,
+    PreviewRequest,
     RetargetRequest,
 )
 from herald.domain.access import Scope
@@ -30,12 +32,14 @@ from herald.service_layer.campaign_events import CampaignChanged, Event
 from services.api.audit import MEDIA_TYPES, AuditFormat, audit_format, download_headers, encoded
 from services.api.auth import Caller, scoped
 from services.api.deps import (
+    AffectedLanguages,
     AuditRecipients,
     CancelUseCase,
     Creator,
     EditScheduled,
     FindCampaign,
     ListCampaigns,
+    PreviewMessage,
     Watch,
 )
 from services.api.errors import ApiError, not_found
@@ -66,6 +70,14 @@ async def create_campaign(
         response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = f"/v1/campaigns/{result.campaign.id}"
     return CampaignCreated(id=result.campaign.id, status=result.campaign.status)
+
+
+@router.post("/preview", response_model=Preview)
+async def preview_message(body: PreviewRequest, make: PreviewMessage, _: Sender) -> Preview:
+    """The exact FCM message one device (by token, or the newest of a user) would get from this
+    content or campaign: its translation, its placeholders filled in, every option; nothing is
+    sent or stored. Whoever may create campaigns may preview (it reads devices' fields)."""
+    return await make(body)
 
 
 @router.get("/{campaign_id}", response_model=CampaignView)
@@ -173,12 +185,22 @@ async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch, edit: Edi
     return campaign_view(updated)
 
 
-def _created(response: Response, campaign: Campaign | None, campaign_id: str) -> CampaignCreated:
+def _created(response: Response, campaign: Campaign | None, campaign_id: str,
+             languages: dict[str, int] | None = None) -> CampaignCreated:
     """The answer of a route that made a follow-up of ``campaign_id`` (None: it is unknown)."""
     if campaign is None:
         raise not_found(campaign_id)
     response.headers["Location"] = f"/v1/campaigns/{campaign.id}"
-    return CampaignCreated(id=campaign.id, status=campaign.status)
+    return CampaignCreated(id=campaign.id, status=campaign.status, languages=languages)
+
+
+async def _follow_up_of(find: FindCampaign, affected: AffectedLanguages, response: Response,
+                        made: Campaign | None, campaign_id: str,
+                        outcome: Outcome) -> CampaignCreated:
+    """A retarget's or amend's answer, with the languages of the original it affects."""
+    if made is None:
+        raise not_found(campaign_id)
+    return _created(response, made, campaign_id, await affected(await find(campaign_id), outcome))
 
 
 @router.post("/{campaign_id}/retry", status_code=202, response_model=CampaignCreated,
@@ -194,29 +216,36 @@ async def retry_campaign(campaign_id: CampaignId, creator: Creator, response: Re
 @router.post("/{campaign_id}/retarget", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.retarget"))
 async def retarget_campaign(campaign_id: CampaignId, creator: Creator, response: Response,
-                            caller: Sender, body: RetargetRequest | None = None,
+                            caller: Sender, find: FindCampaign, affected: AffectedLanguages,
+                            body: RetargetRequest | None = None,
                             idempotency_key: IdempotencyKey = None) -> CampaignCreated:
-    """A new campaign to exactly the ``unsent`` recipients of a finished one."""
-    return _created(response, await creator.retarget(
-        campaign_id, body or RetargetRequest(), caller.actor, idempotency_key), campaign_id)
+    """A new campaign to exactly the ``unsent`` recipients of a finished one; ``languages``:
+    those recipients by the variant of the original they would have got."""
+    made = await creator.retarget(campaign_id, body or RetargetRequest(), caller.actor,
+                                  idempotency_key)
+    return await _follow_up_of(find, affected, response, made, campaign_id, Outcome.UNSENT)
 
 
 @router.post("/{campaign_id}/amend", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.amend"))
 async def amend_campaign(campaign_id: CampaignId, creator: Creator, response: Response,
-                         caller: Sender, body: AmendRequest | None = None,
+                         caller: Sender, find: FindCampaign, affected: AffectedLanguages,
+                         body: AmendRequest | None = None,
                          idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """A new campaign to exactly the ``sent`` recipients of a finished one, with its
     replacement key: on their devices the new notification replaces the old one. 409
-    ``not_amendable`` while it runs, ``nothing_to_amend`` if FCM accepted none of it."""
-    return _created(response, await creator.amend(
-        campaign_id, body or AmendRequest(), caller.actor, idempotency_key), campaign_id)
+    ``not_amendable`` while it runs, ``nothing_to_amend`` if FCM accepted none of it.
+    ``languages``: those recipients by the variant of the original they got."""
+    made = await creator.amend(campaign_id, body or AmendRequest(), caller.actor,
+                               idempotency_key)
+    return await _follow_up_of(find, affected, response, made, campaign_id, Outcome.SENT)
 
 
 @router.post("/{campaign_id}/correct", status_code=202, response_model=CorrectResult,
              openapi_extra=logged("campaign.correct"))
 async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
-                           caller: Sender, body: CorrectRequest | None = None,
+                           caller: Sender, affected: AffectedLanguages,
+                           body: CorrectRequest | None = None,
                            idempotency_key: IdempotencyKey = None) -> CorrectResult:
     """Correct a finished campaign in one step: the new content as a new notification to its
     ``unsent`` recipients (a retarget) and as a replacement to its ``sent`` ones (an amend).
@@ -226,7 +255,11 @@ async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: R
                                                 caller.actor, idempotency_key)
     if correction is None:
         raise not_found(campaign_id)
-    result = correct_result(correction)
+    original = correction.original
+    result = correct_result(
+        correction,
+        retarget=await affected(original, Outcome.UNSENT) if correction.retarget else {},
+        amend=await affected(original, Outcome.SENT) if correction.amend else {})
     log_detail(request, " ".join(f"{half}={made.id}" for half, made in
                                  (("retarget", result.retarget), ("amend", result.amend)) if made))
     return result

@@ -1,0 +1,62 @@
+"""Previewing a campaign's message for one device, without sending it.
+
+The preview is made by the code the sender runs (``compile_content`` and ``message_for``), from
+the device as registered, so that what it shows is byte for byte the request a sender would
+make (only the APNs expiry a TTL gives differs: it is dated when the message is made)."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from herald.contracts.http import Preview, PreviewDevice, PreviewRequest
+from herald.domain.documents import CampaignContent, Device
+from herald.domain.payload import LONGEST_DEFAULT_KEY
+from herald.domain.rendering import DEFAULT_VARIANT, DeviceMessage, compile_content
+from herald.service_layer.campaigns import content_of
+from herald.service_layer.cancellation import CampaignNotFound
+from herald.service_layer.ports import CampaignLookup, DeviceRepository
+
+
+class DeviceNotFound(LookupError):
+    def __init__(self, request: PreviewRequest) -> None:
+        which = f"token {request.token!r}" if request.token else f"user_id {request.user_id!r}"
+        super().__init__(f"no device registered with {which}")
+
+
+async def preview(campaigns: CampaignLookup, devices: DeviceRepository,
+                  request: PreviewRequest) -> Preview:
+    """The message ``request``'s device would get from ``request``'s content or campaign."""
+    device = await (devices.find_by_token(request.token) if request.token
+                    else devices.find_by_user_id(request.user_id or ""))
+    if device is None:
+        raise DeviceNotFound(request)
+    content, replace_key = await _content(campaigns, request)
+    compiled = compile_content(content.title, content.body, content.data, content.translations,
+                               image_url=content.image_url, options=content.options,
+                               replace_key=replace_key, now_s=time.time())
+    return _preview(device, compiled.message_for(device.token, device))
+
+
+async def _content(campaigns: CampaignLookup,
+                   request: PreviewRequest) -> tuple[CampaignContent, str]:
+    """The content previewed and the replacement key it is sent with."""
+    if request.content is not None:
+        return content_of(request.content), request.content.replace_key or LONGEST_DEFAULT_KEY
+    campaign = await campaigns.get(request.campaign_id or "")
+    if campaign is None:
+        raise CampaignNotFound(request.campaign_id or "")
+    return campaign.content, campaign.sent_with_key
+
+
+def _preview(device: Device, made: DeviceMessage) -> Preview:
+    shown = PreviewDevice(token=device.token, user_id=device.user_id, platform=device.platform,
+                          locale=device.locale, timezone=device.timezone)
+    variant = made.variant or DEFAULT_VARIANT
+    if made.body is None:
+        return Preview(device=shown, variant=variant, message=None, size_bytes=None,
+                       failure=made.failure, failure_code=made.code)
+    message = orjson.loads(made.body)["message"]
+    size = len(orjson.dumps({key: value for key, value in message.items() if key != "token"}))
+    return Preview(device=shown, variant=variant, message=message, size_bytes=size)
