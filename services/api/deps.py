@@ -25,7 +25,7 @@ from herald.domain.documents import Campaign, Outcome, Schedule, UpsertCounts
 from herald.domain.pods import PodBeat
 from herald.domain.status import Status
 from herald.runtime.tasks import Background
-from herald.service_layer import queries, scheduling
+from herald.service_layer import approval, queries, scheduling
 from herald.service_layer.access import (
     Authenticator,
     MintedKey,
@@ -33,6 +33,7 @@ from herald.service_layer.access import (
     mint_key,
     revoke_key,
 )
+from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaign_events import campaign_events
 from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
 from herald.service_layer.cancellation import Cancellation
@@ -42,8 +43,10 @@ from herald.service_layer.ports import (
     OperatorLogRepository,
     PodRegistry,
     Stores,
+    TestSendRepository,
 )
 from herald.service_layer.recipients import RecipientLine
+from herald.service_layer.test_sends import TestSender
 from herald.settings import Settings
 from services.api.readiness import Readiness
 from services.api.streams import WatchCampaign
@@ -66,6 +69,8 @@ class AppServices:
     request_budget: RequestBudget
     failed_authentications: FailedAuthentications
     stream_slots: StreamSlots
+    approvals: ApprovalGate
+    test_sender: TestSender
 
 
 def app_services(request: Request) -> AppServices:
@@ -94,7 +99,12 @@ AuditRecipients = Annotated[
     provided(lambda s: partial(queries.recipients, s.stores))]
 EditScheduled = Annotated[
     Callable[[str, CampaignPatch, Actor], Awaitable[Campaign | None]],
-    provided(lambda s: partial(edit_scheduled, s.stores.campaigns))]
+    provided(lambda s: partial(edit_scheduled, s.stores.campaigns, approvals=s.approvals))]
+Approve = Annotated[
+    Callable[[str, Role, Actor, str | None], Awaitable[Campaign]],
+    provided(lambda s: partial(approval.approve, s.stores.campaigns, s.creator.wake_dispatcher))]
+SendTest = Annotated[TestSender, provided(lambda s: s.test_sender)]
+TestSends = Annotated[TestSendRepository, provided(lambda s: s.stores.test_sends)]
 
 
 Watch = Annotated[WatchCampaign, provided(lambda s: WatchCampaign(

@@ -44,6 +44,7 @@ from herald.domain.access import TALLY_WINDOW_S, Actor, ApiKey, LogEntry, Role
 from herald.domain.audience import Audience, Zones
 from herald.domain.documents import (
     CHUNK_CLOSED_FOR_GOOD,
+    Approval,
     Campaign,
     CampaignCounts,
     CancelRecord,
@@ -59,6 +60,7 @@ from herald.domain.documents import (
     ScheduleClaim,
     ScheduleRunRecord,
     ScheduleState,
+    TestSend,
     UpsertCounts,
     new_id,
 )
@@ -226,14 +228,28 @@ class FakeCampaigns:
         return min((c.due_at for c in self._where(lambda c: c.status is Status.SCHEDULED)),
                    default=None)
 
-    async def patch_scheduled(self, edited: Campaign, now: datetime) -> Campaign | None:
+    async def patch_scheduled(self, edited: Campaign, now: datetime,
+                              was: Status = Status.SCHEDULED) -> Campaign | None:
         await _round_trip()
         current = self._rows.get(edited.id)
-        if current is None or current.status is not Status.SCHEDULED:
+        if current is None or current.status is not was or current.revision != edited.revision:
             return None
-        return self._store(replace(current, name=edited.name, content=edited.content,
-                                   audience=edited.audience, due_at=edited.due_at,
-                                   local_time=edited.local_time, updated_at=now))
+        return self._store(replace(
+            current, name=edited.name, content=edited.content, audience=edited.audience,
+            due_at=edited.due_at, local_time=edited.local_time, edited_by=edited.edited_by,
+            status=edited.status, approvals=edited.approvals,
+            approval_required=edited.approval_required,
+            audience_estimate=edited.audience_estimate, revision=current.revision + 1,
+            updated_at=now))
+
+    async def approve(self, campaign: Campaign, transition: Transition,
+                      approvals: Sequence[Approval], now: datetime) -> Campaign | None:
+        await _round_trip()
+        current = self._rows.get(campaign.id)
+        if current is None or current.revision != campaign.revision:
+            return None
+        return self._apply(campaign.id, transition, now,
+                           lambda c: replace(c, approvals=tuple(approvals)))
 
     async def claim_for_dispatch(self, campaign_id: str | None, pod_id: str, now: datetime,
                                  lease_until: datetime) -> Campaign | None:
@@ -811,7 +827,20 @@ def fake_stores() -> Stores:
     return Stores(devices=FakeDevices(), campaigns=FakeCampaigns(), chunks=FakeChunks(),
                   deliveries=FakeDeliveries(), idempotency=FakeIdempotency(),
                   schedules=FakeSchedules(), api_keys=FakeApiKeys(),
-                  operator_log=FakeOperatorLog())
+                  operator_log=FakeOperatorLog(), test_sends=FakeTestSends())
+
+
+class FakeTestSends:
+    """``herald.adapters.test_sends.TestSendStore`` in memory."""
+
+    def __init__(self) -> None:
+        self.records: list[TestSend] = []
+
+    async def insert(self, record: TestSend) -> None:
+        self.records.append(record)
+
+    async def of_campaign(self, campaign_id: str, limit: int = 50) -> list[TestSend]:
+        return [r for r in reversed(self.records) if r.campaign_id == campaign_id][:limit]
 
 
 class FakeBackground:

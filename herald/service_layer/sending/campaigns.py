@@ -11,6 +11,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from herald.domain.documents import Campaign
 from herald.domain.payload import MessageTemplate, build_payload
 from herald.domain.status import ACTIVE, Status
 from herald.service_layer.cancel_watch import CancelWatch
@@ -29,6 +30,17 @@ class CampaignInfo:
 
 UNKNOWN = "unknown"
 """What ``get`` answers for a campaign that does not exist (a forged or misrouted chunk)."""
+
+
+def message_of(campaign: Campaign, now_s: float) -> MessageTemplate:
+    """The FCM request every recipient of ``campaign`` gets (all but the token): what the
+    senders send, and what a test send sends (``test_sends.py``). ``now_s`` dates the APNs
+    expiry of a TTL."""
+    content = campaign.content
+    payload = build_payload(content.title, content.body, content.data, content.image_url,
+                            replace_key=campaign.sent_with_key, options=content.options,
+                            now_s=now_s)
+    return MessageTemplate(payload)
 
 
 class CampaignCache:
@@ -51,11 +63,7 @@ class CampaignCache:
             self._watch.learn(campaign_id)
         if campaign.status not in ACTIVE:
             return None
-        content = campaign.content
-        payload = build_payload(content.title, content.body, content.data, content.image_url,
-                                replace_key=campaign.sent_with_key, options=content.options,
-                                now_s=time.time())
-        info = CampaignInfo(MessageTemplate(payload), campaign.rate_per_s)
+        info = CampaignInfo(message_of(campaign, time.time()), campaign.rate_per_s)
         self._entries[campaign_id] = info
         if len(self._entries) > CACHE_SIZE:
             self._entries.popitem(last=False)
