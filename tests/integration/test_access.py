@@ -15,6 +15,7 @@ from pydantic import SecretStr
 from herald import names
 from herald.adapters.mongo import Database
 from herald.clock import utcnow
+from herald.contracts.http import DeviceIn
 from herald.domain.access import Role
 from herald.domain.status import Status, Transition
 from herald.service_layer.access import ensure_bootstrap_key
@@ -120,6 +121,11 @@ GROUPS: dict[str, tuple[Call, set[Role]]] = {
              {Role.OPERATOR, Role.ADMIN}),
     "retarget": (lambda c, ids: c.post(f"/v1/campaigns/{ids['finished']}/retarget"),
                  {Role.OPERATOR, Role.ADMIN}),
+    "approve": (lambda c, ids: c.post(f"/v1/campaigns/{ids['awaiting']}/approve"),
+                {Role.OPERATOR, Role.ADMIN}),
+    "test send": (lambda c, ids: c.post(f"/v1/campaigns/{ids['awaiting']}/test",
+                                        json={"tokens": [ids["tester"]]}),
+                  {Role.OPERATOR, Role.ADMIN}),
     "schedule": (lambda c, ids: c.post("/v1/schedules", json={
         "template": CAMPAIGN_BODY, "cron": "0 9 * * MON", "timezone": "Asia/Seoul"}),
                  {Role.OPERATOR, Role.ADMIN}),
@@ -128,7 +134,8 @@ GROUPS: dict[str, tuple[Call, set[Role]]] = {
     "manage keys": (lambda c, ids: c.get("/v1/api-keys"), {Role.ADMIN}),
 }
 
-COLLECTIONS = (names.CAMPAIGNS, names.SCHEDULES, names.DEVICES, names.API_KEYS)
+COLLECTIONS = (names.CAMPAIGNS, names.SCHEDULES, names.DEVICES, names.API_KEYS,
+               names.TEST_SENDS)
 
 
 async def _objects(api: httpx.AsyncClient, api_app: FastAPI, role: Role) -> dict[str, str]:
@@ -137,7 +144,12 @@ async def _objects(api: httpx.AsyncClient, api_app: FastAPI, role: Role) -> dict
     await stores.campaigns.insert(running)
     finished = await paged_campaign(stores)
     await stores.campaigns.transition(finished, Transition.FAIL, utcnow())
-    return {"running": running.id, "finished": finished, "token": role.value}
+    awaiting = campaign(status=Status.AWAITING_APPROVAL)
+    await stores.campaigns.insert(awaiting)
+    tester = f"tok-tester-{role.value}"
+    await stores.devices.upsert([DeviceIn(token=tester, platform="android")], utcnow())
+    return {"running": running.id, "finished": finished, "token": role.value,
+            "awaiting": awaiting.id, "tester": tester}
 
 
 async def _counts(db: Database) -> dict[str, int]:
