@@ -1006,6 +1006,7 @@ class FakeFcm(FcmClient):
     def __init__(self, answer: Callable[[str], SendResult] = answer_by_token,
                  on_request: Callable[[str], None] | None = None) -> None:
         self.sent: list[str] = []
+        self.bodies: list[bytes] = []
         self.rejections: list[str | None] = []
         self._answer = answer
         self._on_request = on_request
@@ -1016,6 +1017,7 @@ class FakeFcm(FcmClient):
             return WITHHELD
         token: str = orjson.loads(body)["message"]["token"]
         self.sent.append(token)
+        self.bodies.append(body)
         if self._on_request is not None:
             self._on_request(token)
         return self._answer(token)
@@ -1075,6 +1077,7 @@ class HeldFcm(FcmClient):
             return WITHHELD
         token: str = orjson.loads(body)["message"]["token"]
         self.sent.append(token)
+        self.bodies.append(body)
         answered = asyncio.get_running_loop().create_future()
         self.on_wire.append(answered)
         self.most_on_wire = max(self.most_on_wire, len(self.on_wire))
