@@ -1067,6 +1067,7 @@ class HeldFcm(FcmClient):
 
     def __init__(self, answer: Callable[[str], SendResult] = answer_by_token) -> None:
         self.sent: list[str] = []
+        self.bodies: list[bytes] = []
         self.rejections: list[str | None] = []
         self.on_wire: list[asyncio.Future[None]] = []
         self.most_on_wire = 0
