@@ -111,8 +111,17 @@ class InvalidChange(ValueError):
 
 class NotEditable(Exception):
     def __init__(self, status: Status) -> None:
-        super().__init__(f"campaign is {status.value}; only a scheduled campaign can be changed")
+        super().__init__(f"campaign is {status.value}; only a scheduled campaign (or one "
+                         "awaiting approval) can be changed")
         self.status = status
+
+
+class FollowUpAudience(ValueError):
+    """A follow-up reaches recipients of its original, never an audience."""
+
+    def __init__(self) -> None:
+        super().__init__("a follow-up (retarget, amend, correct, retry) reaches recipients of "
+                         "its original: its audience cannot be changed")
 
 
 @dataclass(frozen=True)
@@ -439,6 +448,8 @@ async def edit_scheduled(campaigns: ScheduledCampaigns, campaign_id: str, patch:
         return None
     if current.status not in EDITABLE:
         raise NotEditable(current.status)
+    if current.follow_up is not None and patch.audience is not None:
+        raise FollowUpAudience
     edited = await _reapproved(_edited(current, patch, by), current, approvals, utcnow(), by)
     updated = await campaigns.patch_scheduled(edited, utcnow(), was=current.status)
     if updated is None:  # it fired, was approved or cancelled between our read and our write

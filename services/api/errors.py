@@ -21,6 +21,7 @@ from herald.domain.payload import PayloadTooLarge
 from herald.domain.timing import AmbiguousTime
 from herald.service_layer.access import KeyNotFound
 from herald.service_layer.campaigns import (
+    FollowUpAudience,
     IdempotencyInFlight,
     IdempotencyMismatch,
     InvalidChange,
@@ -84,6 +85,7 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     NothingToCorrect: (409, "nothing_to_correct"),
     NotRetryable: (409, "not_retryable"),
     NotEditable: (409, "not_editable"),
+    FollowUpAudience: (422, "follow_up_audience"),
     ScheduleEnded: (409, "schedule_ended"),
     SendAtInPast: (422, "send_at_in_past"),
     AmbiguousTime: (422, "ambiguous_time"),

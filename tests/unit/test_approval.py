@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from herald.clock import utcnow
-from herald.contracts.http import CampaignPatch
+from herald.contracts.http import AmendRequest, CampaignPatch, RetargetRequest
 from herald.domain.access import Role
 from herald.domain.approval import (
     Refusal,
@@ -27,10 +27,10 @@ from herald.domain.documents import Approval, Campaign, CampaignContent
 from herald.domain.payload import SendOptions
 from herald.domain.status import Status, Transition
 from herald.service_layer.approval import ApprovalGate, ApprovalRefused, approve
-from herald.service_layer.campaigns import edit_scheduled
+from herald.service_layer.campaigns import CampaignCreator, FollowUpAudience, edit_scheduled
 from herald.service_layer.ports import Stores
-from tests.factories import actor, campaign
-from tests.unit.fakes import FakeDevices, fake_stores
+from tests.factories import actor, campaign, cancelled_paged_campaign
+from tests.unit.fakes import FakeBus, FakeDevices, fake_stores
 
 CREATOR = actor("marketing")
 REVIEWER = actor("reviewer")
@@ -161,3 +161,19 @@ async def test_an_edit_between_the_read_and_the_write_of_an_approval_wins() -> N
                          approvals=gate)
     stale = await stores.campaigns.approve(held, Transition.APPROVE_FOR_LATER, (), utcnow())
     assert stale is None  # the approval read revision 0; the edit made it 1
+
+
+async def test_a_large_follow_up_waits_for_approval_and_wakes_no_dispatcher() -> None:
+    stores, bus = fake_stores(), FakeBus()
+    original = await cancelled_paged_campaign(stores)  # 12 sent, 17 unsent
+    creator = CampaignCreator(stores.campaigns, stores.idempotency, bus,
+                              ApprovalGate(stores.devices, 13))
+    retarget = await creator.retarget(original.id, RetargetRequest(), CREATOR)
+    amend = await creator.amend(original.id, AmendRequest(), CREATOR)
+    assert retarget is not None and amend is not None
+    assert (retarget.status, retarget.audience_estimate) == (Status.AWAITING_APPROVAL, 17)
+    assert (amend.status, amend.audience_estimate) == (Status.PENDING, 12)
+    assert bus.dispatches == [amend.id]
+    with pytest.raises(FollowUpAudience):
+        await edit_scheduled(stores.campaigns, retarget.id, CampaignPatch(audience=Audience()),
+                             CREATOR, approvals=ApprovalGate(stores.devices, 13))
