@@ -435,6 +435,8 @@ class CampaignView(BaseModel):
         default=None, description="The approval in force: who approved, and when")
     approvals: list[ApprovalView] = Field(
         default_factory=list, description="Every approval, oldest first, revoked ones included")
+    testable: bool = Field(
+        default=False, description="A test send (POST .../test) is allowed in its status")
 
 
 class CancelResult(BaseModel):

@@ -22,6 +22,7 @@ from herald.contracts.http import (
 from herald.domain.access import Actor, ApiKey, LogEntry
 from herald.domain.approval import approval_digest
 from herald.domain.documents import Approval, Campaign, Schedule, TestSend
+from herald.domain.status import TESTABLE
 from herald.service_layer.campaigns import Correction
 from herald.service_layer.scheduling import local_time
 
@@ -59,7 +60,8 @@ def campaign_view(campaign: Campaign) -> CampaignView:
         audience_estimate=campaign.audience_estimate,
         content_digest=approval_digest(campaign),
         approval=approval_view(campaign.approval) if campaign.approval else None,
-        approvals=[approval_view(a) for a in campaign.approvals])
+        approvals=[approval_view(a) for a in campaign.approvals],
+        testable=campaign.status in TESTABLE)
 
 
 def approval_view(approval: Approval) -> ApprovalView:

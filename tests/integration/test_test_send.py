@@ -14,7 +14,10 @@ from fastapi import FastAPI
 from fcm_emulator.client import EmulatorClient
 from herald import names
 from herald.adapters.mongo import Database
+from herald.adapters.rate_limit import Budget
 from herald.domain.access import Role
+from services.api.auth import api_routes
+from services.api.gate import budget_of
 from tests.factories import CAMPAIGN_BODY
 from tests.integration.helpers import client_of, mint
 from tests.support import error_code
@@ -60,6 +63,7 @@ async def test_only_the_named_devices_get_the_campaign_s_own_message(
                 request.webpush_tag) == ("launch-2099",) * 4
         assert request.authorized_as is not None  # the senders' OAuth service account
     view = (await api.get(f"/v1/campaigns/{campaign_id}")).json()
+    assert view["testable"] is True
     assert view["counts"] == {"targeted": 0, "sent": 0, "failed": 0, "unsent": 0,
                               "maybe_delivered": 0}
     assert await db[names.DELIVERIES].count_documents({}) == 0
@@ -140,3 +144,10 @@ async def test_a_finished_or_stopping_campaign_cannot_be_test_sent(
                              json={"tokens": ["tok-test-2"]})
     assert (missing.status_code, error_code(missing)) == (404, "campaign_not_found")
     assert emulator.received() == []
+
+
+def test_approvals_and_test_sends_spend_from_the_budget_of_changes(api_app: FastAPI) -> None:
+    budgets = {route.path: budget_of(route) for route in api_routes(api_app.router.routes)}
+    assert budgets["/v1/campaigns/{campaign_id}/test"] is Budget.WRITE
+    assert budgets["/v1/campaigns/{campaign_id}/approve"] is Budget.WRITE
+    assert budgets["/v1/campaigns/{campaign_id}/tests"] is Budget.READ

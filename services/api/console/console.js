@@ -4,8 +4,7 @@
 
 const KEY_STORE = "herald.apiKey";
 const FINAL = new Set(["completed", "failed", "cancelled", "missed"]);
-// Statuses in which a test send is allowed (herald/domain/status.py TESTABLE).
-const TESTABLE = new Set(["awaiting_approval", "scheduled", "pending", "in_progress", "finalizing"]);
+
 const STATUSES = ["scheduled", "pending", "in_progress", "finalizing", "cancelling",
   "completed", "failed", "cancelled", "missed"];
 const LIST_REFRESH_MS = 1000;
@@ -319,7 +318,8 @@ function renderCampaign(parts, view) {
   }
   renderStop(parts, view);
   renderApproval(parts, view);
-  if (parts.testSend) parts.testSend.hidden = !TESTABLE.has(c.status);
+  // Whether a test send is allowed is the server's one rule (TESTABLE), shown as `testable`.
+  if (parts.testSend) parts.testSend.hidden = !c.testable;
   if (view.toGo) view.toGo.textContent = stillToGo(c);
   if (view.closeDialog && FINAL.has(c.status)) {
     view.closeDialog();
