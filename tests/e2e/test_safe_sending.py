@@ -78,6 +78,9 @@ def _approved_after_a_test_send(approving_api: Api, marketing: Api, marketing_ke
     unknown = CliRunner().invoke(cli.app, ["test", campaign_id, *where, "--token", tested[0],
                                            "--token", "never-registered"])
     assert unknown.exit_code == 1 and "unknown_devices" in unknown.output
+    too_many = marketing.http.post(f"/v1/campaigns/{campaign_id}/test",
+                                   json={"tokens": [d["token"] for d in own] * 3})
+    assert too_many.status_code == 422  # 120 tokens: over 100, nothing sent
     test = CliRunner().invoke(cli.app, ["test", campaign_id, *where,
                                         *(arg for t in tested for arg in ("--token", t))])
     assert test.exit_code == 0, test.output
