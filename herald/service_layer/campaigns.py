@@ -464,7 +464,8 @@ async def _reapproved(edited: Campaign, current: Campaign, approvals: ApprovalGa
     if approvals is None or approvals.min_audience is None:
         return edited
     size = current.audience_estimate
-    if edited.audience is not None and edited.audience != current.audience:
+    counted = size is not None and edited.audience == current.audience
+    if edited.audience is not None and not counted:  # changed, or never counted
         size = await approvals.size_of(edited.audience)
     required = current.approval_required or approvals.required(size)
     status, given = after_edit(edited, required, now, by)

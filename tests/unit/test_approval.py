@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from herald.clock import utcnow
-from herald.contracts.http import AmendRequest, CampaignPatch, RetargetRequest
+from herald.contracts.http import AmendRequest, CampaignPatch, DeviceIn, RetargetRequest
 from herald.domain.access import Role
 from herald.domain.approval import (
     Refusal,
@@ -177,3 +177,15 @@ async def test_a_large_follow_up_waits_for_approval_and_wakes_no_dispatcher() ->
     with pytest.raises(FollowUpAudience):
         await edit_scheduled(stores.campaigns, retarget.id, CampaignPatch(audience=Audience()),
                              CREATOR, approvals=ApprovalGate(stores.devices, 13))
+
+
+async def test_a_campaign_never_counted_is_counted_at_its_first_edit() -> None:
+    stores = fake_stores()
+    await stores.devices.upsert([DeviceIn(token=f"tok-{i}", platform="ios") for i in range(3)],
+                                utcnow())
+    uncounted = campaign(due_in_s=3600, status=Status.SCHEDULED, created_by=CREATOR)
+    await stores.campaigns.insert(uncounted)  # made while approvals were off
+    edited = await edit_scheduled(stores.campaigns, uncounted.id, CampaignPatch(name="n"),
+                                  CREATOR, approvals=ApprovalGate(stores.devices, 3))
+    assert edited is not None
+    assert (edited.status, edited.audience_estimate) == (Status.AWAITING_APPROVAL, 3)
