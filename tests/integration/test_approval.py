@@ -116,6 +116,9 @@ async def test_a_second_key_approves_and_it_is_handed_to_the_dispatchers(
                         f"/v1/campaigns/{created['id']}/approve")
     assert (again.status_code, error_code(again)) == (409, "not_awaiting_approval")
     log = (await admin.get("/v1/operator-log", params={"campaign_id": created["id"]})).json()
+    approval_entry = next(e for e in log["items"] if e["outcome"] == "done"
+                          and e["action"] == "campaign.approve")
+    assert approval_entry["detail"] == f"digest={view['content_digest']} now pending"
     assert [(e["action"], e["actor"]["name"], e["outcome"]) for e in reversed(log["items"])] == [
         ("campaign.create", "marketing", "done"), ("campaign.approve", "reviewer", "done"),
         ("campaign.approve", "reviewer", "rejected")]

@@ -254,8 +254,8 @@ APPROVAL_STATUS = {Refusal.NO_SCOPE: 403, Refusal.OWN_CAMPAIGN: 403, Refusal.NOT
              responses={403: {"model": ErrorResponse, "description": "`self_approval`: the "
                               "key that created the campaign cannot approve it"}},
              openapi_extra=logged("campaign.approve"))
-async def approve_campaign(campaign_id: CampaignId, approve: Approve, caller: Approver,
-                           body: ApproveRequest | None = None) -> CampaignView:
+async def approve_campaign(campaign_id: CampaignId, approve: Approve, request: Request,
+                           caller: Approver, body: ApproveRequest | None = None) -> CampaignView:
     """Approve a campaign ``awaiting_approval`` with a key other than its creator's: it is
     sent at once if due (``pending``), or fires at its time (``scheduled``). 403
     ``self_approval``, 409 ``not_awaiting_approval`` or ``approval_stale`` (the campaign
@@ -266,6 +266,8 @@ async def approve_campaign(campaign_id: CampaignId, approve: Approve, caller: Ap
     except ApprovalRefused as refused:
         raise ApiError(APPROVAL_STATUS[refused.refusal], refused.refusal.value,
                        str(refused)) from None
+    if approved.approval is not None:
+        log_detail(request, f"digest={approved.approval.digest} now {approved.status.value}")
     return campaign_view(approved)
 
 
