@@ -44,6 +44,7 @@ SCHEDULES = "schedules"
 IDEMPOTENCY_KEYS = "idempotency_keys"
 API_KEYS = "api_keys"
 OPERATOR_LOG = "operator_log"
+TEST_SENDS = "test_sends"
 
 
 FLEET_RATE_BUCKET = "fcm"

@@ -164,6 +164,11 @@ class Settings(BaseSettings):
     cancel_flag_ttl_s: PositiveInt = 7 * 24 * 3600
     sweep_interval_s: PositiveFloat = 1.0
 
+    # Approval of large sends.
+    approval_min_audience: PositiveInt | None = None
+    """A campaign, schedule run or follow-up reaching at least this many devices waits
+    ``awaiting_approval`` for a second key; unset: nothing waits."""
+
     # Scheduler.
     scheduler_poll_s: PositiveFloat = 0.5
     misfire_grace_s: PositiveFloat = 300.0

@@ -11,6 +11,9 @@
 ``--api`` (or ``HERALD_API_URL``) chooses the API, ``http://127.0.0.1:8000`` by default;
 ``--api-key`` (or ``HERALD_API_KEY``) is the key every call carries.
 
+    herald approve ID                                  # another key than the creator's
+    herald test ID --token TOKEN --token TOKEN         # or --user-id; at most 100 devices
+
     herald keys create --name on-call --role responder
     herald keys list
     herald keys revoke KEY_ID
@@ -413,6 +416,41 @@ def estimate(
     console.print(f"{answer['devices']} devices", highlight=False)
     for variant, count in sorted((answer.get("by_language") or {}).items()):
         console.print(f"  {variant:<12} {count}", highlight=False)
+
+
+@app.command("approve")
+def approve(campaign_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
+            digest: Annotated[str | None, typer.Option(
+                help="The content_digest you read: refused if the campaign changed since")
+            ] = None) -> None:
+    """Approve a campaign awaiting approval (with a key other than its creator's)."""
+    body = {"digest": digest} if digest else None
+    campaign = _call(Endpoint(api, api_key), "POST", f"/v1/campaigns/{campaign_id}/approve",
+                     json=body).json()
+    approval = campaign["approval"] or {}
+    console.print(f"{campaign['id']} approved by {approval.get('by', {}).get('name')} at "
+                  f"{approval.get('at')}: now {campaign['status']}", highlight=False)
+
+
+@app.command("test")
+def send_test(
+    campaign_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
+    token: Annotated[list[str] | None, typer.Option(help="A device token, repeatable")] = None,
+    user_id: Annotated[list[str] | None, typer.Option(
+        help="A user id (each of their devices), repeatable")] = None,
+) -> None:
+    """Send the campaign's exact message to a few devices (at most 100), and show each one's
+    outcome; recorded apart, never in the campaign's numbers."""
+    if bool(token) == bool(user_id):
+        _fail("give --token or --user-id (repeatable), not both")
+    body = {"tokens": token} if token else {"user_ids": user_id}
+    result = _call(Endpoint(api, api_key), "POST", f"/v1/campaigns/{campaign_id}/test",
+                   json=body).json()
+    for outcome in result["outcomes"]:
+        verdict = "accepted" if outcome["accepted"] else outcome["error"]
+        console.print(f"…{outcome['token_suffix']}  {outcome['user_id'] or '-':<16} {verdict}",
+                      highlight=False)
+    console.print(f"{result['accepted']} accepted, {result['failed']} refused", highlight=False)
 
 
 @app.command("pods")

@@ -19,9 +19,13 @@ from pymongo.errors import DuplicateKeyError
 from herald import names
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, maybe, object_id, to_bson
-from herald.domain.documents import Campaign, CampaignCounts, CancelRecord
+from herald.domain.documents import Approval, Campaign, CampaignCounts, CancelRecord
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
+
+_EDITED = ("name", "content", "audience", "due_at", "local_time", "edited_by", "status",
+           "approvals", "approval_required", "audience_estimate")
+"""What an edit of a campaign that has not fired writes."""
 
 _STILL_COUNTING = sorted(status.value for status in Status if status not in TERMINAL)
 """Statuses in which a finished chunk still adds to the live counts."""
@@ -62,7 +66,8 @@ class CampaignStore:
         return await self._find({"status": status.value}, sort=("_id", 1), limit=limit)
 
     async def transition(self, campaign_id: str, transition: Transition, now: datetime, *,
-                         also_set: Mapping[str, Any] | None = None) -> Campaign | None:
+                         also_set: Mapping[str, Any] | None = None,
+                         where: Mapping[str, Any] | None = None) -> Campaign | None:
         """Apply ``transition`` if the campaign's status allows it; the updated campaign, or None.
 
         The status test and the write are one atomic operation, so of two racing transitions
@@ -71,7 +76,8 @@ class CampaignStore:
         oid = object_id(campaign_id)
         if oid is None:
             return None
-        query = {"_id": oid, "status": {"$in": [s.value for s in sources_for(transition)]}}
+        query = {"_id": oid, "status": {"$in": [s.value for s in sources_for(transition)]},
+                 **(where or {})}
         update = {"$set": {"status": target_of(transition).value, "updated_at": now,
                            **(also_set or {})}}
         return maybe(Campaign, await self._campaigns.find_one_and_update(
@@ -141,15 +147,23 @@ class CampaignStore:
             {"status": Status.SCHEDULED.value}, {"due_at": 1}, sort=[("due_at", 1)])
         return earliest["due_at"] if earliest else None
 
-    async def patch_scheduled(self, edited: Campaign, now: datetime) -> Campaign | None:
-        """Write the edited name, content, audience and timing of a campaign only while it is
-        still ``scheduled``; the result, or None."""
+    async def patch_scheduled(self, edited: Campaign, now: datetime,
+                              was: Status = Status.SCHEDULED) -> Campaign | None:
+        """Write the edited name, content, audience, timing, status and approvals of a campaign
+        only while it is still ``was`` at the revision the edit read; the result, or None."""
         document = to_bson(edited)
-        changes = {key: document[key] for key in ("name", "content", "audience", "due_at",
-                                                  "local_time", "edited_by")}
+        changes = {key: document[key] for key in _EDITED}
         return maybe(Campaign, await self._campaigns.find_one_and_update(
-            {"_id": object_id(edited.id), "status": Status.SCHEDULED.value},
-            {"$set": {**changes, "updated_at": now}}, return_document=ReturnDocument.AFTER))
+            {"_id": object_id(edited.id), "status": was.value, "revision": edited.revision},
+            {"$set": {**changes, "updated_at": now}, "$inc": {"revision": 1}},
+            return_document=ReturnDocument.AFTER))
+
+    async def approve(self, campaign: Campaign, transition: Transition,
+                      approvals: Sequence[Approval], now: datetime) -> Campaign | None:
+        """``transition`` with ``approvals`` recorded, only at the revision that was read."""
+        return await self.transition(
+            campaign.id, transition, now, where={"revision": campaign.revision},
+            also_set={"approvals": [asdict(approval) for approval in approvals]})
 
     # --- dispatch: claims, leases, checkpoints ---------------------------------------------------
     async def claim_for_dispatch(self, campaign_id: str | None, pod_id: str, now: datetime,

@@ -60,6 +60,9 @@ INDEXES: dict[str, list[tuple[list[tuple[str, int]], dict[str, Any]]]] = {
         ([("actor.id", ASCENDING)], {"name": "actor_id"}),
         ([("tally", ASCENDING)], {"name": "tally_unique", "unique": True, "sparse": True}),
     ],
+    names.TEST_SENDS: [
+        ([("campaign_id", ASCENDING)], {"name": "campaign_id"}),
+    ],
     names.SCHEDULES: [
         ([("state", ASCENDING), ("next_run_at", ASCENDING)], {"name": "state_next_run"}),
     ],

@@ -23,6 +23,7 @@ from herald.domain.documents import (
     Device,
     IdempotencyBinding,
     Schedule,
+    TestSend,
 )
 
 Document = dict[str, Any]
@@ -31,7 +32,7 @@ Record = TypeVar("Record")
 _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {
     kind: TypeAdapter(kind)
     for kind in (ApiKey, Campaign, ChunkState, Delivery, Device, IdempotencyBinding, LogEntry,
-                 Schedule)
+                 Schedule, TestSend)
 }
 
 

@@ -404,6 +404,72 @@ class Counts(BaseModel):
                                "message may have been delivered. Final counts only")
 
 
+class ApprovalView(BaseModel):
+    """A second key's approval of a large campaign, bound to the ``digest`` of what it covers."""
+
+    digest: str = Field(description="SHA-256 of the content, audience and options approved")
+    by: ActorView
+    at: datetime
+    revoked_at: datetime | None = Field(
+        default=None, description="When an edit of what it covered revoked it")
+    revoked_by: ActorView | None = None
+
+
+class ApproveRequest(Strict):
+    digest: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$",
+        description="The `content_digest` the approver read: refused (409 approval_stale) if "
+                    "the campaign changed since")
+
+
+class TestSendRequest(Strict):
+    """The devices to send the campaign's exact message to: ``tokens`` or ``user_ids`` (every
+    registered device of each), at most 100 devices in all."""
+
+    __test__ = False  # not a pytest test class
+
+    tokens: list[Token] | None = Field(default=None, min_length=1, max_length=100)
+    user_ids: list[UserId] | None = Field(default=None, min_length=1, max_length=100)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> TestSendRequest:
+        if (self.tokens is None) == (self.user_ids is None):
+            raise ValueError("give either tokens or user_ids")
+        return self
+
+
+class TestOutcomeView(BaseModel):
+    __test__ = False  # not a pytest test class
+
+    device_id: str
+    token_suffix: str = Field(description="The token's last 8 characters")
+    user_id: str | None
+    accepted: bool = Field(description="FCM accepted the message for this device")
+    error: str | None = Field(description="FCM's error code (e.g. UNREGISTERED) if not")
+    message: str | None = Field(default=None, description="Google's error message, if any")
+
+
+class TestSendView(BaseModel):
+    """A test send as recorded (``test_sends``): never in the campaign's counts or audit."""
+
+    __test__ = False  # not a pytest test class
+
+    id: str
+    campaign_id: str
+    at: datetime
+    by: ActorView
+    status: Status = Field(description="The campaign's status when it was sent")
+    accepted: int
+    failed: int
+    outcomes: list[TestOutcomeView]
+
+
+class TestSendPage(BaseModel):
+    __test__ = False  # not a pytest test class
+
+    items: list[TestSendView]
+
+
 class CancelInfo(BaseModel):
     requested_at: datetime
     acknowledged_at: datetime | None
@@ -449,6 +515,21 @@ class CampaignView(BaseModel):
         default=None, description="The campaign whose notification this one replaces (an amend)")
     amended_by: list[str] = Field(
         default_factory=list, description="The amends of this campaign, oldest first")
+    approval_required: bool = Field(
+        default=False, description="It reaches at least HERALD_APPROVAL_MIN_AUDIENCE devices: "
+                                   "it sends only once another key approves it")
+    audience_estimate: int | None = Field(
+        default=None, description="Devices its audience selected when created or last edited "
+                                  "(counted only when approvals are configured)")
+    content_digest: str = Field(
+        default="", description="SHA-256 of what an approval covers (content, audience, "
+                                "options); an approval is in force while it equals this")
+    approval: ApprovalView | None = Field(
+        default=None, description="The approval in force: who approved, and when")
+    approvals: list[ApprovalView] = Field(
+        default_factory=list, description="Every approval, oldest first, revoked ones included")
+    testable: bool = Field(
+        default=False, description="A test send (POST .../test) is allowed in its status")
 
 
 class CancelResult(BaseModel):

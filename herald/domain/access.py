@@ -23,7 +23,8 @@ SECRET_BYTES = 32
 class Scope(StrEnum):
     CAMPAIGNS_READ = "campaigns:read"  # campaigns, their audits, live events, estimates
     CAMPAIGNS_CANCEL = "campaigns:cancel"
-    CAMPAIGNS_SEND = "campaigns:send"  # create, edit, retarget, retry, amend, correct
+    CAMPAIGNS_SEND = "campaigns:send"  # create, edit, retarget, retry, amend, correct, test send
+    CAMPAIGNS_APPROVE = "campaigns:approve"  # approve another key's large campaign
     SCHEDULES_READ = "schedules:read"
     SCHEDULES_WRITE = "schedules:write"
     DEVICES_WRITE = "devices:write"
@@ -43,7 +44,7 @@ class Role(StrEnum):
 _VIEWER = frozenset({Scope.CAMPAIGNS_READ, Scope.SCHEDULES_READ, Scope.PODS_READ,
                      Scope.OPERATOR_LOG_READ})
 _RESPONDER = _VIEWER | {Scope.CAMPAIGNS_CANCEL}
-_OPERATOR = _RESPONDER | {Scope.CAMPAIGNS_SEND, Scope.SCHEDULES_WRITE}
+_OPERATOR = _RESPONDER | {Scope.CAMPAIGNS_SEND, Scope.CAMPAIGNS_APPROVE, Scope.SCHEDULES_WRITE}
 
 ROLE_SCOPES: dict[Role, frozenset[Scope]] = {
     Role.VIEWER: _VIEWER,

@@ -173,6 +173,21 @@ class CampaignContent:
 
 
 @dataclass(frozen=True, slots=True)
+class Approval:
+    """A second key's approval of a large campaign, bound to ``digest`` (``approval.py``)."""
+
+    digest: str
+    by: Actor
+    at: datetime
+    revoked_at: datetime | None = None
+    revoked_by: Actor | None = None
+    """Who changed what was approved (an edit), which revoked it."""
+
+    def revoked(self, now: datetime, by: Actor) -> Approval:
+        return Approval(self.digest, self.by, self.at, revoked_at=now, revoked_by=by)
+
+
+@dataclass(frozen=True, slots=True)
 class Campaign:
     id: str
     status: Status
@@ -206,6 +221,20 @@ class Campaign:
     finished_at: datetime | None = None
     fired_at: datetime | None = None
     fired_by: str | None = None
+    approval_required: bool = False
+    """Created for at least ``HERALD_APPROVAL_MIN_AUDIENCE`` devices: it sends only approved."""
+    audience_estimate: int | None = None
+    """The devices its audience selected when it was created (or last edited)."""
+    approvals: tuple[Approval, ...] = ()
+    """Every approval, oldest first; the last one, unless revoked, is in force."""
+    revision: int = 0
+    """Incremented by every edit: an approval is written only for the revision it read."""
+
+    @property
+    def approval(self) -> Approval | None:
+        """The approval in force, if any (an edit that changed what it covered revoked it)."""
+        last = self.approvals[-1] if self.approvals else None
+        return last if last is not None and last.revoked_at is None else None
 
     @property
     def all_chunks_finished(self) -> bool:
@@ -309,6 +338,41 @@ class Delivery:
         for failure in self.failed:
             recorded.setdefault(failure.position, failure.error)
         return recorded
+
+
+# --- test sends ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TestOutcome:
+    """FCM's answer to a test send to one device: ``error`` None means FCM accepted it."""
+
+    __test__ = False  # not a pytest test class
+
+    device_id: str
+    token_suffix: str
+    """The token's last characters: enough to recognise it, never the whole token."""
+    user_id: str | None
+    error: str | None = None
+    message: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True, slots=True)
+class TestSend:
+    """A campaign's exact message sent to a few named devices, recorded apart from the
+    campaign: never in its counts, its chunks, its deliveries or its audit."""
+
+    __test__ = False  # not a pytest test class
+
+    id: str
+    campaign_id: str
+    at: datetime
+    by: Actor
+    status: Status
+    """The campaign's status when it was sent."""
+    outcomes: tuple[TestOutcome, ...]
 
 
 # --- schedules -------------------------------------------------------------------------------------

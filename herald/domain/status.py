@@ -11,6 +11,7 @@ from enum import StrEnum
 
 
 class Status(StrEnum):
+    AWAITING_APPROVAL = "awaiting_approval"
     SCHEDULED = "scheduled"
     PENDING = "pending"
     IN_PROGRESS = "in_progress"
@@ -35,6 +36,9 @@ class Transition(StrEnum):
     CONFIRM_CANCEL = "confirm_cancel"  # every pod has stopped
     CONFIRM_STOP = "confirm_stop"  # every pod has stopped a campaign FCM refused as misconfigured
     MISS = "miss"  # overdue beyond the misfire grace
+    APPROVE = "approve"  # a second key approved a large campaign that is due: send it
+    APPROVE_FOR_LATER = "approve_for_later"  # approved before its time: wait for it
+    HOLD_FOR_APPROVAL = "hold_for_approval"  # what it sends changed (and needs approval)
 
 
 TRANSITIONS: dict[Transition, tuple[frozenset[Status], Status]] = {
@@ -43,16 +47,28 @@ TRANSITIONS: dict[Transition, tuple[frozenset[Status], Status]] = {
     Transition.FINALIZE: (frozenset({Status.IN_PROGRESS}), Status.FINALIZING),
     Transition.COMPLETE: (frozenset({Status.FINALIZING}), Status.COMPLETED),
     Transition.FAIL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING}), Status.FAILED),
-    Transition.CANCEL_AT_ONCE: (frozenset({Status.SCHEDULED, Status.PENDING}), Status.CANCELLED),
+    Transition.CANCEL_AT_ONCE: (frozenset({Status.AWAITING_APPROVAL, Status.SCHEDULED,
+                                           Status.PENDING}), Status.CANCELLED),
     Transition.BEGIN_CANCEL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING}), Status.CANCELLING),
     Transition.CONFIRM_CANCEL: (frozenset({Status.CANCELLING}), Status.CANCELLED),
     Transition.CONFIRM_STOP: (frozenset({Status.CANCELLING}), Status.FAILED),
     Transition.MISS: (frozenset({Status.SCHEDULED}), Status.MISSED),
+    Transition.APPROVE: (frozenset({Status.AWAITING_APPROVAL}), Status.PENDING),
+    Transition.APPROVE_FOR_LATER: (frozenset({Status.AWAITING_APPROVAL}), Status.SCHEDULED),
+    Transition.HOLD_FOR_APPROVAL: (frozenset({Status.SCHEDULED}), Status.AWAITING_APPROVAL),
 }
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.MISSED})
 ACTIVE = frozenset({Status.IN_PROGRESS, Status.FINALIZING})
 """Statuses in which pods may be sending."""
+
+EDITABLE = frozenset({Status.AWAITING_APPROVAL, Status.SCHEDULED})
+"""Statuses in which a campaign's content, audience and time may still change (nothing sent)."""
+
+TESTABLE = frozenset({Status.AWAITING_APPROVAL, Status.SCHEDULED, Status.PENDING,
+                      Status.IN_PROGRESS, Status.FINALIZING})
+"""Statuses in which a test send is allowed: any before the campaign is finished or stopping
+(a status added beside these, such as ``paused``, joins here and nowhere else)."""
 
 
 class InvalidTransition(Exception):
@@ -85,7 +101,7 @@ def apply(transition: Transition, current: Status) -> Status:
 class CancelDecision(StrEnum):
     """What a cancel request means for a campaign in a given status."""
 
-    AT_ONCE = "at_once"  # scheduled/pending: nothing sent, cancelled immediately
+    AT_ONCE = "at_once"  # awaiting_approval/scheduled/pending: nothing sent, cancelled at once
     STOP_PODS = "stop_pods"  # in_progress/finalizing: broadcast, wait for pods to stop
     ALREADY = "already"  # cancelling/cancelled: idempotent, no second broadcast
     REFUSE = "refuse"  # completed/failed/missed: nothing left to stop

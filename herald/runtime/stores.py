@@ -10,6 +10,7 @@ from herald.adapters.devices import DeviceStore
 from herald.adapters.idempotency import IdempotencyKeys
 from herald.adapters.mongo import Database
 from herald.adapters.schedules import ScheduleStore
+from herald.adapters.test_sends import TestSendStore
 from herald.service_layer.ports import Stores
 
 
@@ -17,4 +18,4 @@ def mongo_stores(db: Database) -> Stores:
     return Stores(devices=DeviceStore(db), campaigns=CampaignStore(db), chunks=ChunkStore(db),
                   deliveries=DeliveryStore(db), idempotency=IdempotencyKeys(db),
                   schedules=ScheduleStore(db), api_keys=ApiKeyStore(db),
-                  operator_log=OperatorLogStore(db))
+                  operator_log=OperatorLogStore(db), test_sends=TestSendStore(db))

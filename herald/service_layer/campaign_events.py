@@ -1,8 +1,8 @@
 """A campaign's live state as a stream of events: what the server-sent events endpoint sends.
 
 The first event is the state at once; later ones only when something a watcher sees changed
-(status, counts, the cancel record, the finish); a keep-alive marks a long quiet stretch; the
-stream ends with the event that carries a final status. Change detection is pure
+(status, counts, the cancel record, the finish, an edit, an approval); a keep-alive marks a
+long quiet stretch; the stream ends with the event that carries a final status. Change detection is pure
 (``ChangeDetector``); ``campaign_events`` polls the store, one ``get`` per tick.
 """
 
@@ -22,7 +22,7 @@ POLL_S = 0.25
 KEEPALIVE_S = 15.0
 
 Fingerprint = tuple[Status, int, int, int, datetime | None, datetime | None, datetime | None,
-                    int]
+                    int, int, int]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,8 @@ def fingerprint(campaign: Campaign) -> Fingerprint:
     counts, cancel = campaign.counts, campaign.cancel
     return (campaign.status, counts.targeted, counts.sent, counts.failed,
             cancel.requested_at if cancel else None, cancel.acknowledged_at if cancel else None,
-            campaign.finished_at, len(campaign.amended_by))
+            campaign.finished_at, len(campaign.amended_by), campaign.revision,
+            len(campaign.approvals))
 
 
 class ChangeDetector:

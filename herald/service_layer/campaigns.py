@@ -16,6 +16,7 @@ from herald.clock import utcnow
 from herald.contracts import http
 from herald.contracts.http import CampaignCreate, CampaignPatch, RetargetRequest
 from herald.domain.access import Actor
+from herald.domain.approval import after_edit
 from herald.domain.audience import Audience
 from herald.domain.documents import (
     Campaign,
@@ -26,8 +27,9 @@ from herald.domain.documents import (
     LocalTime,
     new_id,
 )
-from herald.domain.status import TERMINAL, Status
+from herald.domain.status import EDITABLE, TERMINAL, Status, Transition, apply
 from herald.domain.timing import AmbiguousTime, first_instant_anywhere, to_utc
+from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.ports import Bus, IdempotencyRepository, NewCampaigns, ScheduledCampaigns
 
 log = logging.getLogger(__name__)
@@ -109,8 +111,17 @@ class InvalidChange(ValueError):
 
 class NotEditable(Exception):
     def __init__(self, status: Status) -> None:
-        super().__init__(f"campaign is {status.value}; only a scheduled campaign can be changed")
+        super().__init__(f"campaign is {status.value}; only a scheduled campaign (or one "
+                         "awaiting approval) can be changed")
         self.status = status
+
+
+class FollowUpAudience(ValueError):
+    """A follow-up reaches recipients of its original, never an audience."""
+
+    def __init__(self) -> None:
+        super().__init__("a follow-up (retarget, amend, correct, retry) reaches recipients of "
+                         "its original: its audience cannot be changed")
 
 
 @dataclass(frozen=True)
@@ -202,12 +213,28 @@ FOLLOW_UP_SOURCES = {FollowUpOf.UNSENT: "retarget", FollowUpOf.SENT: "amend",
 """What each kind of follow-up is called: its ``source``, and its action in the operator log."""
 
 
+FOLLOW_UP_SIZES = {FollowUpOf.UNSENT: lambda c: c.unsent, FollowUpOf.SENT: lambda c: c.sent,
+                   FollowUpOf.NOT_SENT: lambda c: c.unsent + c.failed}
+"""How many recipients each kind of follow-up reaches at most, from its original's counts."""
+
+
 class CampaignCreator:
     def __init__(self, campaigns: NewCampaigns, idempotency: IdempotencyRepository,
-                 bus: Bus) -> None:
+                 bus: Bus, approvals: ApprovalGate | None = None) -> None:
         self._campaigns = campaigns
         self._idempotency = idempotency
         self._bus = bus
+        self._approvals = approvals
+
+    async def held_if_large(self, campaign: Campaign, size: int | None = None) -> Campaign:
+        """``campaign`` held ``awaiting_approval`` if it reaches at least
+        ``HERALD_APPROVAL_MIN_AUDIENCE`` devices (its audience counted now, or ``size``)."""
+        gate = self._approvals
+        if gate is None or gate.min_audience is None:
+            return campaign
+        if size is None and campaign.audience is not None:
+            size = await gate.size_of(campaign.audience)
+        return gate.held(campaign, size)
 
     async def create(self, request: CampaignCreate, idempotency_key: str | None,
                      by: Actor) -> Created:
@@ -225,6 +252,7 @@ class CampaignCreator:
                                                    fingerprint(request), campaign)
             if earlier is not None:
                 return Created(earlier, created=False)
+        campaign = await self.held_if_large(campaign)
         await self.launch(campaign)
         return Created(campaign, created=True)
 
@@ -327,6 +355,7 @@ class CampaignCreator:
             chunk_size=request.chunk_size or parent.chunk_size, rate_per_s=parent.rate_per_s,
             due_at=now, now=now, source=source, schedule_id=parent.schedule_id,
             replace_key=parent.sent_with_key, created_by=by)
+        campaign = await self.held_if_large(campaign, FOLLOW_UP_SIZES[of](parent.counts))
         if idempotency_key is not None:
             # Scoped to the action, the original and the key: never equal to a creation's key.
             key = f"{source}/{parent.id}/{by.id}:{idempotency_key}"
@@ -336,7 +365,8 @@ class CampaignCreator:
                 return earlier
         await self._campaigns.insert(campaign)
         await self._link(campaign)
-        await self.wake_dispatcher(campaign.id)
+        if campaign.status is Status.PENDING:
+            await self.wake_dispatcher(campaign.id)
         return campaign
 
     async def _link(self, follow_up: Campaign) -> None:
@@ -413,15 +443,37 @@ def _edited(current: Campaign, patch: CampaignPatch, by: Actor) -> Campaign:
 
 
 async def edit_scheduled(campaigns: ScheduledCampaigns, campaign_id: str, patch: CampaignPatch,
-                         by: Actor) -> Campaign | None:
-    """Change the time or content of a campaign that has not fired yet; None if unknown."""
+                         by: Actor, approvals: ApprovalGate | None = None) -> Campaign | None:
+    """Change the time or content of a campaign that has not fired yet (``scheduled`` or
+    ``awaiting_approval``); None if unknown. A change of what an approval covers revokes it
+    and holds the campaign ``awaiting_approval`` again (``domain/approval.after_edit``)."""
     current = await campaigns.get(campaign_id)
     if current is None:
         return None
-    if current.status is not Status.SCHEDULED:
+    if current.status not in EDITABLE:
         raise NotEditable(current.status)
-    updated = await campaigns.patch_scheduled(_edited(current, patch, by), utcnow())
-    if updated is None:  # it fired (or was cancelled) between our read and our write
+    if current.follow_up is not None and patch.audience is not None:
+        raise FollowUpAudience
+    edited = await _reapproved(_edited(current, patch, by), current, approvals, utcnow(), by)
+    updated = await campaigns.patch_scheduled(edited, utcnow(), was=current.status)
+    if updated is None:  # it fired, was approved or cancelled between our read and our write
         latest = await campaigns.get(campaign_id)
         raise NotEditable(latest.status if latest else Status.SCHEDULED)
     return updated
+
+
+async def _reapproved(edited: Campaign, current: Campaign, approvals: ApprovalGate | None,
+                      now: datetime, by: Actor) -> Campaign:
+    """``edited`` with the status and approvals its changes call for."""
+    if approvals is None or approvals.min_audience is None:
+        return edited
+    size = current.audience_estimate
+    counted = size is not None and edited.audience == current.audience
+    if edited.audience is not None and not counted:  # changed, or never counted
+        size = await approvals.size_of(edited.audience)
+    required = current.approval_required or approvals.required(size)
+    status, given = after_edit(edited, required, now, by)
+    if status is not current.status:
+        apply(Transition.HOLD_FOR_APPROVAL, current.status)
+    return replace(edited, status=status, approvals=given, approval_required=required,
+                   audience_estimate=size)

@@ -17,6 +17,7 @@ from herald.contracts.http import DeviceIn
 from herald.domain.access import Actor, ApiKey, LogEntry
 from herald.domain.audience import Audience, Zones
 from herald.domain.documents import (
+    Approval,
     Campaign,
     CampaignCounts,
     CancelRecord,
@@ -30,6 +31,7 @@ from herald.domain.documents import (
     Recorded,
     Schedule,
     ScheduleRunRecord,
+    TestSend,
     UpsertCounts,
 )
 from herald.domain.fcm_errors import SendResult
@@ -66,11 +68,25 @@ class ScheduledCampaigns(CampaignLookup, Protocol):
 
     async def due_scheduled(self, now: datetime, limit: int = 100) -> list[Campaign]: ...
     async def next_scheduled_due(self) -> datetime | None: ...
-    async def patch_scheduled(self, edited: Campaign, now: datetime) -> Campaign | None: ...
+    async def patch_scheduled(self, edited: Campaign, now: datetime,
+                              was: Status = Status.SCHEDULED) -> Campaign | None:
+        """Write ``edited``'s name, content, audience, timing, status and approvals only while
+        the stored campaign is still ``was`` at ``edited.revision`` (then one revision more)."""
+        ...
     async def fire(self, campaign_id: str, now: datetime, fired_by: str) -> Campaign | None: ...
     async def miss(self, campaign_id: str, reason: str, now: datetime) -> Campaign | None: ...
     async def insert_run(self, campaign: Campaign) -> Campaign: ...
     async def find_run(self, run_key: str) -> Campaign | None: ...
+
+
+class CampaignApprovals(CampaignLookup, Protocol):
+    """Approving a campaign that awaits it (``approval.py``)."""
+
+    async def approve(self, campaign: Campaign, transition: Transition,
+                      approvals: Sequence[Approval], now: datetime) -> Campaign | None:
+        """Apply ``transition`` and record ``approvals`` only if the campaign is still as read
+        (its status allows it and its revision is ``campaign.revision``)."""
+        ...
 
 
 class CampaignPaging(CampaignLookup, Protocol):
@@ -122,8 +138,8 @@ class CampaignCancels(CampaignLookup, Protocol):
                              error: str | None = None) -> Campaign | None: ...
 
 
-class CampaignRepository(CampaignReads, NewCampaigns, ScheduledCampaigns, CampaignPaging,
-                         CampaignCompletion, CampaignCancels, Protocol):
+class CampaignRepository(CampaignReads, NewCampaigns, ScheduledCampaigns, CampaignApprovals,
+                         CampaignPaging, CampaignCompletion, CampaignCancels, Protocol):
     """Every question asked of the campaigns collection (one MongoDB adapter answers them all);
     a use case names the part it asks."""
 
@@ -181,6 +197,13 @@ class DeviceRepository(Protocol):
         ...
 
 
+class TestSendRepository(Protocol):
+    """Test sends, kept apart from every campaign's own records."""
+
+    async def insert(self, record: TestSend) -> None: ...
+    async def of_campaign(self, campaign_id: str, limit: int = 50) -> list[TestSend]: ...
+
+
 class ScheduleRepository(Protocol):
     async def insert(self, schedule: Schedule) -> None: ...
     async def get(self, schedule_id: str) -> Schedule | None: ...
@@ -235,6 +258,7 @@ class Stores:
     schedules: ScheduleRepository
     api_keys: ApiKeyRepository
     operator_log: OperatorLogRepository
+    test_sends: TestSendRepository
 
 
 class CampaignRecords(Protocol):

@@ -25,6 +25,7 @@ from herald.clock import utcnow
 from herald.contracts.http import CampaignTemplate, ScheduleCreate
 from herald.domain.access import Actor
 from herald.domain.documents import Campaign, Schedule, ScheduleRunRecord, ScheduleState, new_id
+from herald.domain.status import Status
 from herald.domain.timing import next_occurrence, occurrences_until
 from herald.observability import (
     SCHEDULE_CLAIMS,
@@ -147,11 +148,14 @@ class Scheduling:
             rate_per_s=template.rate_per_s, due_at=occurrence, now=now, source="schedule",
             schedule_id=schedule.id, run_key=run_key(schedule, occurrence),
             created_by=schedule.created_by)
+        # A large run waits, awaiting_approval, for a key other than the schedule's creator's.
+        held = await self._creator.held_if_large(fresh)
         run = await self._campaigns.insert_run(
-            replace(fresh, fired_at=now, fired_by=self._policy.pod_id))
+            replace(held, fired_at=now, fired_by=self._policy.pod_id))
         SCHEDULE_CLAIMS.inc()
         SCHEDULE_LAG_SECONDS.observe(max(0.0, _overdue_s(occurrence, now)))
-        await self._creator.wake_dispatcher(run.id)
+        if run.status is not Status.AWAITING_APPROVAL:
+            await self._creator.wake_dispatcher(run.id)
         log.info("schedule %s: run %s for %s", schedule.id, run.id, occurrence.isoformat())
         return _fired_run(occurrence, run.id, now)
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from herald import names
+from herald.adapters import fcm
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.fleet_gauges import QueueDepths, refresh_fleet_gauges
 from herald.adapters.rate_limit import Budget, FailedAuthentications, Rate, RequestBudget
@@ -22,7 +23,9 @@ from herald.runtime.identity import VERSION
 from herald.runtime.resources import Resources
 from herald.runtime.worker import PodParts, StartTimedOut, exit_unstarted, running_pod
 from herald.service_layer.access import Authenticator, OperatorLog, ensure_bootstrap_key
+from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaigns import CampaignCreator
+from herald.service_layer.test_sends import TestSender
 from herald.settings import Settings
 from services.api import errors
 from services.api.auth import document_scopes
@@ -60,12 +63,13 @@ def create_app(settings: Settings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
-            async with running_pod("api", settings, acknowledges_cancels=False) as (parts, _):
+            async with running_pod("api", settings, acknowledges_cancels=False) as (parts, _), \
+                    fcm_client(settings) as client:
                 if settings.bootstrap_api_key is not None:
                     await ensure_bootstrap_key(parts.resources.stores.api_keys,
                                                settings.bootstrap_api_key.get_secret_value())
                 gauges = GaugeLoop()
-                app.state.services = _services(parts, gauges)
+                app.state.services = _services(parts, gauges, client)
                 parts.background.spawn(_refresh_gauges(parts, gauges), "gauges")
                 log.info("api ready: pod %s on :%d", parts.identity.id, settings.api_port)
                 yield
@@ -87,7 +91,23 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
-def _services(parts: PodParts, gauges: GaugeLoop) -> AppServices:
+@contextlib.asynccontextmanager
+async def fcm_client(settings: Settings) -> AsyncIterator[fcm.FcmClient]:
+    """The FCM client of test sends: the senders' own (``services/sender/main.py``), with the
+    same OAuth tokens from the same service account, on a small pool of connections."""
+    session = fcm.open_session(settings.model_copy(update={"sender_concurrency": 16}))
+    tokens = fcm.access_tokens(settings)
+    client = fcm.FcmClient(session, settings, tokens)
+    try:
+        yield client
+    finally:
+        client.close()
+        if tokens is not None:
+            tokens.close()
+        await session.close()
+
+
+def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient) -> AppServices:
     resources = parts.resources
     readiness = Readiness({
         "mongodb": lambda: resources.db.command("ping"),
@@ -95,11 +115,13 @@ def _services(parts: PodParts, gauges: GaugeLoop) -> AppServices:
         "redis": lambda: resources.redis.ping(),
         "gauges": gauges.fresh,
     })
-    settings = parts.settings
+    settings, stores = parts.settings, resources.stores
+    approvals = ApprovalGate(stores.devices, settings.approval_min_audience)
     return AppServices(
-        pod_id=parts.identity.id, settings=settings, stores=resources.stores,
-        creator=CampaignCreator(resources.stores.campaigns, resources.stores.idempotency,
-                                resources.bus),
+        pod_id=parts.identity.id, settings=settings, stores=stores,
+        creator=CampaignCreator(stores.campaigns, stores.idempotency, resources.bus, approvals),
+        approvals=approvals,
+        test_sender=TestSender(stores.campaigns, stores.devices, stores.test_sends, client),
         cancellation=parts.cancellation, registry=resources.registry, readiness=readiness,
         background=parts.background, authenticator=Authenticator(resources.stores.api_keys),
         operator_log=OperatorLog(resources.stores.operator_log),

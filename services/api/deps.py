@@ -31,7 +31,7 @@ from herald.domain.documents import Campaign, Outcome, Schedule, UpsertCounts
 from herald.domain.pods import PodBeat
 from herald.domain.status import Status
 from herald.runtime.tasks import Background
-from herald.service_layer import queries, scheduling
+from herald.service_layer import approval, queries, scheduling
 from herald.service_layer.access import (
     Authenticator,
     MintedKey,
@@ -39,6 +39,7 @@ from herald.service_layer.access import (
     mint_key,
     revoke_key,
 )
+from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaign_events import campaign_events
 from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
 from herald.service_layer.cancellation import Cancellation
@@ -48,9 +49,11 @@ from herald.service_layer.ports import (
     OperatorLogRepository,
     PodRegistry,
     Stores,
+    TestSendRepository,
 )
 from herald.service_layer.preview import preview
 from herald.service_layer.recipients import RecipientLine, variants_of
+from herald.service_layer.test_sends import TestSender
 from herald.settings import Settings
 from services.api.readiness import Readiness
 from services.api.streams import WatchCampaign
@@ -73,6 +76,8 @@ class AppServices:
     request_budget: RequestBudget
     failed_authentications: FailedAuthentications
     stream_slots: StreamSlots
+    approvals: ApprovalGate
+    test_sender: TestSender
 
 
 def app_services(request: Request) -> AppServices:
@@ -105,7 +110,12 @@ AffectedLanguages = Annotated[
 """The languages a follow-up affects: the original's recipients of one outcome, by variant."""
 EditScheduled = Annotated[
     Callable[[str, CampaignPatch, Actor], Awaitable[Campaign | None]],
-    provided(lambda s: partial(edit_scheduled, s.stores.campaigns))]
+    provided(lambda s: partial(edit_scheduled, s.stores.campaigns, approvals=s.approvals))]
+Approve = Annotated[
+    Callable[[str, Role, Actor, str | None], Awaitable[Campaign]],
+    provided(lambda s: partial(approval.approve, s.stores.campaigns, s.creator.wake_dispatcher))]
+SendTest = Annotated[TestSender, provided(lambda s: s.test_sender)]
+TestSends = Annotated[TestSendRepository, provided(lambda s: s.stores.test_sends)]
 
 
 Watch = Annotated[WatchCampaign, provided(lambda s: WatchCampaign(

@@ -22,6 +22,7 @@ from herald.domain.personalize import TemplateProblem, TemplateRefused
 from herald.domain.timing import AmbiguousTime
 from herald.service_layer.access import KeyNotFound
 from herald.service_layer.campaigns import (
+    FollowUpAudience,
     IdempotencyInFlight,
     IdempotencyMismatch,
     InvalidChange,
@@ -39,18 +40,21 @@ from herald.service_layer.cancellation import CampaignNotFound, CannotCancel
 from herald.service_layer.preview import DeviceNotFound
 from herald.service_layer.queries import ScheduleNotFound
 from herald.service_layer.scheduling import ScheduleEnded
+from herald.service_layer.test_sends import NotTestable, TooManyDevices
 
 log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None,
+                 details: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.headers = headers
+        self.details = details
 
 
 def error_response(status: int, code: str, message: str,
@@ -84,11 +88,14 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     NothingToCorrect: (409, "nothing_to_correct"),
     NotRetryable: (409, "not_retryable"),
     NotEditable: (409, "not_editable"),
+    FollowUpAudience: (422, "follow_up_audience"),
     ScheduleEnded: (409, "schedule_ended"),
     SendAtInPast: (422, "send_at_in_past"),
     AmbiguousTime: (422, "ambiguous_time"),
     IdempotencyMismatch: (422, "idempotency_key_reused"),
     IdempotencyInFlight: (409, "idempotency_key_in_flight"),
+    NotTestable: (409, "not_testable"),
+    TooManyDevices: (422, "too_many_devices"),
 }
 
 
@@ -137,7 +144,8 @@ def _unprocessable(errors: Sequence[Any]) -> JSONResponse:
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, headers=exc.headers)
+        return error_response(exc.status, exc.code, exc.message, exc.details,
+                              headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

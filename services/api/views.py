@@ -7,6 +7,7 @@ from dataclasses import asdict
 from herald.contracts.http import (
     ActorView,
     ApiKeyView,
+    ApprovalView,
     CampaignView,
     CancelInfo,
     CorrectResult,
@@ -15,9 +16,13 @@ from herald.contracts.http import (
     LogEntryView,
     ScheduleRun,
     ScheduleView,
+    TestOutcomeView,
+    TestSendView,
 )
 from herald.domain.access import Actor, ApiKey, LogEntry
-from herald.domain.documents import Campaign, Schedule
+from herald.domain.approval import approval_digest
+from herald.domain.documents import Approval, Campaign, Schedule, TestSend
+from herald.domain.status import TESTABLE
 from herald.service_layer.campaigns import Correction
 from herald.service_layer.scheduling import local_time
 
@@ -51,7 +56,20 @@ def campaign_view(campaign: Campaign) -> CampaignView:
         local_time=asdict(campaign.local_time) if campaign.local_time else None,
         waves=[asdict(wave) for wave in dispatch.waves] if dispatch.waves is not None else None,
         error=campaign.error, replace_key=campaign.sent_with_key, amends=campaign.amends,
-        amended_by=list(campaign.amended_by))
+        amended_by=list(campaign.amended_by), approval_required=campaign.approval_required,
+        audience_estimate=campaign.audience_estimate,
+        content_digest=approval_digest(campaign),
+        approval=approval_view(campaign.approval) if campaign.approval else None,
+        approvals=[approval_view(a) for a in campaign.approvals],
+        testable=campaign.status in TESTABLE)
+
+
+def approval_view(approval: Approval) -> ApprovalView:
+    by = actor_view(approval.by)
+    assert by is not None
+    return ApprovalView(digest=approval.digest, by=by, at=approval.at,
+                        revoked_at=approval.revoked_at,
+                        revoked_by=actor_view(approval.revoked_by))
 
 
 def correct_result(correction: Correction, *, retarget: dict[str, int],
@@ -105,3 +123,15 @@ def log_entry_view(entry: LogEntry) -> LogEntryView:
         outcome=entry.outcome, status_code=entry.status_code, target_kind=entry.target_kind,
         target_id=entry.target_id, campaign_id=entry.campaign_id, address=entry.address,
         on_behalf_of=entry.on_behalf_of, detail=entry.detail, count=entry.count)
+
+
+def view_of_test_send(record: TestSend) -> TestSendView:
+    by = actor_view(record.by)
+    assert by is not None
+    outcomes = [TestOutcomeView(device_id=o.device_id, token_suffix=o.token_suffix,
+                                user_id=o.user_id, accepted=o.accepted, error=o.error,
+                                message=o.message) for o in record.outcomes]
+    accepted = sum(o.accepted for o in outcomes)
+    return TestSendView(id=record.id, campaign_id=record.campaign_id, at=record.at, by=by,
+                        status=record.status, accepted=accepted,
+                        failed=len(outcomes) - accepted, outcomes=outcomes)

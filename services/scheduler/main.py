@@ -13,6 +13,7 @@ import logging
 from herald.clock import utcnow
 from herald.runtime.tasks import Background
 from herald.runtime.worker import PodParts, Worker
+from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaigns import CampaignCreator
 from herald.service_layer.scheduling import SchedulerPolicy, Scheduling
 
@@ -57,6 +58,7 @@ class Scheduler(Worker):
 def compose(parts: PodParts) -> Scheduler:
     settings, stores = parts.settings, parts.resources.stores
     policy = SchedulerPolicy(parts.identity.id, settings.misfire_grace_s, settings.lease_s)
-    creator = CampaignCreator(stores.campaigns, stores.idempotency, parts.resources.bus)
+    creator = CampaignCreator(stores.campaigns, stores.idempotency, parts.resources.bus,
+                              ApprovalGate(stores.devices, settings.approval_min_audience))
     scheduling = Scheduling(stores.campaigns, stores.schedules, creator, policy)
     return Scheduler(scheduling, parts.background, settings.scheduler_poll_s)

@@ -21,6 +21,7 @@ import aio_pika
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from devstack.processes import free_port
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
 from herald.clock import utcnow
@@ -391,3 +392,66 @@ def test_the_preview_beside_the_editor_shows_one_devices_language_and_name(
     page.fill("#preview-device", "user:nobody")
     page.click("#show-preview")
     expect(page.locator("#preview-result")).to_contain_text("device_not_found")
+def test_a_large_campaign_is_approved_by_a_second_key_after_a_test_send(
+        browser: Browser, admin: Api, console_stack: Stack, fcm: EmulatorClient) -> None:
+    """Issue 24: a second api replica holds sends to at least 2 devices for approval. The
+    creator sees the campaign awaiting approval, cannot approve it (the button is disabled,
+    with why), test-sends it to one user's device and sees the outcome; a second operator
+    approves it and the timeline says who; a viewer has no button at all."""
+    port = free_port()
+    console_stack.start_service("api", "api-approval", HERALD_API_PORT=str(port),
+                                HERALD_APPROVAL_MIN_AUDIENCE="2")
+    url = f"http://127.0.0.1:{port}"
+    pages = PageMaker(browser, url)
+    holding = Api(url, console_stack.config.api_key)
+    try:
+        marketing_key = holding.mint_key("operator", "marketing-2")
+        reviewer_key = holding.mint_key("operator", "reviewer")
+        viewer_key = holding.mint_key("viewer", "watcher-2")
+        marketing = holding.as_key(marketing_key)
+        campaign_id = marketing.create_campaign(
+            name="big-launch", audience={"user_ids": ["user-1", "user-2", "user-3"]},
+            data={"landingUrl": FIXED})
+        marketing.http.close()
+        fcm.reset()
+
+        creator = pages.signed_in(marketing_key)
+        pages.open(creator, f"#/campaigns/{campaign_id}")
+        expect(creator.locator(".status.awaiting_approval")).to_have_text("awaiting approval")
+        expect(creator.locator("#approve")).to_be_disabled()
+        expect(creator.locator("#approve-hint")).to_contain_text("another operator or an admin")
+        screenshot(creator, "approval-awaiting")
+        creator.select_option("#test-kind", "user_ids")
+        creator.fill("#test-targets", "user-2")
+        creator.click("#test-send")
+        expect(creator.locator("#test-summary")).to_have_text("1 accepted, 0 refused")
+        expect(creator.locator("#test-result tr.accepted")).to_have_count(1)
+        creator.locator("#test-result").scroll_into_view_if_needed()
+        screenshot(creator, "test-send")
+        assert [r.token for r in fcm.received()] == [admin_token_of(admin, "user-2")]
+
+        viewer = pages.signed_in(viewer_key)
+        pages.open(viewer, f"#/campaigns/{campaign_id}")
+        expect(viewer.locator("#approval")).to_contain_text("Awaiting approval")
+        expect(viewer.locator("#approve")).to_have_count(0)
+
+        reviewer = pages.signed_in(reviewer_key)
+        pages.open(reviewer, f"#/campaigns/{campaign_id}")
+        expect(reviewer.locator("#approve")).to_be_enabled()
+        reviewer.click("#approve")
+        expect(reviewer.locator("#timeline li[data-step='Approved']")).to_contain_text("reviewer")
+        expect(reviewer.locator(".status.completed")).to_be_visible()
+        screenshot(reviewer, "approved-by-a-second-key")
+        finished = holding.wait_finished(campaign_id, timeout_s=30)
+        assert (finished["approval"]["by"]["name"], finished["counts"]["sent"]) == ("reviewer", 3)
+    finally:
+        pages.close()
+        holding.http.close()
+        console_stack.processes.pop("api-approval").terminate(timeout_s=15)
+
+
+def admin_token_of(admin: Api, user_id: str) -> str:
+    """The token of ``user_id``'s device (the audit lists none yet: read it back as its
+    campaign's sent list would, from the devices the module imported)."""
+    index = int(user_id.split("-")[1])
+    return str(reachable_devices(index + 1)[index]["token"])

@@ -124,6 +124,11 @@ GROUPS: dict[str, tuple[Call, set[Role]]] = {
                  {Role.OPERATOR, Role.ADMIN}),
     "preview": (lambda c, ids: c.post("/v1/campaigns/preview", json={
         "campaign_id": ids["running"], "token": ids["device"]}), {Role.OPERATOR, Role.ADMIN}),
+    "approve": (lambda c, ids: c.post(f"/v1/campaigns/{ids['awaiting']}/approve"),
+                {Role.OPERATOR, Role.ADMIN}),
+    "test send": (lambda c, ids: c.post(f"/v1/campaigns/{ids['awaiting']}/test",
+                                        json={"tokens": [ids["tester"]]}),
+                  {Role.OPERATOR, Role.ADMIN}),
     "schedule": (lambda c, ids: c.post("/v1/schedules", json={
         "template": CAMPAIGN_BODY, "cron": "0 9 * * MON", "timezone": "Asia/Seoul"}),
                  {Role.OPERATOR, Role.ADMIN}),
@@ -132,7 +137,8 @@ GROUPS: dict[str, tuple[Call, set[Role]]] = {
     "manage keys": (lambda c, ids: c.get("/v1/api-keys"), {Role.ADMIN}),
 }
 
-COLLECTIONS = (names.CAMPAIGNS, names.SCHEDULES, names.DEVICES, names.API_KEYS)
+COLLECTIONS = (names.CAMPAIGNS, names.SCHEDULES, names.DEVICES, names.API_KEYS,
+               names.TEST_SENDS)
 
 
 async def _objects(api: httpx.AsyncClient, api_app: FastAPI, role: Role) -> dict[str, str]:
@@ -143,8 +149,12 @@ async def _objects(api: httpx.AsyncClient, api_app: FastAPI, role: Role) -> dict
     await stores.campaigns.transition(finished, Transition.FAIL, utcnow())
     device = DeviceIn(token=f"preview-{role.value}", platform=Platform.ANDROID)
     await stores.devices.upsert([device], utcnow())
+    awaiting = campaign(status=Status.AWAITING_APPROVAL)
+    await stores.campaigns.insert(awaiting)
+    tester = f"tok-tester-{role.value}"
+    await stores.devices.upsert([DeviceIn(token=tester, platform="android")], utcnow())
     return {"running": running.id, "finished": finished, "token": role.value,
-            "device": device.token}
+            "device": device.token, "awaiting": awaiting.id, "tester": tester}
 
 
 async def _counts(db: Database) -> dict[str, int]:

@@ -45,6 +45,7 @@ from herald.domain.access import TALLY_WINDOW_S, Actor, ApiKey, LogEntry, Role
 from herald.domain.audience import Audience, Zones
 from herald.domain.documents import (
     CHUNK_CLOSED_FOR_GOOD,
+    Approval,
     Campaign,
     CampaignCounts,
     CancelRecord,
@@ -60,6 +61,7 @@ from herald.domain.documents import (
     ScheduleClaim,
     ScheduleRunRecord,
     ScheduleState,
+    TestSend,
     UpsertCounts,
     new_id,
 )
@@ -227,14 +229,28 @@ class FakeCampaigns:
         return min((c.due_at for c in self._where(lambda c: c.status is Status.SCHEDULED)),
                    default=None)
 
-    async def patch_scheduled(self, edited: Campaign, now: datetime) -> Campaign | None:
+    async def patch_scheduled(self, edited: Campaign, now: datetime,
+                              was: Status = Status.SCHEDULED) -> Campaign | None:
         await _round_trip()
         current = self._rows.get(edited.id)
-        if current is None or current.status is not Status.SCHEDULED:
+        if current is None or current.status is not was or current.revision != edited.revision:
             return None
-        return self._store(replace(current, name=edited.name, content=edited.content,
-                                   audience=edited.audience, due_at=edited.due_at,
-                                   local_time=edited.local_time, updated_at=now))
+        return self._store(replace(
+            current, name=edited.name, content=edited.content, audience=edited.audience,
+            due_at=edited.due_at, local_time=edited.local_time, edited_by=edited.edited_by,
+            status=edited.status, approvals=edited.approvals,
+            approval_required=edited.approval_required,
+            audience_estimate=edited.audience_estimate, revision=current.revision + 1,
+            updated_at=now))
+
+    async def approve(self, campaign: Campaign, transition: Transition,
+                      approvals: Sequence[Approval], now: datetime) -> Campaign | None:
+        await _round_trip()
+        current = self._rows.get(campaign.id)
+        if current is None or current.revision != campaign.revision:
+            return None
+        return self._apply(campaign.id, transition, now,
+                           lambda c: replace(c, approvals=tuple(approvals)))
 
     async def claim_for_dispatch(self, campaign_id: str | None, pod_id: str, now: datetime,
                                  lease_until: datetime) -> Campaign | None:
@@ -829,7 +845,20 @@ def fake_stores() -> Stores:
     return Stores(devices=FakeDevices(), campaigns=FakeCampaigns(), chunks=FakeChunks(),
                   deliveries=FakeDeliveries(), idempotency=FakeIdempotency(),
                   schedules=FakeSchedules(), api_keys=FakeApiKeys(),
-                  operator_log=FakeOperatorLog())
+                  operator_log=FakeOperatorLog(), test_sends=FakeTestSends())
+
+
+class FakeTestSends:
+    """``herald.adapters.test_sends.TestSendStore`` in memory."""
+
+    def __init__(self) -> None:
+        self.records: list[TestSend] = []
+
+    async def insert(self, record: TestSend) -> None:
+        self.records.append(record)
+
+    async def of_campaign(self, campaign_id: str, limit: int = 50) -> list[TestSend]:
+        return [r for r in reversed(self.records) if r.campaign_id == campaign_id][:limit]
 
 
 class FakeBackground:
@@ -995,6 +1024,7 @@ class FakeFcm(FcmClient):
     def __init__(self, answer: Callable[[str], SendResult] = answer_by_token,
                  on_request: Callable[[str], None] | None = None) -> None:
         self.sent: list[str] = []
+        self.bodies: list[bytes] = []
         self.rejections: list[str | None] = []
         self._answer = answer
         self._on_request = on_request
@@ -1005,6 +1035,7 @@ class FakeFcm(FcmClient):
             return WITHHELD
         token: str = orjson.loads(body)["message"]["token"]
         self.sent.append(token)
+        self.bodies.append(body)
         if self._on_request is not None:
             self._on_request(token)
         return self._answer(token)
@@ -1054,6 +1085,7 @@ class HeldFcm(FcmClient):
 
     def __init__(self, answer: Callable[[str], SendResult] = answer_by_token) -> None:
         self.sent: list[str] = []
+        self.bodies: list[bytes] = []
         self.rejections: list[str | None] = []
         self.on_wire: list[asyncio.Future[None]] = []
         self.most_on_wire = 0
@@ -1064,6 +1096,7 @@ class HeldFcm(FcmClient):
             return WITHHELD
         token: str = orjson.loads(body)["message"]["token"]
         self.sent.append(token)
+        self.bodies.append(body)
         answered = asyncio.get_running_loop().create_future()
         self.on_wire.append(answered)
         self.most_on_wire = max(self.most_on_wire, len(self.on_wire))

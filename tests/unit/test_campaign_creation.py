@@ -334,9 +334,10 @@ async def test_an_unknown_campaign_is_not_edited(stores: Stores) -> None:
 class FiresWhileEdited(FakeCampaigns):
     """The scheduler fires the campaign between the edit's read and its write."""
 
-    async def patch_scheduled(self, edited: Campaign, now: datetime) -> Campaign | None:
+    async def patch_scheduled(self, edited: Campaign, now: datetime,
+                              was: Status = Status.SCHEDULED) -> Campaign | None:
         await self.fire(edited.id, now, "scheduler")
-        return await super().patch_scheduled(edited, now)
+        return await super().patch_scheduled(edited, now, was)
 
 
 async def test_a_campaign_that_fired_during_the_edit_is_not_edited(bus: FakeBus) -> None:

@@ -33,11 +33,14 @@ EXPECTED: dict[Transition, tuple[set[Status], Status]] = {
     T.FINALIZE: ({S.IN_PROGRESS}, S.FINALIZING),
     T.COMPLETE: ({S.FINALIZING}, S.COMPLETED),
     T.FAIL: ({S.IN_PROGRESS, S.FINALIZING}, S.FAILED),
-    T.CANCEL_AT_ONCE: ({S.SCHEDULED, S.PENDING}, S.CANCELLED),
+    T.CANCEL_AT_ONCE: ({S.AWAITING_APPROVAL, S.SCHEDULED, S.PENDING}, S.CANCELLED),
     T.BEGIN_CANCEL: ({S.IN_PROGRESS, S.FINALIZING}, S.CANCELLING),
     T.CONFIRM_CANCEL: ({S.CANCELLING}, S.CANCELLED),
     T.CONFIRM_STOP: ({S.CANCELLING}, S.FAILED),
     T.MISS: ({S.SCHEDULED}, S.MISSED),
+    T.APPROVE: ({S.AWAITING_APPROVAL}, S.PENDING),
+    T.APPROVE_FOR_LATER: ({S.AWAITING_APPROVAL}, S.SCHEDULED),
+    T.HOLD_FOR_APPROVAL: ({S.SCHEDULED}, S.AWAITING_APPROVAL),
 }
 
 ALL_PAIRS = list(itertools.product(Transition, Status))
@@ -88,12 +91,12 @@ def test_active_campaign_cancels_through_cancelling(active: Status) -> None:
     assert _run(active, T.BEGIN_CANCEL, T.CONFIRM_CANCEL) == [active, S.CANCELLING, S.CANCELLED]
 
 
-@pytest.mark.parametrize("idle", [S.SCHEDULED, S.PENDING])
+@pytest.mark.parametrize("idle", [S.AWAITING_APPROVAL, S.SCHEDULED, S.PENDING])
 def test_idle_campaign_cancels_at_once(idle: Status) -> None:
     assert apply(T.CANCEL_AT_ONCE, idle) is S.CANCELLED
 
 
-@pytest.mark.parametrize("idle", [S.SCHEDULED, S.PENDING])
+@pytest.mark.parametrize("idle", [S.AWAITING_APPROVAL, S.SCHEDULED, S.PENDING])
 def test_idle_campaign_cannot_begin_a_pod_stopping_cancel(idle: Status) -> None:
     with pytest.raises(InvalidTransition):
         apply(T.BEGIN_CANCEL, idle)
@@ -127,6 +130,7 @@ def test_terminal_and_active_sets() -> None:
 
 
 EXPECTED_CANCEL = {
+    S.AWAITING_APPROVAL: CancelDecision.AT_ONCE,
     S.SCHEDULED: CancelDecision.AT_ONCE,
     S.PENDING: CancelDecision.AT_ONCE,
     S.IN_PROGRESS: CancelDecision.STOP_PODS,
@@ -159,3 +163,23 @@ def test_cancel_decision_matches_the_transition_it_will_use(current: Status) -> 
         for transition in (T.CANCEL_AT_ONCE, T.BEGIN_CANCEL):
             with pytest.raises(InvalidTransition):
                 apply(transition, current)
+
+
+def test_an_approved_campaign_sends_or_waits_for_its_time() -> None:
+    assert _run(S.AWAITING_APPROVAL, T.APPROVE, T.CLAIM) == [
+        S.AWAITING_APPROVAL, S.PENDING, S.IN_PROGRESS]
+    assert _run(S.AWAITING_APPROVAL, T.APPROVE_FOR_LATER, T.FIRE) == [
+        S.AWAITING_APPROVAL, S.SCHEDULED, S.PENDING]
+
+
+def test_nothing_awaiting_approval_is_claimed_fired_or_missed() -> None:
+    for transition in (T.CLAIM, T.FIRE, T.MISS, T.FINALIZE, T.BEGIN_CANCEL):
+        with pytest.raises(InvalidTransition):
+            apply(transition, S.AWAITING_APPROVAL)
+
+
+def test_test_sends_are_allowed_before_the_campaign_finishes_or_stops() -> None:
+    from herald.domain.status import TESTABLE
+    assert frozenset({S.AWAITING_APPROVAL, S.SCHEDULED, S.PENDING, S.IN_PROGRESS,
+                                  S.FINALIZING}) == TESTABLE
+    assert not TESTABLE & (TERMINAL | {S.CANCELLING})

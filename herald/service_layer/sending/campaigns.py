@@ -11,6 +11,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from herald.domain.documents import Campaign
 from herald.domain.rendering import CompiledContent, compile_content
 from herald.domain.status import ACTIVE, Status
 from herald.service_layer.cancel_watch import CancelWatch
@@ -30,6 +31,16 @@ class CampaignInfo:
 
 UNKNOWN = "unknown"
 """What ``get`` answers for a campaign that does not exist (a forged or misrouted chunk)."""
+
+
+def message_of(campaign: Campaign, now_s: float) -> CompiledContent:
+    """The FCM request each recipient of ``campaign`` gets, compiled (one message, or each
+    variant's texts and parts): what the senders send, and what a test send sends
+    (``test_sends.py``). ``now_s`` dates the APNs expiry of a TTL."""
+    content = campaign.content
+    return compile_content(content.title, content.body, content.data, content.translations,
+                           image_url=content.image_url, options=content.options,
+                           replace_key=campaign.sent_with_key, now_s=now_s)
 
 
 class CampaignCache:
@@ -52,12 +63,7 @@ class CampaignCache:
             self._watch.learn(campaign_id)
         if campaign.status not in ACTIVE:
             return None
-        content = campaign.content
-        compiled = compile_content(content.title, content.body, content.data,
-                                   content.translations, image_url=content.image_url,
-                                   options=content.options, replace_key=campaign.sent_with_key,
-                                   now_s=time.time())
-        info = CampaignInfo(compiled, campaign.rate_per_s)
+        info = CampaignInfo(message_of(campaign, time.time()), campaign.rate_per_s)
         self._entries[campaign_id] = info
         if len(self._entries) > CACHE_SIZE:
             self._entries.popitem(last=False)

@@ -4,6 +4,7 @@
 
 const KEY_STORE = "herald.apiKey";
 const FINAL = new Set(["completed", "failed", "cancelled", "missed"]);
+
 const STATUSES = ["scheduled", "pending", "in_progress", "finalizing", "cancelling",
   "completed", "failed", "cancelled", "missed"];
 const LIST_REFRESH_MS = 1000;
@@ -271,7 +272,12 @@ function campaignPage(main, id) {
     counts: h("dl", { class: "counts" }), stop: h("div"), stopped: h("div"),
     live: h("span", { class: "muted", id: "stream-state" }),
     timeline: h("ol", { class: "timeline", id: "timeline" }), followUps: h("div"),
+    approval: h("div", { id: "approval" }),
   };
+  // Approve: only for keys whose role may approve; disabled, with why, for the creator's own.
+  parts.approveButton = can("campaigns:approve") ? h("button", { type: "button", class: "primary",
+    id: "approve", onclick: () => approveCampaign(parts, view) }, "✓ Approve") : null;
+  parts.testSend = can("campaigns:send") ? testSendForm(id) : null;
   // One button for the page's life (re-rendering it on every event could eat a click), and
   // none at all for a key that may not cancel.
   parts.stopButton = can("campaigns:cancel") ? h("button", { type: "button", class: "stop", id: "stop",
@@ -279,8 +285,9 @@ function campaignPage(main, id) {
   if (parts.stopButton) parts.stop.append(parts.stopButton);
   main.append(h("section", { class: "panel" },
     h("div", { class: "head" }, h("div", {}, parts.title, h("p", {}, parts.status, " ", parts.live), parts.meta), parts.stop),
-    parts.stopped, parts.bar, parts.counts),
+    parts.stopped, parts.approval, parts.bar, parts.counts),
   parts.followUps,
+  parts.testSend || "",
   h("section", { class: "panel" }, h("h2", { text: "Timeline" }), parts.timeline),
   h("section", { class: "panel" }, h("h2", { text: "Audit" }), downloads(id)));
   const update = (campaign) => {
@@ -311,6 +318,9 @@ function renderCampaign(parts, view) {
     parts.timeline.replaceChildren(...steps);
   }
   renderStop(parts, view);
+  renderApproval(parts, view);
+  // Whether a test send is allowed is the server's one rule (TESTABLE), shown as `testable`.
+  if (parts.testSend) parts.testSend.hidden = !c.testable;
   if (view.toGo) view.toGo.textContent = stillToGo(c);
   if (view.closeDialog && FINAL.has(c.status)) {
     view.closeDialog();
@@ -375,6 +385,74 @@ function confirmStop(parts, view) {
   keep.focus();
 }
 
+// --- approval of a large send ---------------------------------------------------------------
+function renderApproval(parts, view) {
+  const c = view.campaign;
+  if (c.status !== "awaiting_approval") { parts.approval.replaceChildren(); return; }
+  const mine = Boolean(session.me && c.created_by && c.created_by.id === session.me.id);
+  const reach = c.audience_estimate === null || c.audience_estimate === undefined
+    ? "" : ` It reaches ${fmt(c.audience_estimate)} devices.`;
+  const children = [h("strong", { text: "Awaiting approval." }),
+    ` Nothing is sent until someone other than its creator approves it.${reach}`];
+  if (parts.approveButton) {
+    parts.approveButton.disabled = mine || view.approving === true;
+    parts.approveButton.title = mine ? "You created this campaign: another operator or an admin must approve it." : "";
+    children.push(" ", parts.approveButton);
+    if (mine) children.push(h("p", { class: "hint", id: "approve-hint",
+      text: "You created this campaign: another operator or an admin must approve it." }));
+  } else {
+    children.push(h("p", { class: "hint", text: "An operator or an admin may approve it." }));
+  }
+  parts.approval.replaceChildren(h("div", { class: "notice awaiting" }, ...children));
+}
+
+async function approveCampaign(parts, view) {
+  const c = view.campaign;
+  view.approving = true;
+  parts.approveButton.disabled = true;
+  try {
+    // The digest of what this page shows: refused if the campaign changed since.
+    await post(`/v1/campaigns/${c.id}/approve`, { digest: c.content_digest });
+    notify(`“${label(c)}” approved.`, true);
+  } catch (error) {
+    reportFailure(error);
+  }
+  view.approving = false;
+}
+
+// --- test send: the campaign's exact message to a few named devices --------------------------
+function testSendForm(id) {
+  const kind = h("select", { id: "test-kind" }, h("option", { value: "tokens", text: "Device tokens" }),
+    h("option", { value: "user_ids", text: "User ids" }));
+  const targets = h("textarea", { id: "test-targets", rows: 2, placeholder: "one per line or comma-separated (at most 100 devices)" });
+  const result = h("div", { id: "test-result" });
+  const submit = h("button", { type: "submit", id: "test-send", text: "Send a test" });
+  return h("section", { class: "panel", id: "test-panel" }, h("h2", { text: "Test send" }),
+    h("p", { class: "hint", text: "Sends this campaign's exact message to these devices only. Recorded apart: never in its numbers or audit." }),
+    h("form", { class: "row", onsubmit: async (event) => {
+      event.preventDefault();
+      const named = listOf(targets);
+      if (!named.length) return;
+      submit.disabled = true;
+      try {
+        result.replaceChildren(testResult(await post(`/v1/campaigns/${id}/test`, { [kind.value]: named })));
+      } catch (error) {
+        reportFailure(error);
+      }
+      submit.disabled = false;
+    } }, kind, targets, submit), result);
+}
+
+function testResult(answer) {
+  const rows = answer.outcomes.map((o) => h("tr", { "data-suffix": o.token_suffix,
+    class: o.accepted ? "accepted" : "refused" },
+  h("td", { class: "num", text: `…${o.token_suffix}` }), h("td", { text: o.user_id || "—" }),
+  h("td", { text: o.accepted ? "accepted" : o.error })));
+  return h("div", {}, h("p", { id: "test-summary", text: `${answer.accepted} accepted, ${answer.failed} refused` }),
+    h("table", { class: "test-outcomes" }, h("thead", {}, h("tr", {}, h("th", { text: "Token" }),
+      h("th", { text: "User" }), h("th", { text: "FCM" }))), h("tbody", {}, ...rows)));
+}
+
 // Who did it. An actor the server could not verify (an AMQP cancel without a user_id names its
 // sender itself, and may name anyone) is marked as such, apart from the name it gave.
 function actorOf(actor) {
@@ -387,6 +465,11 @@ function actorOf(actor) {
 
 function timeline(c) {
   const steps = [["Created", c.created_at, actorOf(c.created_by)]];
+  for (const approval of c.approvals || []) {
+    steps.push(["Approved", approval.at, actorOf(approval.by)]);
+    if (approval.revoked_at) steps.push(["Approval revoked", approval.revoked_at,
+      [...actorOf(approval.revoked_by), " changed what was approved"]]);
+  }
   if (c.fired_at) steps.push(["Fired (due)", c.fired_at, ["scheduler"]]);
   if (c.started_at) steps.push(["Claimed", c.started_at, ["a dispatcher started paging the audience"]]);
   if (c.cancel) {

@@ -10,6 +10,7 @@ from fastapi.responses import StreamingResponse
 
 from herald.contracts.http import (
     AmendRequest,
+    ApproveRequest,
     CampaignCreate,
     CampaignCreated,
     CampaignPage,
@@ -19,20 +20,28 @@ from herald.contracts.http import (
     CancelResult,
     CorrectRequest,
     CorrectResult,
+    ErrorResponse,
     Preview,
     PreviewRequest,
     RetargetRequest,
+    TestSendPage,
+    TestSendRequest,
+    TestSendView,
 )
 from herald.domain.access import Scope
+from herald.domain.approval import Refusal
 from herald.domain.documents import Campaign, Outcome
 from herald.domain.status import Status
 from herald.domain.types import OBJECT_ID_PATTERN
 from herald.observability import API_REFUSED
+from herald.service_layer.approval import ApprovalRefused
 from herald.service_layer.campaign_events import CampaignChanged, Event
+from herald.service_layer.test_sends import FcmMisconfigured, UnknownDevices
 from services.api.audit import MEDIA_TYPES, AuditFormat, audit_format, download_headers, encoded
 from services.api.auth import Caller, scoped
 from services.api.deps import (
     AffectedLanguages,
+    Approve,
     AuditRecipients,
     CancelUseCase,
     Creator,
@@ -40,17 +49,20 @@ from services.api.deps import (
     FindCampaign,
     ListCampaigns,
     PreviewMessage,
+    SendTest,
+    TestSends,
     Watch,
 )
 from services.api.errors import ApiError, not_found
 from services.api.operator_log import OperatorLoggedRoute, log_detail, logged
 from services.api.streams import StreamLease
-from services.api.views import campaign_view, correct_result
+from services.api.views import campaign_view, correct_result, view_of_test_send
 
 router = APIRouter(prefix="/v1/campaigns", tags=["campaigns"], route_class=OperatorLoggedRoute)
 Reader = Annotated[Caller, scoped(Scope.CAMPAIGNS_READ)]
 Sender = Annotated[Caller, scoped(Scope.CAMPAIGNS_SEND)]
 Canceller = Annotated[Caller, scoped(Scope.CAMPAIGNS_CANCEL)]
+Approver = Annotated[Caller, scoped(Scope.CAMPAIGNS_APPROVE)]
 
 CampaignId = Annotated[str, Path(pattern=OBJECT_ID_PATTERN.pattern,
                                  description="Campaign id: 24 lowercase hex digits")]
@@ -178,7 +190,9 @@ async def cancel_campaign(
               openapi_extra=logged("campaign.edit"))
 async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch, edit: EditScheduled,
                          caller: Sender) -> CampaignView:
-    """Change the time or content of a campaign that is still ``scheduled`` (else 409)."""
+    """Change the time or content of a campaign that is still ``scheduled`` or
+    ``awaiting_approval`` (else 409). A change of content, audience or options revokes its
+    approval: it waits ``awaiting_approval`` for a new one."""
     updated = await edit(campaign_id, body, caller.actor)
     if updated is None:
         raise not_found(campaign_id)
@@ -263,3 +277,61 @@ async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: R
     log_detail(request, " ".join(f"{half}={made.id}" for half, made in
                                  (("retarget", result.retarget), ("amend", result.amend)) if made))
     return result
+
+
+APPROVAL_STATUS = {Refusal.NO_SCOPE: 403, Refusal.OWN_CAMPAIGN: 403, Refusal.NOT_AWAITING: 409,
+                   Refusal.CHANGED: 409}
+
+
+@router.post("/{campaign_id}/approve", response_model=CampaignView,
+             responses={403: {"model": ErrorResponse, "description": "`self_approval`: the "
+                              "key that created the campaign cannot approve it"}},
+             openapi_extra=logged("campaign.approve"))
+async def approve_campaign(campaign_id: CampaignId, approve: Approve, request: Request,
+                           caller: Approver, body: ApproveRequest | None = None) -> CampaignView:
+    """Approve a campaign ``awaiting_approval`` with a key other than its creator's: it is
+    sent at once if due (``pending``), or fires at its time (``scheduled``). 403
+    ``self_approval``, 409 ``not_awaiting_approval`` or ``approval_stale`` (the campaign
+    changed since the `digest` given); a refused approval changes nothing."""
+    try:
+        approved = await approve(campaign_id, caller.key.role, caller.actor,
+                                 body.digest if body else None)
+    except ApprovalRefused as refused:
+        raise ApiError(APPROVAL_STATUS[refused.refusal], refused.refusal.value,
+                       str(refused)) from None
+    if approved.approval is not None:
+        log_detail(request, f"digest={approved.approval.digest} now {approved.status.value}")
+    return campaign_view(approved)
+
+
+@router.post("/{campaign_id}/test", response_model=TestSendView,
+             responses={502: {"model": ErrorResponse, "description": "`fcm_misconfigured`: "
+                              "FCM refused Herald's project or credentials"}},
+             openapi_extra=logged("campaign.test"))
+async def test_campaign(campaign_id: CampaignId, body: TestSendRequest, sender: SendTest,
+                        request: Request, caller: Sender) -> TestSendView:
+    """Send the campaign's exact message (the senders' body) to the named devices only, in
+    any status before it finishes. Each device's outcome is answered and recorded apart: never
+    in the campaign's counts or audit. 422 ``unknown_devices`` (naming them; nothing sent),
+    ``too_many_devices`` (over 100), 409 ``not_testable``, 502 ``fcm_misconfigured``."""
+    try:
+        record = await sender.send(campaign_id, body.tokens, body.user_ids, caller.actor)
+    except UnknownDevices as unknown:
+        raise ApiError(422, "unknown_devices", str(unknown),
+                       details=[{"loc": ["body", unknown.kind], "unknown": unknown.unknown}]
+                       ) from None
+    except FcmMisconfigured as refused:
+        view = view_of_test_send(refused.record)
+        raise ApiError(502, "fcm_misconfigured", str(refused), details=[
+            o.model_dump() for o in view.outcomes]) from None
+    view = view_of_test_send(record)
+    log_detail(request, f"accepted={view.accepted} failed={view.failed}")
+    return view
+
+
+@router.get("/{campaign_id}/tests", response_model=TestSendPage)
+async def list_test_sends(campaign_id: CampaignId, find: FindCampaign, tests: TestSends,
+                          _: Reader) -> TestSendPage:
+    """The campaign's test sends, newest first (the last 50)."""
+    await find(campaign_id)
+    return TestSendPage(items=[view_of_test_send(r) for r in await tests.of_campaign(campaign_id)])

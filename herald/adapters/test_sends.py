@@ -1,0 +1,26 @@
+"""Test sends in MongoDB (``test_sends``): a campaign's message sent to a few named devices,
+kept apart from its chunks and deliveries so that no count or audit ever includes them."""
+
+from __future__ import annotations
+
+from pymongo import DESCENDING
+
+from herald import names
+from herald.adapters.mongo import Database
+from herald.adapters.records import from_bson, to_bson
+from herald.domain.documents import TestSend
+
+
+class TestSendStore:
+
+    __test__ = False  # not a pytest test class
+    def __init__(self, db: Database) -> None:
+        self._sends = db[names.TEST_SENDS]
+
+    async def insert(self, record: TestSend) -> None:
+        await self._sends.insert_one(to_bson(record))
+
+    async def of_campaign(self, campaign_id: str, limit: int = 50) -> list[TestSend]:
+        """The campaign's test sends, newest first."""
+        cursor = self._sends.find({"campaign_id": campaign_id}).sort("_id", DESCENDING)
+        return [from_bson(TestSend, document) async for document in cursor.limit(limit)]

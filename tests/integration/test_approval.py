@@ -1,0 +1,217 @@
+"""Approval of large sends on the in-process api (real nx-27017, RabbitMQ and Redis behind it),
+with ``HERALD_APPROVAL_MIN_AUDIENCE=3``: self-approval refused, a second key approves, an edit of
+what was approved holds it again, a cancel needs none, a schedule's large run waits, and every
+refused call changes nothing. That an approved campaign is then sent (and nothing before) is
+``tests/e2e/test_safe_sending.py``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from faststream.rabbit import RabbitBroker
+from pydantic import SecretStr
+
+from herald import names
+from herald.adapters import rabbit
+from herald.adapters.mongo import Database
+from herald.clock import utcnow
+from herald.domain.access import Role
+from herald.service_layer.approval import ApprovalGate
+from herald.service_layer.campaigns import CampaignCreator
+from herald.service_layer.scheduling import SchedulerPolicy, Scheduling
+from herald.settings import Settings
+from services.api.app import create_app
+from tests.factories import CAMPAIGN_BODY
+from tests.integration.helpers import client_of, mint
+from tests.support import error_code
+
+MIN_AUDIENCE = 3
+LARGE = {"topics": ["large"]}
+SMALL = {"topics": ["small"]}
+
+
+@pytest.fixture
+async def approving_app(broker_settings: Settings, db: Database, redis: Any,
+                        admin_key: str) -> AsyncIterator[FastAPI]:
+    app = create_app(broker_settings.model_copy(update={
+        "bootstrap_api_key": SecretStr(admin_key), "approval_min_audience": MIN_AUDIENCE}))
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+@pytest.fixture
+async def admin(approving_app: FastAPI, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with client_of(approving_app, admin_key) as client:
+        devices = [{"token": f"tok-large-{i}", "platform": "android", "topics": ["large"],
+                    "user_id": f"u{i}"} for i in range(MIN_AUDIENCE)]
+        devices.append({"token": "tok-small-0", "platform": "ios", "topics": ["small"]})
+        assert (await client.post("/v1/devices/bulk", json={"devices": devices})).is_success
+        yield client
+
+
+@pytest.fixture
+async def keys(admin: httpx.AsyncClient) -> dict[str, str]:
+    return {name: await mint(admin, role, name) for name, role in (
+        ("marketing", Role.OPERATOR), ("reviewer", Role.OPERATOR), ("lead", Role.RESPONDER),
+        ("watcher", Role.VIEWER))}
+
+
+async def _create(app: FastAPI, key: str, **body: Any) -> dict[str, Any]:
+    async with client_of(app, key) as client:
+        response = await client.post("/v1/campaigns", json={**CAMPAIGN_BODY, **body})
+    assert response.status_code == 202, response.text
+    return dict(response.json())
+
+
+async def _call(app: FastAPI, key: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async with client_of(app, key) as client:
+        return await client.request(method, path, **kwargs)
+
+
+async def _snapshot(db: Database) -> list[dict[str, Any]]:
+    return [doc async for doc in db[names.CAMPAIGNS].find({}, sort=[("_id", 1)])]
+
+
+async def test_a_large_campaign_waits_and_its_creator_cannot_approve_it(
+        approving_app: FastAPI, admin: httpx.AsyncClient, keys: dict[str, str],
+        db: Database) -> None:
+    created = await _create(approving_app, keys["marketing"], audience=LARGE)
+    small = await _create(approving_app, keys["marketing"], audience=SMALL)
+    assert (created["status"], small["status"]) == ("awaiting_approval", "pending")
+    before = await _snapshot(db)
+    own = await _call(approving_app, keys["marketing"], "POST",
+                      f"/v1/campaigns/{created['id']}/approve")
+    viewer = await _call(approving_app, keys["watcher"], "POST",
+                         f"/v1/campaigns/{created['id']}/approve")
+    responder = await _call(approving_app, keys["lead"], "POST",
+                            f"/v1/campaigns/{created['id']}/approve")
+    assert (own.status_code, error_code(own)) == (403, "self_approval")
+    assert "created it" in own.json()["error"]["message"]
+    assert (viewer.status_code, error_code(viewer)) == (403, "forbidden")
+    assert (responder.status_code, error_code(responder)) == (403, "forbidden")
+    assert "campaigns:approve" in responder.json()["error"]["message"]
+    assert await _snapshot(db) == before, "a refused approval changed something"
+    view = (await admin.get(f"/v1/campaigns/{created['id']}")).json()
+    assert (view["status"], view["approval"], view["approval_required"],
+            view["audience_estimate"]) == ("awaiting_approval", None, True, MIN_AUDIENCE)
+
+
+async def test_a_second_key_approves_and_it_is_handed_to_the_dispatchers(
+        approving_app: FastAPI, admin: httpx.AsyncClient, keys: dict[str, str]) -> None:
+    created = await _create(approving_app, keys["marketing"], audience=LARGE)
+    approved = await _call(approving_app, keys["reviewer"], "POST",
+                           f"/v1/campaigns/{created['id']}/approve")
+    assert approved.status_code == 200, approved.text
+    view = (await admin.get(f"/v1/campaigns/{created['id']}")).json()
+    assert view["status"] == "pending"
+    assert view["approval"]["by"]["name"] == "reviewer"
+    assert view["approval"]["digest"] == view["content_digest"]
+    assert view["approval"]["at"] is not None
+    again = await _call(approving_app, keys["reviewer"], "POST",
+                        f"/v1/campaigns/{created['id']}/approve")
+    assert (again.status_code, error_code(again)) == (409, "not_awaiting_approval")
+    log = (await admin.get("/v1/operator-log", params={"campaign_id": created["id"]})).json()
+    approval_entry = next(e for e in log["items"] if e["outcome"] == "done"
+                          and e["action"] == "campaign.approve")
+    assert approval_entry["detail"] == f"digest={view['content_digest']} now pending"
+    assert [(e["action"], e["actor"]["name"], e["outcome"]) for e in reversed(log["items"])] == [
+        ("campaign.create", "marketing", "done"), ("campaign.approve", "reviewer", "done"),
+        ("campaign.approve", "reviewer", "rejected")]
+
+
+async def test_an_approval_is_of_what_the_approver_read(
+        approving_app: FastAPI, admin: httpx.AsyncClient, keys: dict[str, str]) -> None:
+    created = await _create(approving_app, keys["marketing"], audience=LARGE,
+                            send_at=(utcnow() + timedelta(hours=1)).isoformat())
+    seen = (await admin.get(f"/v1/campaigns/{created['id']}")).json()["content_digest"]
+    edited = await _call(approving_app, keys["marketing"], "PATCH",
+                         f"/v1/campaigns/{created['id']}", json={"title": "Changed meanwhile"})
+    assert (edited.status_code, edited.json()["status"]) == (200, "awaiting_approval")
+    stale = await _call(approving_app, keys["reviewer"], "POST",
+                        f"/v1/campaigns/{created['id']}/approve", json={"digest": seen})
+    assert (stale.status_code, error_code(stale)) == (409, "approval_stale")
+    fresh = edited.json()["content_digest"]
+    approved = await _call(approving_app, keys["reviewer"], "POST",
+                           f"/v1/campaigns/{created['id']}/approve", json={"digest": fresh})
+    assert (approved.status_code, approved.json()["status"]) == (200, "scheduled")
+
+
+async def test_an_edit_of_what_was_approved_holds_it_again_and_a_move_does_not(
+        approving_app: FastAPI, admin: httpx.AsyncClient, keys: dict[str, str]) -> None:
+    later = utcnow() + timedelta(hours=1)
+    created = await _create(approving_app, keys["marketing"], audience=LARGE,
+                            send_at=later.isoformat())
+    path = f"/v1/campaigns/{created['id']}"
+    approved = await _call(approving_app, keys["reviewer"], "POST", f"{path}/approve")
+    assert approved.json()["status"] == "scheduled"  # approved before its time: waits for it
+    moved = await _call(approving_app, keys["marketing"], "PATCH", path,
+                        json={"send_at": (later + timedelta(hours=1)).isoformat()})
+    assert moved.json()["status"] == "scheduled"
+    assert moved.json()["approval"]["by"]["name"] == "reviewer"
+    changed = await _call(approving_app, keys["marketing"], "PATCH", path,
+                          json={"data": {"landingUrl": "https://elsewhere.test"}})
+    view = changed.json()
+    assert (view["status"], view["approval"]) == ("awaiting_approval", None)
+    assert view["approvals"][-1]["revoked_by"]["name"] == "marketing"
+    assert view["approvals"][-1]["revoked_at"] is not None
+
+
+async def test_a_small_scheduled_campaign_edited_to_a_large_audience_needs_approval(
+        approving_app: FastAPI, keys: dict[str, str]) -> None:
+    created = await _create(approving_app, keys["marketing"], audience=SMALL,
+                            send_at=(utcnow() + timedelta(hours=1)).isoformat())
+    assert created["status"] == "scheduled"
+    widened = await _call(approving_app, keys["marketing"], "PATCH",
+                          f"/v1/campaigns/{created['id']}", json={"audience": LARGE})
+    assert (widened.json()["status"], widened.json()["audience_estimate"]) == (
+        "awaiting_approval", MIN_AUDIENCE)
+
+
+async def test_a_campaign_awaiting_approval_is_cancelled_at_once_without_one(
+        approving_app: FastAPI, keys: dict[str, str]) -> None:
+    created = await _create(approving_app, keys["marketing"], audience=LARGE)
+    cancelled = await _call(approving_app, keys["lead"], "POST",
+                            f"/v1/campaigns/{created['id']}/cancel", json={"reason": "no"})
+    assert (cancelled.status_code, cancelled.json()["status"]) == (200, "cancelled")
+    late = await _call(approving_app, keys["reviewer"], "POST",
+                       f"/v1/campaigns/{created['id']}/approve")
+    assert (late.status_code, error_code(late)) == (409, "not_awaiting_approval")
+
+
+@pytest.fixture
+async def broker(broker_settings: Settings) -> AsyncIterator[RabbitBroker]:
+    connected = rabbit.make_broker(broker_settings)
+    await connected.connect()
+    await rabbit.declare_topology(connected)
+    yield connected
+    await connected.stop()
+
+
+async def test_a_schedule_s_large_run_waits_for_a_key_other_than_the_schedule_s(
+        approving_app: FastAPI, admin: httpx.AsyncClient, keys: dict[str, str],
+        broker: RabbitBroker) -> None:
+    made = await _call(approving_app, keys["marketing"], "POST", "/v1/schedules", json={
+        "template": {**CAMPAIGN_BODY, "audience": LARGE}, "cron": "* * * * *", "timezone": "UTC"})
+    assert made.status_code == 201, made.text
+    stores = approving_app.state.services.stores
+    await stores.schedules.update(made.json()["id"],
+                                  {"next_run_at": utcnow() - timedelta(seconds=1)})
+    creator = CampaignCreator(stores.campaigns, stores.idempotency, rabbit.RabbitBus(broker),
+                              ApprovalGate(stores.devices, MIN_AUDIENCE))
+    scheduler = Scheduling(stores.campaigns, stores.schedules, creator,
+                           SchedulerPolicy("scheduler-1", 300.0, 5.0))
+    assert await scheduler.run_due_schedules(utcnow()) == 1
+    schedule = (await admin.get(f"/v1/schedules/{made.json()['id']}")).json()
+    run_id = schedule["runs"][0]["campaign_id"]
+    run = (await admin.get(f"/v1/campaigns/{run_id}")).json()
+    assert (run["status"], run["schedule_id"]) == ("awaiting_approval", made.json()["id"])
+    own = await _call(approving_app, keys["marketing"], "POST", f"/v1/campaigns/{run_id}/approve")
+    assert (own.status_code, error_code(own)) == (403, "self_approval")
+    approved = await _call(approving_app, keys["reviewer"], "POST",
+                           f"/v1/campaigns/{run_id}/approve")
+    assert approved.json()["status"] == "pending"
