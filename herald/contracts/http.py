@@ -214,8 +214,12 @@ class CampaignCreate(CampaignTemplate):
 
 
 class CampaignPatch(Strict):
-    """Changes to a campaign that is still ``scheduled``; omitted fields stay as they are."""
+    """Changes to a campaign that is still ``scheduled``; omitted fields stay as they are.
+    ``rate_per_s`` alone may also change while it sends (``pending``, ``in_progress``,
+    ``paused``): every sender follows the new rate within a second."""
 
+    rate_per_s: int | None = Field(default=None, gt=0, le=1_000_000,
+                                   description="The campaign's own rate cap")
     name: str | None = Field(default=None, max_length=200)
     title: str | None = Field(default=None, min_length=1, max_length=1000)
     body: str | None = Field(default=None, min_length=1, max_length=4000)
@@ -321,6 +325,21 @@ class CancelInfo(BaseModel):
         default=None, description="What the caller said about itself (X-Requested-By)")
 
 
+class PauseInfo(BaseModel):
+    """The campaign's latest pause. ``settled_at`` is set once every pod stopped: from then on
+    nothing of the campaign is in flight, and ``counts`` are exact."""
+
+    kind: Literal["manual", "gate"] = Field(description="Who paused it: an operator (or an "
+                                                        "AMQP tool), or the rollout's gate")
+    reason: str | None
+    requested_at: datetime
+    requested_by: ActorView | None
+    settled_at: datetime | None
+    counts: Counts | None = Field(description="Exact counts when it settled")
+    resumed_at: datetime | None = None
+    resumed_by: ActorView | None = None
+
+
 class CampaignView(BaseModel):
     id: str
     name: str | None
@@ -340,6 +359,8 @@ class CampaignView(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     cancel: CancelInfo | None
+    pause: PauseInfo | None = Field(default=None, description="The latest pause, if any")
+    rate_per_s: int | None = Field(default=None, description="The campaign's own rate cap")
     schedule_id: str | None
     local_time: dict[str, Any] | None = Field(
         default=None, description="Per-device local-time delivery: the wall clock and default zone")
@@ -372,6 +393,17 @@ class CampaignPage(BaseModel):
 
 class CancelRequest(Strict):
     reason: str | None = Field(default=None, max_length=500)
+
+
+class PauseRequest(Strict):
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class PauseResult(BaseModel):
+    id: str
+    status: Status
+    counts: Counts
+    pause: PauseInfo | None
 
 
 class RetargetRequest(Strict):

@@ -20,6 +20,7 @@ class Status(StrEnum):
     CANCELLING = "cancelling"
     CANCELLED = "cancelled"
     MISSED = "missed"
+    PAUSED = "paused"
 
 
 class Transition(StrEnum):
@@ -35,6 +36,8 @@ class Transition(StrEnum):
     CONFIRM_CANCEL = "confirm_cancel"  # every pod has stopped
     CONFIRM_STOP = "confirm_stop"  # every pod has stopped a campaign FCM refused as misconfigured
     MISS = "miss"  # overdue beyond the misfire grace
+    PAUSE = "pause"  # an operator or the rollout gate holds the rest back; pods stop and ack
+    RESUME = "resume"  # the rest is offered again: exactly the recipients not sent yet
 
 
 TRANSITIONS: dict[Transition, tuple[frozenset[Status], Status]] = {
@@ -44,10 +47,13 @@ TRANSITIONS: dict[Transition, tuple[frozenset[Status], Status]] = {
     Transition.COMPLETE: (frozenset({Status.FINALIZING}), Status.COMPLETED),
     Transition.FAIL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING}), Status.FAILED),
     Transition.CANCEL_AT_ONCE: (frozenset({Status.SCHEDULED, Status.PENDING}), Status.CANCELLED),
-    Transition.BEGIN_CANCEL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING}), Status.CANCELLING),
+    Transition.BEGIN_CANCEL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING, Status.PAUSED}),
+                              Status.CANCELLING),
     Transition.CONFIRM_CANCEL: (frozenset({Status.CANCELLING}), Status.CANCELLED),
     Transition.CONFIRM_STOP: (frozenset({Status.CANCELLING}), Status.FAILED),
     Transition.MISS: (frozenset({Status.SCHEDULED}), Status.MISSED),
+    Transition.PAUSE: (frozenset({Status.IN_PROGRESS}), Status.PAUSED),
+    Transition.RESUME: (frozenset({Status.PAUSED}), Status.IN_PROGRESS),
 }
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.MISSED})
@@ -86,7 +92,7 @@ class CancelDecision(StrEnum):
     """What a cancel request means for a campaign in a given status."""
 
     AT_ONCE = "at_once"  # scheduled/pending: nothing sent, cancelled immediately
-    STOP_PODS = "stop_pods"  # in_progress/finalizing: broadcast, wait for pods to stop
+    STOP_PODS = "stop_pods"  # in_progress/finalizing/paused: broadcast, wait for pods to stop
     ALREADY = "already"  # cancelling/cancelled: idempotent, no second broadcast
     REFUSE = "refuse"  # completed/failed/missed: nothing left to stop
 
@@ -102,3 +108,22 @@ def decide_cancel(current: Status) -> CancelDecision:
     if current in (Status.CANCELLING, Status.CANCELLED):
         return CancelDecision.ALREADY
     return CancelDecision.REFUSE
+
+
+class PauseDecision(StrEnum):
+    """What a pause request means for a campaign in a given status."""
+
+    STOP_PODS = "stop_pods"  # in_progress: broadcast, wait for pods to stop
+    ALREADY = "already"  # paused: idempotent, no second broadcast
+    REFUSE = "refuse"  # anything else: nothing is sending that a pause could hold
+
+
+def decide_pause(current: Status) -> PauseDecision:
+    """How a pause applies to a campaign in status ``current``. Only a campaign that is sending
+    can be paused: one not started yet has nothing in flight (cancel or edit it instead), one
+    finalizing has every recipient recorded already."""
+    if current in sources_for(Transition.PAUSE):
+        return PauseDecision.STOP_PODS
+    if current is Status.PAUSED:
+        return PauseDecision.ALREADY
+    return PauseDecision.REFUSE

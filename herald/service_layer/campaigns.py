@@ -401,19 +401,33 @@ def _edited(current: Campaign, patch: CampaignPatch, by: Actor) -> Campaign:
                      else patch.options}, current.sent_with_key)
     edited = replace(
         current, content=content, name=current.name if patch.name is None else patch.name,
-        audience=current.audience if patch.audience is None else patch.audience, edited_by=by)
+        audience=current.audience if patch.audience is None else patch.audience, edited_by=by,
+        rate_per_s=patch.rate_per_s if "rate_per_s" in given else current.rate_per_s)
     if patch.send_at is not None or patch.timezone is not None:
         due_at, local_time = _moved(current, patch)
         edited = replace(edited, due_at=due_at, local_time=local_time)
     return edited
 
 
+RATE_EDITABLE = frozenset({Status.PENDING, Status.IN_PROGRESS, Status.PAUSED, Status.FINALIZING})
+"""Statuses in which only the rate may change: the campaign is (or is about to be) sending."""
+
+
 async def edit_scheduled(campaigns: ScheduledCampaigns, campaign_id: str, patch: CampaignPatch,
                          by: Actor) -> Campaign | None:
-    """Change the time or content of a campaign that has not fired yet; None if unknown."""
+    """Change the time or content of a campaign that has not fired yet, or the rate of one
+    that sends (``rate_per_s`` alone: senders read it again within ``STATUS_REFRESH_S``);
+    None if unknown."""
     current = await campaigns.get(campaign_id)
     if current is None:
         return None
+    if current.status in RATE_EDITABLE and patch.model_fields_set == {"rate_per_s"}:
+        changed = await campaigns.set_rate(campaign_id, patch.rate_per_s, by, utcnow(),
+                                           among=RATE_EDITABLE)
+        if changed is None:
+            latest = await campaigns.get(campaign_id)
+            raise NotEditable(latest.status if latest else current.status)
+        return changed
     if current.status is not Status.SCHEDULED:
         raise NotEditable(current.status)
     updated = await campaigns.patch_scheduled(_edited(current, patch, by), utcnow())

@@ -100,7 +100,8 @@ def _services(parts: PodParts, gauges: GaugeLoop) -> AppServices:
         pod_id=parts.identity.id, settings=settings, stores=resources.stores,
         creator=CampaignCreator(resources.stores.campaigns, resources.stores.idempotency,
                                 resources.bus),
-        cancellation=parts.cancellation, registry=resources.registry, readiness=readiness,
+        cancellation=parts.cancellation, pausing=parts.pausing, registry=resources.registry,
+        readiness=readiness,
         background=parts.background, authenticator=Authenticator(resources.stores.api_keys),
         operator_log=OperatorLog(resources.stores.operator_log),
         request_budget=RequestBudget(resources.redis, resources.keys, {

@@ -13,17 +13,26 @@ from herald.contracts.http import (
     Counts,
     FollowUpCreated,
     LogEntryView,
+    PauseInfo,
     ScheduleRun,
     ScheduleView,
 )
 from herald.domain.access import Actor, ApiKey, LogEntry
-from herald.domain.documents import Campaign, Schedule
+from herald.domain.documents import Campaign, CampaignCounts, PauseRecord, Schedule
+from herald.domain.status import Status
 from herald.service_layer.campaigns import Correction
 from herald.service_layer.scheduling import local_time
 
 
 def counts_of(campaign: Campaign) -> Counts:
-    counts = campaign.counts
+    """The live counts; while paused with nothing in flight, the exact counts of then."""
+    pause = campaign.pause
+    if campaign.status is Status.PAUSED and pause is not None and pause.counts is not None:
+        return _counts(pause.counts)
+    return _counts(campaign.counts)
+
+
+def _counts(counts: CampaignCounts) -> Counts:
     return Counts(targeted=counts.targeted, sent=counts.sent, failed=counts.failed,
                   unsent=counts.unsent, maybe_delivered=counts.maybe_delivered)
 
@@ -46,12 +55,22 @@ def campaign_view(campaign: Campaign) -> CampaignView:
                           acknowledged_at=cancel.acknowledged_at, reason=cancel.reason,
                           requested_by=actor_view(cancel.requested_by),
                           on_behalf_of=cancel.on_behalf_of) if cancel else None,
+        pause=pause_info(campaign.pause), rate_per_s=campaign.rate_per_s,
         created_by=actor_view(campaign.created_by), edited_by=actor_view(campaign.edited_by),
         schedule_id=campaign.schedule_id,
         local_time=asdict(campaign.local_time) if campaign.local_time else None,
         waves=[asdict(wave) for wave in dispatch.waves] if dispatch.waves is not None else None,
         error=campaign.error, replace_key=campaign.sent_with_key, amends=campaign.amends,
         amended_by=list(campaign.amended_by))
+
+
+def pause_info(pause: PauseRecord | None) -> PauseInfo | None:
+    if pause is None:
+        return None
+    return PauseInfo(kind=pause.kind.value, reason=pause.reason, requested_at=pause.requested_at,
+                     requested_by=actor_view(pause.requested_by), settled_at=pause.settled_at,
+                     counts=_counts(pause.counts) if pause.counts else None,
+                     resumed_at=pause.resumed_at, resumed_by=actor_view(pause.resumed_by))
 
 
 def correct_result(correction: Correction) -> CorrectResult:

@@ -54,6 +54,7 @@ from herald.domain.documents import (
     Delivery,
     Device,
     IdempotencyBinding,
+    PauseRecord,
     Recorded,
     Schedule,
     ScheduleClaim,
@@ -103,6 +104,11 @@ def _with_fields(record: Record, changes: Mapping[str, Any]) -> Record:
 
 
 # --- campaigns -----------------------------------------------------------------------------------
+def _pausing(campaign: Campaign, pause_id: str) -> bool:
+    return (campaign.status is Status.PAUSED and campaign.pause is not None
+            and campaign.pause.pause_id == pause_id)
+
+
 class FakeCampaigns:
     """``herald.adapters.campaigns.CampaignStore`` in memory."""
 
@@ -233,7 +239,8 @@ class FakeCampaigns:
             return None
         return self._store(replace(current, name=edited.name, content=edited.content,
                                    audience=edited.audience, due_at=edited.due_at,
-                                   local_time=edited.local_time, updated_at=now))
+                                   local_time=edited.local_time, updated_at=now,
+                                   rate_per_s=edited.rate_per_s))
 
     async def claim_for_dispatch(self, campaign_id: str | None, pod_id: str, now: datetime,
                                  lease_until: datetime) -> Campaign | None:
@@ -377,6 +384,51 @@ class FakeCampaigns:
             return replace(c, cancel=replace(c.cancel, acks=acks))
 
         self._update(campaign_id, lambda c: c.status is Status.CANCELLING, acknowledged)
+
+    async def set_rate(self, campaign_id: str, rate_per_s: int | None, by: Actor, now: datetime,
+                       *, among: Iterable[Status]) -> Campaign | None:
+        await _round_trip()
+        statuses = set(among)
+        changed = self._update(campaign_id, lambda c: c.status in statuses, lambda c: replace(
+            c, rate_per_s=rate_per_s, edited_by=by, updated_at=now))
+        return self._rows[campaign_id] if changed else None
+
+    async def begin_pause(self, campaign_id: str, record: PauseRecord) -> Campaign | None:
+        await _round_trip()
+        return self._apply(campaign_id, Transition.PAUSE, record.requested_at,
+                           lambda c: replace(c, pause=record))
+
+    async def add_pause_ack(self, campaign_id: str, pause_id: str, pod_id: str) -> None:
+        await _round_trip()
+
+        def acknowledged(c: Campaign) -> Campaign:
+            assert c.pause is not None
+            acks = c.pause.acks if pod_id in c.pause.acks else (*c.pause.acks, pod_id)
+            return replace(c, pause=replace(c.pause, acks=acks))
+
+        self._update(campaign_id, lambda c: _pausing(c, pause_id), acknowledged)
+
+    async def settle_pause(self, campaign_id: str, pause_id: str, counts: CampaignCounts,
+                           now: datetime) -> Campaign | None:
+        await _round_trip()
+
+        def settled(c: Campaign) -> Campaign:
+            assert c.pause is not None
+            return replace(c, updated_at=now,
+                           pause=replace(c.pause, settled_at=now, counts=counts))
+
+        changed = self._update(campaign_id, lambda c: _pausing(c, pause_id)
+                               and c.pause is not None and c.pause.settled_at is None, settled)
+        return self._rows[campaign_id] if changed else None
+
+    async def resume(self, campaign_id: str, by: Actor | None, now: datetime) -> Campaign | None:
+        await _round_trip()
+
+        def resumed(c: Campaign) -> Campaign:
+            pause = c.pause and replace(c.pause, resumed_at=now, resumed_by=by)
+            return replace(c, pause=pause)
+
+        return self._apply(campaign_id, Transition.RESUME, now, resumed)
 
     async def link_amendment(self, campaign_id: str, amend_id: str) -> None:
         await _round_trip()

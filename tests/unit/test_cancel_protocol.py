@@ -17,6 +17,7 @@ from herald.runtime.tracking import WorkTracker
 from herald.service_layer.access import OperatorLog
 from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.cancellation import Cancellation
+from herald.service_layer.pausing import Pausing
 from herald.service_layer.ports import Stores
 from tests.factories import actor, insert, pod_beat
 from tests.unit.fakes import FakeBackground, FakeBus, FakeFlags, FakeRegistry
@@ -38,8 +39,10 @@ class Pod:
         self.cancellation = Cancellation(stores, flags, registry, bus, pod_id,
                                          spawn=self.finishes.spawn)
         self.watch = CancelWatch(flags)
+        self.pausing = Pausing(stores, registry, bus, pod_id, spawn=self.finishes.spawn)
         self.listener = CancelListener(
-            self.watch, self.cancellation, WorkTracker(), self.background,  # type: ignore[arg-type]
+            self.watch, self.cancellation, self.pausing, WorkTracker(),
+            self.background,  # type: ignore[arg-type]
             OperatorLog(stores.operator_log), pod_id=pod_id, acknowledges=acknowledges,
             grace_s=1.0, first_copy=_always_first)
 

@@ -16,10 +16,12 @@ from herald.domain.status import (
     TRANSITIONS,
     CancelDecision,
     InvalidTransition,
+    PauseDecision,
     Status,
     Transition,
     apply,
     decide_cancel,
+    decide_pause,
     sources_for,
     target_of,
 )
@@ -34,10 +36,12 @@ EXPECTED: dict[Transition, tuple[set[Status], Status]] = {
     T.COMPLETE: ({S.FINALIZING}, S.COMPLETED),
     T.FAIL: ({S.IN_PROGRESS, S.FINALIZING}, S.FAILED),
     T.CANCEL_AT_ONCE: ({S.SCHEDULED, S.PENDING}, S.CANCELLED),
-    T.BEGIN_CANCEL: ({S.IN_PROGRESS, S.FINALIZING}, S.CANCELLING),
+    T.BEGIN_CANCEL: ({S.IN_PROGRESS, S.FINALIZING, S.PAUSED}, S.CANCELLING),
     T.CONFIRM_CANCEL: ({S.CANCELLING}, S.CANCELLED),
     T.CONFIRM_STOP: ({S.CANCELLING}, S.FAILED),
     T.MISS: ({S.SCHEDULED}, S.MISSED),
+    T.PAUSE: ({S.IN_PROGRESS}, S.PAUSED),
+    T.RESUME: ({S.PAUSED}, S.IN_PROGRESS),
 }
 
 ALL_PAIRS = list(itertools.product(Transition, Status))
@@ -136,6 +140,7 @@ EXPECTED_CANCEL = {
     S.COMPLETED: CancelDecision.REFUSE,
     S.FAILED: CancelDecision.REFUSE,
     S.MISSED: CancelDecision.REFUSE,
+    S.PAUSED: CancelDecision.STOP_PODS,
 }
 
 
@@ -159,3 +164,27 @@ def test_cancel_decision_matches_the_transition_it_will_use(current: Status) -> 
         for transition in (T.CANCEL_AT_ONCE, T.BEGIN_CANCEL):
             with pytest.raises(InvalidTransition):
                 apply(transition, current)
+
+
+def test_a_paused_campaign_resumes_and_completes() -> None:
+    path = _run(S.PENDING, T.CLAIM, T.PAUSE, T.RESUME, T.PAUSE, T.RESUME, T.FINALIZE, T.COMPLETE)
+    assert path[-1] is S.COMPLETED
+
+
+def test_a_paused_campaign_can_be_cancelled_but_never_completes() -> None:
+    assert _run(S.PAUSED, T.BEGIN_CANCEL, T.CONFIRM_CANCEL)[-1] is S.CANCELLED
+    for transition in (T.FINALIZE, T.COMPLETE, T.FAIL, T.CLAIM, T.PAUSE):
+        with pytest.raises(InvalidTransition):
+            apply(transition, S.PAUSED)
+
+
+@pytest.mark.parametrize("current", list(Status))
+def test_pause_decision_matches_the_transition_it_will_use(current: Status) -> None:
+    decision = decide_pause(current)
+    expected = {S.IN_PROGRESS: PauseDecision.STOP_PODS, S.PAUSED: PauseDecision.ALREADY}
+    assert decision is expected.get(current, PauseDecision.REFUSE)
+    if decision is PauseDecision.STOP_PODS:
+        assert apply(T.PAUSE, current) is S.PAUSED
+    else:
+        with pytest.raises(InvalidTransition):
+            apply(T.PAUSE, current)

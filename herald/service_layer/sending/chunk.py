@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -44,6 +45,7 @@ class Verdict(Enum):
     GONE = "gone"  # this pod was away; the chunk is someone else's now, or its campaign ended
     UNEXPLAINED = "unexplained"  # no such campaign or chunk: dead-letter it, with a WARNING
     HAND_BACK = "hand_back"  # interrupted by an outage: queue it again, no attempt counted
+    HOLD = "hold"  # paused: the chunk stays pending (its claim given back); a resume offers it
     FAILED = "failed"  # failed for another reason: queue it again, one attempt counted
 
 
@@ -89,6 +91,9 @@ class ChunkSender:
         if await self._cache.is_cancelled(campaign_id):
             CHUNKS.labels("dropped").inc()
             return Verdict.ACK
+        if await self._cache.is_held(campaign_id):
+            CHUNKS.labels("held").inc()
+            return Verdict.ACK  # never claimed: it stays pending, the resume offers it again
         info = await self._cache.get(campaign_id)
         if info == UNKNOWN or info is None:
             return _unexplained(chunk, "no such campaign") if info == UNKNOWN else _dropped()
@@ -127,6 +132,10 @@ class ChunkSender:
             recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
         if verdict is not Verdict.ACK or (tally.stopped and not tally.recorded_now):
             return verdict  # a cancel before this delivery sent anything: nothing to close
+        if not tally.stopped and tally.sent + tally.failed < len(chunk.recipients):
+            # A pause lifted before this delivery stopped: never close a chunk with recipients
+            # that have no outcome; the rest goes on as a new message.
+            return Verdict.REPUBLISH
         await self._lifecycle.close(chunk.campaign_id, chunk.seq, tally.status, tally)
         return Verdict.ACK
 
@@ -167,9 +176,11 @@ class ChunkSender:
         fence, epoch = self._fence, hold.epoch
         await self._window.send(
             info.template, todo, may_start=gate.may_start, cancelled=cancelled,
-            campaign_bucket=self._limits.for_campaign(chunk.campaign_id, info.rate_per_s),
+            campaign_bucket=LiveRate(self._limits, chunk.campaign_id, info),
             record=record, stop=stop, fenced=lambda: not fence.holds(epoch))
         if gate.verdict is None and cancelled.is_set():
+            if self._cache.held_here(chunk.campaign_id):
+                return Verdict.HOLD  # paused while sending: the rest waits for the resume
             # Heard while sending: the chunk closes cancelled even if every request got its
             # answer, or it would count as done for a campaign that is being cancelled.
             tally.stopped = True
@@ -182,9 +193,12 @@ class ChunkSender:
             return Verdict.ABORT
         if self._stopping or time.monotonic() - started > self._policy.budget_s:
             return Verdict.REPUBLISH
+        await self._cache.refresh(chunk.campaign_id)
         if await self._cache.is_cancelled(chunk.campaign_id):
             tally.stopped = True
             return Verdict.ACK
+        if self._cache.held_here(chunk.campaign_id):
+            return Verdict.HOLD
         return None
 
     async def _record(self, chunk: SendChunk, outcomes: list[RecipientOutcome],
@@ -196,6 +210,32 @@ class ChunkSender:
             dead += [(token, FcmError.SENDER_ID_MISMATCH.value) for token in
                      self._refusals.mismatched_to_retire(chunk.campaign_id, outcomes)]
         await self._lifecycle.record(chunk.campaign_id, chunk.seq, outcomes, tally, dead)
+
+
+class LiveRate:
+    """The campaign's own rate as it is now (``PATCH`` may change it while a chunk sends, and
+    ``CampaignCache.refresh`` reads it again every ``STATUS_REFRESH_S``): tokens are taken a
+    tenth of a second's worth at a time, each at the rate of that moment, so a change shows at
+    FCM within a refresh and a tenth of a second. No rate: nothing to wait for, no I/O."""
+
+    def __init__(self, limits: RateLimits, campaign_id: str, info: CampaignInfo) -> None:
+        self._limits = limits
+        self._campaign_id = campaign_id
+        self._info = info
+
+    async def take(self, wanted: int, stop: asyncio.Event | None = None) -> int:
+        granted = 0
+        while granted < wanted and not (stop is not None and stop.is_set()):
+            rate = self._info.rate_per_s
+            bucket = self._limits.for_campaign(self._campaign_id, rate)
+            if bucket is None or rate is None:
+                return wanted
+            granted += await bucket.take(min(wanted - granted, max(1, math.ceil(rate / 10))),
+                                         stop)
+        return granted
+
+    async def penalize(self, seconds: float) -> None:
+        """FCM's push-back is the project bucket's business, not a campaign's."""
 
 
 class _Gate:
