@@ -6,11 +6,14 @@ counts, the audit and the emulator's record agree; the same with a sender killed
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 
-from devstack.stack import Stack
+from devstack.stack import REPO, Stack
 from fcm_emulator.client import EmulatorClient
 from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, accepted, reachable_devices, requests_per_token
@@ -71,11 +74,20 @@ def _assert_held(api: Api, emulator: EmulatorClient, campaign_id: str, returned_
 
 
 def _resume_and_finish(api: Api, emulator: EmulatorClient, campaign_id: str,
-                       tokens: set[str]) -> None:
+                       tokens: set[str], cli: Stack | None = None) -> None:
+    """Resume over HTTP, or with ``herald resume`` against ``cli``'s api."""
     population_size = len(tokens)
-    response = api.http.post(f"/v1/campaigns/{campaign_id}/resume")
-    assert response.status_code == 200, response.text
-    assert response.json()["status"] in {"in_progress", "finalizing", "completed"}
+    if cli is None:
+        response = api.http.post(f"/v1/campaigns/{campaign_id}/resume")
+        assert response.status_code == 200, response.text
+        assert response.json()["status"] in {"in_progress", "finalizing", "completed"}
+    else:
+        resumed = subprocess.run(
+            [sys.executable, "-m", "herald_cli", "resume", campaign_id, "--api",
+             cli.config.api_url], capture_output=True, text=True, timeout=60, cwd=REPO,
+            env={**os.environ, "HERALD_API_KEY": cli.config.api_key})
+        assert resumed.returncode == 0, resumed.stderr
+        assert "the rest is offered to the senders again" in resumed.stdout
     campaign = api.wait_finished(campaign_id, timeout_s=60)
     per_token = requests_per_token(emulator)
     assert campaign["status"] == "completed", campaign
@@ -105,4 +117,4 @@ def test_a_sender_killed_while_paused_changes_nothing(
     _settled(api, campaign_id)
     stack.processes["sender-1"].kill()
     _assert_held(api, emulator, campaign_id, returned_at, 6_000, held_s=1.0)
-    _resume_and_finish(api, emulator, campaign_id, tokens)
+    _resume_and_finish(api, emulator, campaign_id, tokens, cli=stack)
