@@ -19,8 +19,10 @@ from pymongo.errors import DuplicateKeyError
 from herald import names
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, maybe, object_id, to_bson
+from herald.clock import utcnow
 from herald.domain.access import Actor
 from herald.domain.documents import Campaign, CampaignCounts, CancelRecord, PauseRecord
+from herald.domain.rollout import RolloutProgress
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
 
@@ -318,6 +320,16 @@ class CampaignStore:
         """``paused → in_progress``; None if the campaign was not paused."""
         return await self.transition(campaign_id, Transition.RESUME, now, also_set={
             "pause.resumed_at": now, "pause.resumed_by": None if by is None else asdict(by)})
+
+    async def update_rollout(self, campaign_id: str, wave: int, progress: RolloutProgress
+                             ) -> Campaign | None:
+        """A staged rollout's progress, while the campaign sends and its wave is still
+        ``wave`` (of two pods moving it, one does)."""
+        return maybe(Campaign, await self._campaigns.find_one_and_update(
+            {"_id": object_id(campaign_id), "status": Status.IN_PROGRESS.value,
+             "rollout_progress.wave": wave},
+            {"$set": {"rollout_progress": asdict(progress), "updated_at": utcnow()}},
+            return_document=ReturnDocument.AFTER))
 
     # --- follow-ups ------------------------------------------------------------------------------
     async def link_amendment(self, campaign_id: str, amend_id: str) -> None:

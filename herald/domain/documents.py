@@ -25,6 +25,7 @@ from herald.domain.audience import Audience
 from herald.domain.messages import Recipient
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.payload import SendOptions, replace_key_for
+from herald.domain.rollout import Rollout, RolloutProgress
 from herald.domain.status import Status
 from herald.domain.timing import Wave
 
@@ -214,6 +215,8 @@ class Campaign:
     dispatch: Dispatch = Dispatch()
     cancel: CancelRecord | None = None
     pause: PauseRecord | None = None
+    rollout: Rollout | None = None
+    rollout_progress: RolloutProgress | None = None
     error: str | None = None
     source: str = "api"
     schedule_id: str | None = None
@@ -279,6 +282,9 @@ class ChunkState:
     sent: int = 0
     failed: int = 0
     finished_at: datetime | None = None
+    wave_sent: int = -1
+    """A staged rollout's last wave whose recipients in this chunk all have an outcome (the
+    chunk stays pending until the last wave)."""
 
 
 @dataclass(frozen=True, slots=True)

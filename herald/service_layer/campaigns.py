@@ -26,6 +26,7 @@ from herald.domain.documents import (
     LocalTime,
     new_id,
 )
+from herald.domain.rollout import HaltWhen, Rollout, RolloutProgress, RolloutWave
 from herald.domain.status import TERMINAL, Status
 from herald.domain.timing import AmbiguousTime, first_instant_anywhere, to_utc
 from herald.service_layer.ports import Bus, IdempotencyRepository, NewCampaigns, ScheduledCampaigns
@@ -133,7 +134,8 @@ def new_campaign(*, content: CampaignContent, name: str | None, audience: Audien
                  follow_up: FollowUp | None, chunk_size: int, rate_per_s: int | None,
                  due_at: datetime, now: datetime, source: str, schedule_id: str | None = None,
                  local_time: LocalTime | None = None, run_key: str | None = None,
-                 replace_key: str | None = None, created_by: Actor | None = None) -> Campaign:
+                 replace_key: str | None = None, created_by: Actor | None = None,
+                 rollout: Rollout | None = None) -> Campaign:
     """A fresh campaign, ``scheduled`` if ``due_at`` is in the future, else ``pending``;
     ``replace_key`` is the key it names (None: the one derived from its id)."""
     return Campaign(
@@ -141,7 +143,17 @@ def new_campaign(*, content: CampaignContent, name: str | None, audience: Audien
         content=content, name=name, audience=audience, follow_up=follow_up,
         chunk_size=chunk_size, rate_per_s=rate_per_s, source=source, schedule_id=schedule_id,
         local_time=local_time, run_key=run_key, replace_key=replace_key,
-        created_by=created_by, created_at=now, updated_at=now, due_at=due_at)
+        created_by=created_by, created_at=now, updated_at=now, due_at=due_at,
+        rollout=rollout, rollout_progress=RolloutProgress() if rollout else None)
+
+
+def rollout_of(request: http.RolloutIn | None) -> Rollout | None:
+    """The rollout a validated request asks for."""
+    if request is None:
+        return None
+    halt = request.halt_when
+    return Rollout(waves=tuple(RolloutWave(w.percent, w.hold_s) for w in request.waves),
+                   halt_when=HaltWhen(halt.failure_rate_above, halt.min_attempts) if halt else None)
 
 
 def content_of(template: http.Content) -> CampaignContent:
@@ -217,7 +229,8 @@ class CampaignCreator:
             content=content_of(request), name=request.name, audience=request.audience,
             follow_up=None, chunk_size=request.chunk_size, rate_per_s=request.rate_per_s,
             due_at=_due_at(request, now), now=now, source="api",
-            local_time=_local_time(request), replace_key=request.replace_key, created_by=by)
+            local_time=_local_time(request), replace_key=request.replace_key, created_by=by,
+            rollout=rollout_of(request.rollout))
         if idempotency_key is not None:
             earlier = await self._earlier_campaign(f"{by.id}:{idempotency_key}",
                                                    fingerprint(request), campaign)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from herald.clock import utcnow
 from herald.domain.access import Actor
 from herald.domain.documents import Campaign, PauseKind, PauseRecord, new_id
-from herald.domain.messages import CancelCampaign, SendChunk
+from herald.domain.messages import CancelCampaign
 from herald.domain.status import PauseDecision, Status, decide_pause
 from herald.observability import CAMPAIGNS_PAUSED, CAMPAIGNS_RESUMED
 from herald.service_layer.cancellation import (
@@ -41,6 +41,7 @@ from herald.service_layer.cancellation import (
     stopping_pods,
 )
 from herald.service_layer.completion import reconcile
+from herald.service_layer.offers import offer_pending, open_next_wave
 from herald.service_layer.ports import Bus, CampaignRecords, PodRegistry
 from herald.service_layer.recipients import final_counts
 
@@ -163,34 +164,51 @@ class Pausing:
                         exc_info=True)
 
     async def resume(self, campaign_id: str, by: Actor | None) -> Campaign:
-        """``paused → in_progress``, then the rest offered again. Raises ``CampaignNotFound``
-        or ``CannotResume``."""
+        """``paused → in_progress``, then the rest offered again; during a staged rollout's
+        hold (paused or not), its next wave starts at once. Raises ``CampaignNotFound`` or
+        ``CannotResume``."""
         resumed = await self._stores.campaigns.resume(campaign_id, by, utcnow())
         if resumed is None:
-            current = await self._stores.campaigns.get(campaign_id)
-            if current is None:
-                raise CampaignNotFound(campaign_id)
-            raise CannotResume(current.status)
+            return await self._end_hold(campaign_id)
         CAMPAIGNS_RESUMED.inc()
+        if _holding(resumed):
+            resumed = await open_next_wave(self._stores, resumed) or resumed
         await self._tell_pods(campaign_id, "resume", None, by.label if by else None)
         offered = await self._offer_again(resumed)
         log.info("campaign %s resumed: %d pending chunks offered again", campaign_id, offered)
         return await self._stores.campaigns.get(campaign_id) or resumed
 
+    async def _end_hold(self, campaign_id: str) -> Campaign:
+        """A resume of a campaign that is not paused: it ends a staged rollout's hold (the
+        next wave starts at once), or is refused."""
+        current = await self._stores.campaigns.get(campaign_id)
+        if current is None:
+            raise CampaignNotFound(campaign_id)
+        if current.status is not Status.IN_PROGRESS or not _holding(current):
+            raise CannotResume(current.status)
+        moved = await open_next_wave(self._stores, current)
+        if moved is None:
+            raise CannotResume(current.status)
+        offered = await self._offer_again(moved)
+        log.info("campaign %s: hold ended by a resume; %d pending chunks offered", campaign_id,
+                 offered)
+        return moved
+
     async def _offer_again(self, resumed: Campaign) -> int:
-        """Every chunk not closed is published again (a copy that meets an older one is only
-        acknowledged); paging goes on where it stopped; a campaign whose last chunk closed
-        while it was paused is finished."""
+        """Every chunk not closed is published again (``offer_pending``); paging goes on
+        where it stopped; a campaign whose last chunk closed while it was paused is
+        finished."""
         offered = 0
         if self._bus is not None:
-            for state in await self._stores.chunks.pending(resumed.id):
-                chunk = await self._stores.chunks.get(resumed.id, state.seq)
-                if chunk is not None:
-                    await self._bus.send_chunk(SendChunk(campaign_id=resumed.id, seq=state.seq,
-                                                         recipients=list(chunk.recipients)))
-                    offered += 1
+            offered = await offer_pending(self._stores, self._bus, resumed.id)
             if not resumed.dispatch.done:
                 await self._bus.request_dispatch(resumed.id)
         if resumed.dispatch.done:
             await reconcile(self._stores, resumed)
         return offered
+
+
+def _holding(campaign: Campaign) -> bool:
+    """In a staged rollout's hold: its current wave is sent, the next not started."""
+    progress = campaign.rollout_progress
+    return progress is not None and progress.hold_until is not None

@@ -37,6 +37,7 @@ from herald.domain.fcm_errors import SendResult
 from herald.domain.messages import CancelCampaign, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.pods import PodBeat
+from herald.domain.rollout import RolloutProgress
 from herald.domain.status import Status, Transition
 from herald.domain.timing import Wave
 
@@ -126,7 +127,10 @@ class CampaignCancels(CampaignLookup, Protocol):
 
 
 class CampaignPauses(CampaignLookup, Protocol):
-    """Pausing and resuming (``pausing.py``)."""
+    """Pausing and resuming (``pausing.py``), a staged rollout's progress (``rollout.py``)."""
+
+    async def update_rollout(self, campaign_id: str, wave: int, progress: RolloutProgress
+                             ) -> Campaign | None: ...
 
     async def begin_pause(self, campaign_id: str, record: PauseRecord) -> Campaign | None: ...
     async def add_pause_ack(self, campaign_id: str, pause_id: str, pod_id: str) -> None: ...
@@ -160,6 +164,7 @@ class ChunkRepository(Protocol):
     async def pending(self, campaign_id: str) -> list[ChunkState]:
         """The campaign's chunks not closed yet, held by a pod or not."""
         ...
+    async def mark_wave_sent(self, campaign_id: str, seq: int, wave: int) -> None: ...
     async def mark_rescued(self, held: ChunkState, now: datetime,
                            not_since: datetime) -> bool: ...
 

@@ -12,8 +12,11 @@ from herald.contracts.http import (
     CorrectResult,
     Counts,
     FollowUpCreated,
+    GateView,
     LogEntryView,
     PauseInfo,
+    RolloutView,
+    RolloutWaveIn,
     ScheduleRun,
     ScheduleView,
 )
@@ -56,12 +59,28 @@ def campaign_view(campaign: Campaign) -> CampaignView:
                           requested_by=actor_view(cancel.requested_by),
                           on_behalf_of=cancel.on_behalf_of) if cancel else None,
         pause=pause_info(campaign.pause), rate_per_s=campaign.rate_per_s,
+        rollout=rollout_view(campaign),
         created_by=actor_view(campaign.created_by), edited_by=actor_view(campaign.edited_by),
         schedule_id=campaign.schedule_id,
         local_time=asdict(campaign.local_time) if campaign.local_time else None,
         waves=[asdict(wave) for wave in dispatch.waves] if dispatch.waves is not None else None,
         error=campaign.error, replace_key=campaign.sent_with_key, amends=campaign.amends,
         amended_by=list(campaign.amended_by))
+
+
+def rollout_view(campaign: Campaign) -> RolloutView | None:
+    rollout, progress = campaign.rollout, campaign.rollout_progress
+    if rollout is None or progress is None:
+        return None
+    halt, figures = rollout.halt_when, progress.figures
+    return RolloutView(
+        waves=[RolloutWaveIn(percent=w.percent, hold_s=w.hold_s) for w in rollout.waves],
+        wave=progress.wave + 1, holding=progress.hold_until is not None,
+        hold_until=progress.hold_until, checked_at=progress.checked_at,
+        gate=GateView(failed=figures.failed, attempted=figures.attempted,
+                      failure_rate=figures.failure_rate,
+                      failure_rate_above=halt.failure_rate_above if halt else None,
+                      min_attempts=halt.min_attempts if halt else None))
 
 
 def pause_info(pause: PauseRecord | None) -> PauseInfo | None:

@@ -67,6 +67,7 @@ from herald.domain.fcm_errors import FcmError
 from herald.domain.messages import CancelCampaign, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.pods import PodBeat
+from herald.domain.rollout import RolloutProgress
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
 from herald.domain.types import OBJECT_ID_PATTERN
@@ -393,6 +394,18 @@ class FakeCampaigns:
             c, rate_per_s=rate_per_s, edited_by=by, updated_at=now))
         return self._rows[campaign_id] if changed else None
 
+    async def update_rollout(self, campaign_id: str, wave: int, progress: RolloutProgress
+                             ) -> Campaign | None:
+        await _round_trip()
+
+        def at_wave(c: Campaign) -> bool:
+            return (c.status is Status.IN_PROGRESS and c.rollout_progress is not None
+                    and c.rollout_progress.wave == wave)
+
+        changed = self._update(campaign_id, at_wave,
+                               lambda c: replace(c, rollout_progress=progress))
+        return self._rows[campaign_id] if changed else None
+
     async def begin_pause(self, campaign_id: str, record: PauseRecord) -> Campaign | None:
         await _round_trip()
         return self._apply(campaign_id, Transition.PAUSE, record.requested_at,
@@ -551,6 +564,12 @@ class FakeChunks:
         await _round_trip()
         return [c.state for key, c in sorted(self._rows.items())
                 if key[0] == campaign_id and c.state.status is ChunkStatus.PENDING]
+
+    async def mark_wave_sent(self, campaign_id: str, seq: int, wave: int) -> None:
+        await _round_trip()
+        held = self._state_if(campaign_id, seq, lambda s: True)
+        if held is not None:
+            self._set_state(replace(held, wave_sent=wave))
 
     async def mark_rescued(self, held: ChunkState, now: datetime, not_since: datetime) -> bool:
         await _round_trip()

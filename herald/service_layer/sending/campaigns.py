@@ -13,7 +13,9 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from herald.domain.documents import Campaign
 from herald.domain.payload import MessageTemplate, build_payload
+from herald.domain.rollout import Rollout, in_waves_up_to
 from herald.domain.status import ACTIVE, Status
 from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.cancellation import FLAG_REFRESH_S
@@ -30,6 +32,18 @@ class CampaignInfo:
     rate_per_s: int | None
     flag_checked_at: float = field(default_factory=time.monotonic)
     status_read_at: float = field(default_factory=time.monotonic)
+    rollout: Rollout | None = None
+    wave: int = 0
+    """A staged rollout's wave being sent (read again with the status)."""
+
+    def admits(self, campaign_id: str, token: str, wave: int) -> bool:
+        """Whether the recipient is sent in waves up to ``wave`` (all are without a rollout)."""
+        return self.rollout is None or in_waves_up_to(campaign_id, token, self.rollout, wave)
+
+
+def _wave(campaign: Campaign) -> int:
+    progress = campaign.rollout_progress
+    return 0 if progress is None else progress.wave
 
 
 UNKNOWN = "unknown"
@@ -59,7 +73,8 @@ class CampaignCache:
         payload = build_payload(content.title, content.body, content.data, content.image_url,
                                 replace_key=campaign.sent_with_key, options=content.options,
                                 now_s=time.time())
-        info = CampaignInfo(MessageTemplate(payload), campaign.rate_per_s)
+        info = CampaignInfo(MessageTemplate(payload), campaign.rate_per_s,
+                            rollout=campaign.rollout, wave=_wave(campaign))
         self._entries[campaign_id] = info
         if len(self._entries) > CACHE_SIZE:
             self._entries.popitem(last=False)
@@ -82,17 +97,18 @@ class CampaignCache:
         elif self._watch.is_paused(campaign_id):
             self._watch.resume(campaign_id)
 
-    async def refresh(self, campaign_id: str) -> None:
-        """Read the campaign's status and rate again if they are older than
-        ``STATUS_REFRESH_S`` (a pause or a rate change this pod did not hear)."""
+    async def refresh(self, campaign_id: str, *, now: bool = False) -> None:
+        """Read the campaign's status, rate and wave again if they are older than
+        ``STATUS_REFRESH_S`` (a pause or a rate change this pod did not hear), or ``now``."""
         info = self._entries.get(campaign_id)
-        now = time.monotonic()
-        if info is None or now - info.status_read_at < STATUS_REFRESH_S:
+        at = time.monotonic()
+        if info is None or (not now and at - info.status_read_at < STATUS_REFRESH_S):
             return
-        info.status_read_at = now
+        info.status_read_at = at
         campaign = await self._campaigns.get(campaign_id)
         if campaign is not None:
             info.rate_per_s = campaign.rate_per_s
+            info.wave = _wave(campaign)
             self._learn_status(campaign_id, campaign.status)
 
     def held_here(self, campaign_id: str) -> bool:

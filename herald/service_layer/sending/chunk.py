@@ -98,6 +98,8 @@ class ChunkSender:
         if info == UNKNOWN or info is None:
             return _unexplained(chunk, "no such campaign") if info == UNKNOWN else _dropped()
         assert isinstance(info, CampaignInfo)
+        if info.rollout is not None:  # the wave may have moved on since it was read
+            await self._cache.refresh(campaign_id, now=True)
         hold = _Hold(0, self._fence.epoch)  # read before the claim: a gap after it trips
         before = await self._claims.take(campaign_id, chunk.seq)
         if isinstance(before, NotTaken):
@@ -121,9 +123,10 @@ class ChunkSender:
                     channel_closed: Callable[[], bool], hold: _Hold) -> Verdict:
         recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
         tally = Tally.of(recorded)
+        wave = info.wave
         while True:
             todo = [Target(position, r.token) for position, r in enumerate(chunk.recipients)
-                    if position not in recorded]
+                    if position not in recorded and info.admits(chunk.campaign_id, r.token, wave)]
             verdict = await self._send_window(chunk, info, todo, tally, channel_closed, hold)
             if self._fence.holds(hold.epoch):
                 break
@@ -133,11 +136,21 @@ class ChunkSender:
         if verdict is not Verdict.ACK or (tally.stopped and not tally.recorded_now):
             return verdict  # a cancel before this delivery sent anything: nothing to close
         if not tally.stopped and tally.sent + tally.failed < len(chunk.recipients):
-            # A pause lifted before this delivery stopped: never close a chunk with recipients
-            # that have no outcome; the rest goes on as a new message.
-            return Verdict.REPUBLISH
+            return await self._not_all_sent(chunk, info, wave, tally)
         await self._lifecycle.close(chunk.campaign_id, chunk.seq, tally.status, tally)
         return Verdict.ACK
+
+    async def _not_all_sent(self, chunk: SendChunk, info: CampaignInfo, wave: int,
+                            tally: Tally) -> Verdict:
+        """A chunk is never closed with recipients that have no outcome. Those of a staged
+        rollout's later waves wait, the chunk pending, for their wave (it offers every pending
+        chunk again); any other (a pause lifted before this delivery stopped) goes on as a new
+        message."""
+        admitted = sum(info.admits(chunk.campaign_id, r.token, wave) for r in chunk.recipients)
+        if tally.sent + tally.failed >= admitted:
+            await self._lifecycle.wave_sent(chunk.campaign_id, chunk.seq, wave)
+            return Verdict.HOLD
+        return Verdict.REPUBLISH
 
     async def _come_back(self, chunk: SendChunk, hold: _Hold) -> bool:
         """This pod was away longer than its heartbeat lives (frozen, or cut off from the
