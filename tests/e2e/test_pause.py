@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import pytest
 
@@ -64,6 +65,9 @@ def _assert_held(api: Api, emulator: EmulatorClient, campaign_id: str, returned_
     time.sleep(held_s)
     received = emulator.received()
     latest = max(r.received_at for r in received)
+    print(f"pause: last FCM request {1000 * (latest - returned_at):.0f} ms after the call "
+          f"returned; settled (every pod acknowledged) "
+          f"{_ms_between(campaign['pause'])} ms after the request")  # type: ignore[arg-type]
     assert latest - returned_at <= PAUSE_DEADLINE_S + SLACK_S, (
         f"an FCM request started {latest - returned_at:.3f}s after the pause returned")
     counts = campaign["pause"]["counts"]  # type: ignore[index]
@@ -71,6 +75,12 @@ def _assert_held(api: Api, emulator: EmulatorClient, campaign_id: str, returned_
     assert 0 < counts["sent"] < population_size
     assert api.campaign(campaign_id)["counts"] == counts
     return len(received)
+
+
+def _ms_between(pause: dict[str, str]) -> int:
+    requested = datetime.fromisoformat(pause["requested_at"])
+    settled = datetime.fromisoformat(pause["settled_at"])
+    return round((settled - requested).total_seconds() * 1000)
 
 
 def _resume_and_finish(api: Api, emulator: EmulatorClient, campaign_id: str,
