@@ -74,6 +74,10 @@ class RolloutProgress:
     """Set once the wave is sent: the next starts then (or at a resume)."""
     figures: GateFigures = GateFigures()
     checked_at: datetime | None = None
+    sent: int = 0
+    failed: int = 0
+    """Exact, from the records, when last checked: a rollout's chunks stay pending (and out of
+    the live counts, which grow by closed chunks) until their last wave."""
 
 
 def wave_bucket(campaign_id: str, token: str) -> float:
@@ -94,6 +98,15 @@ def in_waves_up_to(campaign_id: str, token: str, rollout: Rollout, wave: int) ->
     """Whether the recipient is sent by the time wave ``wave`` is (0-based)."""
     return wave >= rollout.last_wave or \
         wave_of(wave_bucket(campaign_id, token), rollout.waves) <= wave
+
+
+def sent_and_failed(errors: Iterable[str | None]) -> tuple[int, int]:
+    """Recorded outcomes counted as the campaign's counts count them."""
+    sent = failed = 0
+    for error in errors:
+        sent += error is None
+        failed += error is not None
+    return sent, failed
 
 
 def gate_figures(errors: Iterable[str | None]) -> GateFigures:

@@ -32,5 +32,5 @@ async def open_next_wave(stores: CampaignRecords, campaign: Campaign) -> Campaig
     if rollout is None or progress is None or progress.wave >= rollout.last_wave:
         return None
     moved = RolloutProgress(wave=progress.wave + 1, figures=progress.figures,
-                            checked_at=utcnow())
+                            checked_at=utcnow(), sent=progress.sent, failed=progress.failed)
     return await stores.campaigns.update_rollout(campaign.id, progress.wave, moved)

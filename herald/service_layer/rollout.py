@@ -16,12 +16,19 @@ conditional on the wave read, so several dispatchers' sweeps agree.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from herald.clock import utcnow
 from herald.domain.access import Actor, ActorKind
 from herald.domain.documents import Campaign, PauseKind, Recorded
-from herald.domain.rollout import GateFigures, RolloutProgress, gate_figures, halt_reason, trips
+from herald.domain.rollout import (
+    GateFigures,
+    RolloutProgress,
+    gate_figures,
+    halt_reason,
+    sent_and_failed,
+    trips,
+)
 from herald.domain.status import Status
 from herald.service_layer.access import OperatorLog
 from herald.service_layer.offers import offer_pending, open_next_wave
@@ -56,19 +63,25 @@ class RolloutDriver:
             return  # the last wave completes the campaign as any campaign completes
         if progress.hold_until is None and not await self._wave_sent(campaign, progress.wave):
             return
-        figures = await self._figures(campaign.id)
+        errors = await self._recorded(campaign.id)
+        figures = gate_figures(errors)
         if trips(figures, rollout.halt_when):
             await self._halt(campaign, figures)
             return
         now = utcnow()
-        if progress.hold_until is None:
-            await self._hold(campaign, figures, now)
-        elif now >= progress.hold_until:
+        if progress.hold_until is not None and now >= progress.hold_until:
             await self._next_wave(campaign)
-        else:
-            await self._stores.campaigns.update_rollout(campaign.id, progress.wave, RolloutProgress(
-                wave=progress.wave, hold_until=progress.hold_until, figures=figures,
-                checked_at=now))
+            return
+        sent, failed = sent_and_failed(errors)
+        hold_until = progress.hold_until or now + timedelta(
+            seconds=rollout.waves[progress.wave].hold_s)
+        held = await self._stores.campaigns.update_rollout(campaign.id, progress.wave, RolloutProgress(
+            wave=progress.wave, hold_until=hold_until, figures=figures, checked_at=now,
+            sent=sent, failed=failed))
+        if held is not None and progress.hold_until is None:
+            log.info("campaign %s: wave %d sent (%d failed of %d attempted); holding until %s",
+                     campaign.id, progress.wave + 1, figures.failed, figures.attempted,
+                     hold_until.isoformat())
 
     async def _wave_sent(self, campaign: Campaign, wave: int) -> bool:
         """Paging is over and every chunk still pending has sent its part of ``wave``."""
@@ -76,17 +89,6 @@ class RolloutDriver:
             return False
         return all(state.wave_sent >= wave
                    for state in await self._stores.chunks.pending(campaign.id))
-
-    async def _hold(self, campaign: Campaign, figures: GateFigures, now: datetime) -> None:
-        assert campaign.rollout is not None and campaign.rollout_progress is not None
-        wave = campaign.rollout_progress.wave
-        hold_s = campaign.rollout.waves[wave].hold_s
-        held = await self._stores.campaigns.update_rollout(campaign.id, wave, RolloutProgress(
-            wave=wave, hold_until=now + timedelta(seconds=hold_s), figures=figures,
-            checked_at=now))
-        if held is not None:
-            log.info("campaign %s: wave %d sent (%d failed of %d attempted); holding %.0f s",
-                     campaign.id, wave + 1, figures.failed, figures.attempted, hold_s)
 
     async def _next_wave(self, campaign: Campaign) -> None:
         moved = await open_next_wave(self._stores, campaign)
@@ -111,10 +113,9 @@ class RolloutDriver:
                 target_kind="campaign", target_id=campaign.id, campaign_id=campaign.id,
                 detail=reason)
 
-    async def _figures(self, campaign_id: str) -> GateFigures:
-        """The gate's figures from every outcome recorded so far (each recipient once)."""
+    async def _recorded(self, campaign_id: str) -> list[str | None]:
+        """Every outcome recorded so far, each recipient once (None: sent)."""
         by_chunk: dict[int, Recorded] = {}
         async for delivery in self._stores.deliveries.in_order(campaign_id):
             delivery.add_to(by_chunk.setdefault(delivery.seq, {}))
-        return gate_figures(error for recorded in by_chunk.values()
-                            for error in recorded.values())
+        return [error for recorded in by_chunk.values() for error in recorded.values()]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from herald.contracts.http import (
     ActorView,
@@ -29,9 +29,13 @@ from herald.service_layer.scheduling import local_time
 
 def counts_of(campaign: Campaign) -> Counts:
     """The live counts; while paused with nothing in flight, the exact counts of then."""
-    pause = campaign.pause
+    pause, rollout = campaign.pause, campaign.rollout_progress
     if campaign.status is Status.PAUSED and pause is not None and pause.counts is not None:
         return _counts(pause.counts)
+    if rollout is not None and campaign.status is Status.IN_PROGRESS:
+        counts = campaign.counts  # a rollout's chunks stay pending until their last wave
+        return _counts(replace(counts, sent=max(counts.sent, rollout.sent),
+                               failed=max(counts.failed, rollout.failed)))
     return _counts(campaign.counts)
 
 
