@@ -56,19 +56,22 @@ class CancelListener:
         user_id = message.raw_message.user_id
 
         async def apply(command: CancelCampaign) -> None:
-            actor = amqp_actor(user_id, command.requested_by)
-            if command.action == "pause":
-                await self.apply_pause(command, actor)
-            elif command.action == "resume":
-                await self._pausing_read_again(command.campaign_id)
-            else:
-                await self.apply(command, actor)
+            await self.handle(command, amqp_actor(user_id, command.requested_by))
 
         # Every pod's queue receives every broadcast, so a malformed cancel arrives once per
         # pod: the first pod to claim its digest in Redis dead-letters it and logs it, the others
         # drop their copies (a shared inspection queue bound to herald.cancel would also give one
         # copy, but every good cancel would then wait there for someone to take it away).
         await rabbit.execute(message, CancelCampaign, apply, first_copy=self._first_copy)
+
+    async def handle(self, command: CancelCampaign, actor: Actor) -> None:
+        """One message of ``herald.cancel``, by its ``action``."""
+        if command.action == "pause":
+            await self.apply_pause(command, actor)
+        elif command.action == "resume":
+            await self._pausing_read_again(command.campaign_id)
+        else:
+            await self.apply(command, actor)
 
     async def apply(self, command: CancelCampaign, actor: Actor) -> None:
         """Stop here at once, see the cancel decided (deciding it if nobody did), then
