@@ -42,6 +42,7 @@ class CancelListener:
                  first_copy: rabbit.FirstCopy) -> None:
         self._watch = watch
         self._pausing = pausing
+        self._pauses_acknowledged: set[str] = set()
         self._first_copy = first_copy
         self._operator_log = operator_log
         self._cancellation = cancellation
@@ -94,7 +95,7 @@ class CancelListener:
     async def apply_pause(self, command: CancelCampaign, actor: Actor) -> None:
         """Hold the campaign here at once, see the pause decided (deciding it if nobody did),
         then acknowledge it once idle."""
-        fresh = self._watch.pause(command.campaign_id)
+        self._watch.pause(command.campaign_id)
         try:
             outcome = await self._pausing.request(command.campaign_id, command.reason, actor,
                                                   broadcast=False)
@@ -110,7 +111,10 @@ class CancelListener:
                 target_id=command.campaign_id, campaign_id=command.campaign_id,
                 detail=f"via {names.CANCEL_EXCHANGE}: {command.reason or 'no reason given'}")
         pause = outcome.campaign.pause
-        if fresh and self._acknowledges and pause is not None and pause.settled_at is None:
+        if (self._acknowledges and pause is not None and pause.settled_at is None
+                and pause.pause_id not in self._pauses_acknowledged):
+            # Once per pause, even if this pod found the campaign paused in its status first.
+            self._pauses_acknowledged.add(pause.pause_id)
             self._background.spawn(self._acknowledge_pause(command.campaign_id, pause.pause_id),
                                    f"ack-pause-{command.campaign_id}")
 

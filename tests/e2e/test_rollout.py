@@ -85,7 +85,8 @@ def test_a_rollout_whose_first_wave_fails_too_often_halts_itself_after_it(
     assert len(emulator.received()) == len(received)
     log = api.http.get("/v1/operator-log", params={"campaign_id": campaign_id}).json()["items"]
     assert "campaign.halt" in {entry["action"] for entry in log}
+    wait_for(lambda: api.campaign(campaign_id)["pause"]["settled_at"], 10, "the pause to settle")
     cancelled = api.http.post(f"/v1/campaigns/{campaign_id}/cancel", json={"reason": "bad"})
-    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.status_code == 200, cancelled.text  # nothing in flight: cancelled at once
     counts = cancelled.json()["counts"]
     assert (counts["sent"] + counts["failed"], counts["targeted"]) == (attempted, 2_000)
