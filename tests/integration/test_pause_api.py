@@ -4,10 +4,13 @@ nothing), the operator log."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import httpx
 
+from herald.clock import utcnow
+from herald.domain.rollout import Rollout, RolloutProgress, RolloutWave
 from herald.domain.status import Status
 from herald.service_layer.ports import Stores
 from tests.factories import insert
@@ -72,3 +75,19 @@ async def test_the_rate_alone_changes_while_a_campaign_sends(api: httpx.AsyncCli
     assert (refused.status_code, error_code(refused)) == (409, "not_editable")
     bad = await api.patch(f"/v1/campaigns/{sending}", json={"rate_per_s": 0})
     assert bad.status_code == 422
+
+
+async def test_resume_during_a_rollouts_hold_starts_the_next_wave_at_once(
+        api: httpx.AsyncClient, stores: Stores) -> None:
+    rollout = Rollout((RolloutWave(1, 300), RolloutWave(10, 300), RolloutWave(100)))
+    holding = RolloutProgress(wave=0, hold_until=utcnow() + timedelta(minutes=5))
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS, rollout=rollout,
+                               rollout_progress=holding)
+    shown = (await api.get(f"/v1/campaigns/{campaign_id}")).json()["rollout"]
+    assert (shown["wave"], shown["holding"], len(shown["waves"])) == (1, True, 3)
+    resumed = await api.post(f"/v1/campaigns/{campaign_id}/resume")
+    assert resumed.status_code == 200, resumed.text
+    shown = (await api.get(f"/v1/campaigns/{campaign_id}")).json()["rollout"]
+    assert (shown["wave"], shown["holding"]) == (2, False)
+    again = await api.post(f"/v1/campaigns/{campaign_id}/resume")
+    assert (again.status_code, error_code(again)) == (409, "not_paused"), "no hold to end"
