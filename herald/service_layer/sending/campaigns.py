@@ -118,8 +118,10 @@ class CampaignCache:
     async def is_held(self, campaign_id: str) -> bool:
         """Held by a pause, confirmed from the store when memory says so (the resume may have
         reached the store before this pod)."""
-        return self._watch.is_paused(campaign_id) and not await self.still_sending(campaign_id) \
-            and self._watch.is_paused(campaign_id)
+        if not self._watch.is_paused(campaign_id):
+            return False
+        await self.still_sending(campaign_id)  # learns the status: resumed, paused or cancelled
+        return self._watch.is_paused(campaign_id)
 
     async def is_cancelled(self, campaign_id: str) -> bool:
         """Known cancelled here, or flagged in Redis (read at most once a second)."""
