@@ -82,6 +82,7 @@ FAULTS: dict[str, Fault] = {
     "UNAVAILABLE": Fault(503, "UNAVAILABLE", "The service is currently unavailable.",
                          "UNAVAILABLE"),
     "INTERNAL": Fault(500, "INTERNAL", "Internal error encountered.", "INTERNAL"),
+    "UNSPECIFIED_ERROR": Fault(500, "UNKNOWN", "Unknown error.", "UNSPECIFIED_ERROR"),
     # About the project or the credentials: no FcmError.
     "PERMISSION_DENIED": Fault(403, "PERMISSION_DENIED", IAM_DENIED, iam_error_info=True),
     "UNAUTHENTICATED": Fault(401, "UNAUTHENTICATED", BAD_OAUTH_TOKEN),

@@ -31,6 +31,9 @@ token starts with      answer (``google.rpc`` status; FcmError ``errorCode``)
 ``quota-``             429 ``RESOURCE_EXHAUSTED``; ``QUOTA_EXCEEDED``, ``Retry-After: 1``
 ``unavailable-``       503 ``UNAVAILABLE``; ``UNAVAILABLE``
 ``internal-``          500 ``INTERNAL``; ``INTERNAL``
+``unspecified-``       500 ``UNKNOWN`` "Unknown error."; ``UNSPECIFIED_ERROR`` (Google's "no more
+                       information is available about this error"): a recipient's failure that
+                       says nothing about its token
 ``flaky-``             503 ``UNAVAILABLE`` the first time, accepted afterwards
 ``stall-``             accepted and recorded at arrival, the 200 held back ``stall_ms`` (an answer
                        lost in the network after delivery)
@@ -134,6 +137,7 @@ TOKEN_PREFIXES = {
     "quota-": "QUOTA_EXCEEDED",
     "unavailable-": "UNAVAILABLE",
     "internal-": "INTERNAL",
+    "unspecified-": "UNSPECIFIED_ERROR",
 }
 REFUSABLE_GRANTS = ("invalid_grant",)
 REFUSED_GRANT = "Invalid grant: account not found"  # Google's, for a deleted service account

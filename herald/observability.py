@@ -50,6 +50,14 @@ CAMPAIGNS_STOPPED = Counter(
 for _code in sorted(STOPPING_CODES):  # a series from the start: alerts see 0, not nothing
     CAMPAIGNS_STOPPED.labels(_code)
 
+CAMPAIGNS_PAUSED = Counter(
+    "herald_campaigns_paused_total",
+    "Campaigns paused, by who decided: an operator or AMQP tool (manual) or the staged rollout's "
+    "gate (gate); counted by the pod that decided", ["reason"])
+for _reason in ("manual", "gate"):
+    CAMPAIGNS_PAUSED.labels(_reason)
+CAMPAIGNS_RESUMED = Counter("herald_campaigns_resumed_total", "Paused campaigns resumed")
+
 # --- cancellation: how fast it takes effect, how much went out first, flags, strays ----------
 CANCEL_LATENCY_SECONDS = Histogram(
     "herald_cancel_latency_seconds",

@@ -1,6 +1,9 @@
 """``herald``: the operator's command line, a thin client of the HTTP API.
 
     herald campaigns cancel ID --reason "broken link"
+    herald pause ID --reason "complaints"              # or: herald campaigns pause ID
+    herald resume ID                                   # sends exactly the rest
+    herald campaigns rate ID 500                       # a new rate while it sends
     herald campaigns watch ID                          # live, over server-sent events
     herald audiences estimate --filter '{"push_enabled": true}'
     herald campaigns recipients ID --outcome unsent > unsent.ndjson
@@ -185,6 +188,43 @@ def cancel(
         console.print("cancelling: every sender stops before its next FCM request...")
         result = _wait(Endpoint(api, api_key), campaign_id)
     _print_final(result)
+
+
+@campaigns.command("pause")
+@app.command("pause")
+def pause(
+    campaign_id: str,
+    reason: Annotated[str | None, typer.Option(help="Why; recorded with the pause")] = None,
+    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
+) -> None:
+    """Hold a sending campaign: every sender stops before its next FCM request; waits until
+    nothing is in flight and prints the exact numbers so far."""
+    target = Endpoint(api, api_key)
+    result = _call(target, "POST", f"/v1/campaigns/{campaign_id}/pause",
+                   json={"reason": reason}).json()
+    while result["pause"] and result["pause"]["settled_at"] is None \
+            and result["status"] == "paused":
+        time.sleep(POLL_S / 5)
+        result = _call(target, "GET", f"/v1/campaigns/{campaign_id}").json()
+    _print_final(result)
+
+
+@campaigns.command("resume")
+@app.command("resume")
+def resume(campaign_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
+    """Send the rest of a paused campaign (exactly the recipients not sent yet)."""
+    result = _call(Endpoint(api, api_key), "POST", f"/v1/campaigns/{campaign_id}/resume").json()
+    console.print(f"{result['status']}: the rest is offered to the senders again "
+                  f"(herald campaigns watch {campaign_id})", highlight=False)
+
+
+@campaigns.command("rate")
+def rate(campaign_id: str, rate_per_s: int, api: ApiOption = DEFAULT_API,
+         api_key: KeyOption = None) -> None:
+    """Change a campaign's own rate (messages a second), also while it sends."""
+    result = _call(Endpoint(api, api_key), "PATCH", f"/v1/campaigns/{campaign_id}",
+                   json={"rate_per_s": rate_per_s}).json()
+    console.print(f"{result['status']}: rate {result['rate_per_s']}/s", highlight=False)
 
 
 def _wait(target: Endpoint, campaign_id: str) -> dict[str, Any]:

@@ -83,10 +83,10 @@ def paged(chunks: int, targeted: int, *, owner: str = "dispatcher", done: bool =
 
 async def sending_campaign(stores: Stores, chunks: list[list[str]],
                            status: Status = Status.IN_PROGRESS,
-                           replace_key: str | None = None) -> Campaign:
+                           replace_key: str | None = None, **changes: Any) -> Campaign:
     """A campaign as a dispatcher leaves it: paged, its chunks written (not published)."""
     record = campaign(**{**paged(len(chunks), sum(map(len, chunks))), "status": status},
-                      replace_key=replace_key)
+                      replace_key=replace_key, **changes)
     await stores.campaigns.insert(record)
     for seq, tokens in enumerate(chunks):
         await stores.chunks.create(record.id, seq, recipients_of(tokens), None, utcnow())

@@ -19,12 +19,15 @@ from pymongo.errors import DuplicateKeyError
 from herald import names
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, maybe, object_id, to_bson
-from herald.domain.documents import Approval, Campaign, CampaignCounts, CancelRecord
+from herald.clock import utcnow
+from herald.domain.access import Actor
+from herald.domain.documents import Approval, Campaign, CampaignCounts, CancelRecord, PauseRecord
+from herald.domain.rollout import RolloutProgress
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
 
-_EDITED = ("name", "content", "audience", "due_at", "local_time", "edited_by", "status",
-           "approvals", "approval_required", "audience_estimate")
+_EDITED = ("name", "content", "audience", "due_at", "local_time", "edited_by", "rate_per_s",
+           "status", "approvals", "approval_required", "audience_estimate")
 """What an edit of a campaign that has not fired writes."""
 
 _STILL_COUNTING = sorted(status.value for status in Status if status not in TERMINAL)
@@ -165,6 +168,14 @@ class CampaignStore:
             campaign.id, transition, now, where={"revision": campaign.revision},
             also_set={"approvals": [asdict(approval) for approval in approvals]})
 
+    async def set_rate(self, campaign_id: str, rate_per_s: int | None, by: Actor, now: datetime,
+                       *, among: Iterable[Status]) -> Campaign | None:
+        """Change the campaign's own rate while its status is one of ``among``."""
+        return maybe(Campaign, await self._campaigns.find_one_and_update(
+            {"_id": object_id(campaign_id), "status": {"$in": sorted(s.value for s in among)}},
+            {"$set": {"rate_per_s": rate_per_s, "edited_by": asdict(by), "updated_at": now}},
+            return_document=ReturnDocument.AFTER))
+
     # --- dispatch: claims, leases, checkpoints ---------------------------------------------------
     async def claim_for_dispatch(self, campaign_id: str | None, pod_id: str, now: datetime,
                                  lease_until: datetime) -> Campaign | None:
@@ -297,6 +308,42 @@ class CampaignStore:
         await self._campaigns.update_one(
             {"_id": object_id(campaign_id), "status": Status.CANCELLING.value},
             {"$addToSet": {"cancel.acks": pod_id}})
+
+    # --- pause and resume -----------------------------------------------------------------------
+    async def begin_pause(self, campaign_id: str, record: PauseRecord) -> Campaign | None:
+        """``in_progress → paused`` with the pause record; None if the campaign was not sending."""
+        return await self.transition(campaign_id, Transition.PAUSE, record.requested_at,
+                                     also_set={"pause": asdict(record)})
+
+    async def add_pause_ack(self, campaign_id: str, pause_id: str, pod_id: str) -> None:
+        await self._campaigns.update_one(
+            {"_id": object_id(campaign_id), "status": Status.PAUSED.value,
+             "pause.pause_id": pause_id},
+            {"$addToSet": {"pause.acks": pod_id}})
+
+    async def settle_pause(self, campaign_id: str, pause_id: str, counts: CampaignCounts,
+                           now: datetime) -> Campaign | None:
+        """Pause ``pause_id`` settled: every pod stopped; the counts so far, exact."""
+        return maybe(Campaign, await self._campaigns.find_one_and_update(
+            {"_id": object_id(campaign_id), "status": Status.PAUSED.value,
+             "pause.pause_id": pause_id, "pause.settled_at": None},
+            {"$set": {"pause.counts": asdict(counts), "pause.settled_at": now, "updated_at": now}},
+            return_document=ReturnDocument.AFTER))
+
+    async def resume(self, campaign_id: str, by: Actor | None, now: datetime) -> Campaign | None:
+        """``paused → in_progress``; None if the campaign was not paused."""
+        return await self.transition(campaign_id, Transition.RESUME, now, also_set={
+            "pause.resumed_at": now, "pause.resumed_by": None if by is None else asdict(by)})
+
+    async def update_rollout(self, campaign_id: str, wave: int, progress: RolloutProgress
+                             ) -> Campaign | None:
+        """A staged rollout's progress, while the campaign sends and its wave is still
+        ``wave`` (of two pods moving it, one does)."""
+        return maybe(Campaign, await self._campaigns.find_one_and_update(
+            {"_id": object_id(campaign_id), "status": Status.IN_PROGRESS.value,
+             "rollout_progress.wave": wave},
+            {"$set": {"rollout_progress": asdict(progress), "updated_at": utcnow()}},
+            return_document=ReturnDocument.AFTER))
 
     # --- follow-ups ------------------------------------------------------------------------------
     async def link_amendment(self, campaign_id: str, amend_id: str) -> None:

@@ -137,6 +137,11 @@ class ChunkStore:
                                    {"recipients": 0}).sort("seq", 1)
         return [from_bson(ChunkState, d) async for d in cursor]
 
+    async def mark_wave_sent(self, campaign_id: str, seq: int, wave: int) -> None:
+        """Every recipient of the chunk in waves up to ``wave`` has an outcome."""
+        await self._chunks.update_one({"_id": chunk_id(campaign_id, seq)},
+                                      {"$set": {"wave_sent": wave}})
+
     async def mark_rescued(self, held: ChunkState, now: datetime, not_since: datetime) -> bool:
         """Note that the sweep offers ``held`` to the live senders: True once per holder and
         token, and again only after ``not_since`` (the copy may have been lost)."""

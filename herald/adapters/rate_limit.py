@@ -65,6 +65,16 @@ class TokenBucket:
         self._capacity = max(1.0, rate_per_s if capacity is None else capacity)
         self._script = redis.register_script(_TAKE)
 
+    @property
+    def rate_per_s(self) -> float:
+        return self._rate
+
+    def retune(self, rate_per_s: float) -> None:
+        """A new rate (and one second's burst) from the next call on: the state in Redis
+        stays, so a change neither refills nor drains the bucket."""
+        self._rate = rate_per_s
+        self._capacity = max(1.0, rate_per_s)
+
     async def take(self, wanted: int, stop: asyncio.Event | None = None) -> int:
         """Wait until ``wanted`` tokens are granted (fewer if ``stop`` is set meanwhile)."""
         granted = 0
@@ -120,6 +130,8 @@ class RedisRateLimits:
             bucket = TokenBucket(self._redis, self._keys.rate_bucket(f"campaign:{campaign_id}"),
                                  rate_per_s)
             self._campaigns[campaign_id] = bucket
+        elif bucket.rate_per_s != rate_per_s:
+            bucket.retune(rate_per_s)  # changed by PATCH while the campaign sends
         return bucket
 
 

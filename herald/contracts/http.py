@@ -5,6 +5,7 @@ Requests forbid unknown fields: a misspelt option is an error, never silently ig
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime
 from typing import Any, Literal
 
@@ -207,6 +208,43 @@ class CampaignTemplate(Content):
                                    description="Optional cap for this campaign alone")
 
 
+MAX_WAVES = 20
+MAX_HOLD_S = 7 * 24 * 3600
+
+
+class RolloutWaveIn(Strict):
+    percent: float = Field(gt=0, le=100, description="Cumulative share of the audience reached "
+                                                     "once this wave is sent")
+    hold_s: float = Field(default=0, ge=0, le=MAX_HOLD_S,
+                          description="Seconds to hold after the wave, the gate watching")
+
+
+class HaltWhenIn(Strict):
+    failure_rate_above: float = Field(ge=0, lt=1, description="Pause the campaign when the "
+                                      "failure rate (dead tokens left out) is above this share")
+    min_attempts: int = Field(default=50, ge=1, le=1_000_000_000,
+                              description="Attempts (dead tokens left out) before the gate judges")
+
+
+class RolloutIn(Strict):
+    """A staged rollout: wave k reaches a cumulative ``percent`` of the audience (a stable
+    uniform sample), then holds ``hold_s`` while the gate watches (docs/sending-safely.md)."""
+
+    waves: list[RolloutWaveIn] = Field(min_length=1, max_length=MAX_WAVES)
+    halt_when: HaltWhenIn | None = None
+
+    @model_validator(mode="after")
+    def _cumulative_to_100(self) -> RolloutIn:
+        percents = [wave.percent for wave in self.waves]
+        if any(later <= earlier for earlier, later in itertools.pairwise(percents)):
+            raise ValueError(f"rollout.waves: percents must increase strictly (cumulative "
+                             f"shares of the audience), got {percents}")
+        if percents[-1] != 100:
+            raise ValueError(f"rollout.waves: the last wave must reach 100 percent, got "
+                             f"{percents[-1]:g}")
+        return self
+
+
 class CampaignCreate(CampaignTemplate):
     replace_key: ReplaceKey | None = Field(
         default=None,
@@ -221,6 +259,8 @@ class CampaignCreate(CampaignTemplate):
         default=False,
         description="Send at the wall-clock `send_at` (no offset) in each device's own timezone; "
                     "devices without one use `timezone`")
+    rollout: RolloutIn | None = Field(
+        default=None, description="Send in waves that hold, and halt (pause) on failures")
 
     @model_validator(mode="after")
     def _local_time_needs_a_wall_clock(self) -> CampaignCreate:
@@ -236,8 +276,12 @@ class CampaignCreate(CampaignTemplate):
 
 
 class CampaignPatch(Strict):
-    """Changes to a campaign that is still ``scheduled``; omitted fields stay as they are."""
+    """Changes to a campaign that is still ``scheduled``; omitted fields stay as they are.
+    ``rate_per_s`` alone may also change while it sends (``pending``, ``in_progress``,
+    ``paused``): every sender follows the new rate within a second."""
 
+    rate_per_s: int | None = Field(default=None, gt=0, le=1_000_000,
+                                   description="The campaign's own rate cap")
     name: str | None = Field(default=None, max_length=200)
     title: str | None = Field(default=None, min_length=1, max_length=1000)
     body: str | None = Field(default=None, min_length=1, max_length=4000)
@@ -479,6 +523,41 @@ class CancelInfo(BaseModel):
         default=None, description="What the caller said about itself (X-Requested-By)")
 
 
+class PauseInfo(BaseModel):
+    """The campaign's latest pause. ``settled_at`` is set once every pod stopped: from then on
+    nothing of the campaign is in flight, and ``counts`` are exact."""
+
+    kind: Literal["manual", "gate"] = Field(description="Who paused it: an operator (or an "
+                                                        "AMQP tool), or the rollout's gate")
+    reason: str | None
+    requested_at: datetime
+    requested_by: ActorView | None
+    settled_at: datetime | None
+    counts: Counts | None = Field(description="Exact counts when it settled")
+    resumed_at: datetime | None = None
+    resumed_by: ActorView | None = None
+
+
+class GateView(BaseModel):
+    failed: int = Field(description="Recipients recorded failed so far, dead tokens left out")
+    attempted: int = Field(description="Recipients recorded so far, dead tokens left out")
+    failure_rate: float
+    failure_rate_above: float | None
+    min_attempts: int | None
+
+
+class RolloutView(BaseModel):
+    """A staged rollout as it goes: the waves asked for, the one being sent or held (1-based),
+    when its hold ends, and the gate's figures as last checked."""
+
+    waves: list[RolloutWaveIn]
+    wave: int = Field(description="The wave being sent or held, 1-based")
+    holding: bool = Field(description="The wave is sent and held until `hold_until`")
+    hold_until: datetime | None
+    gate: GateView
+    checked_at: datetime | None
+
+
 class CampaignView(BaseModel):
     id: str
     name: str | None
@@ -499,6 +578,9 @@ class CampaignView(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     cancel: CancelInfo | None
+    pause: PauseInfo | None = Field(default=None, description="The latest pause, if any")
+    rollout: RolloutView | None = Field(default=None, description="Its staged rollout, if any")
+    rate_per_s: int | None = Field(default=None, description="The campaign's own rate cap")
     schedule_id: str | None
     local_time: dict[str, Any] | None = Field(
         default=None, description="Per-device local-time delivery: the wall clock and default zone")
@@ -546,6 +628,17 @@ class CampaignPage(BaseModel):
 
 class CancelRequest(Strict):
     reason: str | None = Field(default=None, max_length=500)
+
+
+class PauseRequest(Strict):
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class PauseResult(BaseModel):
+    id: str
+    status: Status
+    counts: Counts
+    pause: PauseInfo | None
 
 
 class RetargetRequest(Strict):

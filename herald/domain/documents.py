@@ -26,6 +26,7 @@ from herald.domain.messages import ProfileNeed, Recipient
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.payload import SendOptions, replace_key_for
 from herald.domain.rendering import Translation, profile_need
+from herald.domain.rollout import Rollout, RolloutProgress
 from herald.domain.status import Status
 from herald.domain.timing import Wave
 
@@ -140,6 +141,38 @@ class CancelRecord:
     and a retry after the fix sends to exactly the recipients it did not reach."""
 
 
+class PauseKind(StrEnum):
+    """Who paused a campaign: an operator (or an AMQP tool), or the staged rollout's gate."""
+
+    MANUAL = "manual"
+    GATE = "gate"
+
+
+@dataclass(frozen=True, slots=True)
+class PauseRecord:
+    """The campaign's latest pause (``docs/sending-safely.md``): decided once by the guarded
+    ``in_progress → paused`` transition; each sender and dispatcher alive then acknowledges once
+    it has nothing of the campaign in flight; the last acknowledgement (or the sweep) settles it
+    with exact counts. A resume keeps the record, with who resumed it and when."""
+
+    pause_id: str
+    """Tells this pause from an earlier one of the same campaign (acknowledgements name it)."""
+    requested_at: datetime
+    reason: str | None = None
+    requested_by: Actor | None = None
+    kind: PauseKind = PauseKind.MANUAL
+    expected_pods: tuple[str, ...] | None = ()
+    """Senders and dispatchers alive at the request; None when Redis could not tell."""
+    acks: tuple[str, ...] = ()
+    settled_at: datetime | None = None
+    """When every pod had stopped: from then on nothing of the campaign is in flight."""
+    counts: CampaignCounts | None = None
+    """Exact counts when it settled, from the records (the live counts grow by whole chunks,
+    and a paused chunk is not closed)."""
+    resumed_at: datetime | None = None
+    resumed_by: Actor | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class FollowUp:
     """A campaign sent to recipients of an earlier one rather than to an audience."""
@@ -204,6 +237,9 @@ class Campaign:
     progress: Progress = Progress()
     dispatch: Dispatch = Dispatch()
     cancel: CancelRecord | None = None
+    pause: PauseRecord | None = None
+    rollout: Rollout | None = None
+    rollout_progress: RolloutProgress | None = None
     error: str | None = None
     source: str = "api"
     schedule_id: str | None = None
@@ -283,6 +319,9 @@ class ChunkState:
     sent: int = 0
     failed: int = 0
     finished_at: datetime | None = None
+    wave_sent: int = -1
+    """A staged rollout's last wave whose recipients in this chunk all have an outcome (the
+    chunk stays pending until the last wave)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,13 +17,19 @@ from herald.domain.types import ObjectIdStr, UserId
 
 
 class CancelCampaign(BaseModel):
-    """Command: stop campaign ``campaign_id`` everywhere (published to the fanout exchange)."""
+    """Command: stop campaign ``campaign_id`` everywhere (published to the fanout exchange).
+
+    ``action`` says how: ``cancel`` (the default, what every version-1 publisher means) ends
+    it; ``pause`` holds the rest back until a resume; ``resume`` is the api telling pods that a
+    campaign was resumed (a pod only reads the campaign's status again: a resume is decided by
+    the api alone, never by a message)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     campaign_id: ObjectIdStr
     reason: str | None = Field(default=None, max_length=500)
     requested_by: str | None = Field(default=None, max_length=200)
+    action: Literal["cancel", "pause", "resume"] = "cancel"
     version: Literal[1] = 1
 
 

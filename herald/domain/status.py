@@ -21,6 +21,7 @@ class Status(StrEnum):
     CANCELLING = "cancelling"
     CANCELLED = "cancelled"
     MISSED = "missed"
+    PAUSED = "paused"
 
 
 class Transition(StrEnum):
@@ -39,6 +40,8 @@ class Transition(StrEnum):
     APPROVE = "approve"  # a second key approved a large campaign that is due: send it
     APPROVE_FOR_LATER = "approve_for_later"  # approved before its time: wait for it
     HOLD_FOR_APPROVAL = "hold_for_approval"  # what it sends changed (and needs approval)
+    PAUSE = "pause"  # an operator or the rollout gate holds the rest back; pods stop and ack
+    RESUME = "resume"  # the rest is offered again: exactly the recipients not sent yet
 
 
 TRANSITIONS: dict[Transition, tuple[frozenset[Status], Status]] = {
@@ -49,13 +52,16 @@ TRANSITIONS: dict[Transition, tuple[frozenset[Status], Status]] = {
     Transition.FAIL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING}), Status.FAILED),
     Transition.CANCEL_AT_ONCE: (frozenset({Status.AWAITING_APPROVAL, Status.SCHEDULED,
                                            Status.PENDING}), Status.CANCELLED),
-    Transition.BEGIN_CANCEL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING}), Status.CANCELLING),
+    Transition.BEGIN_CANCEL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING, Status.PAUSED}),
+                              Status.CANCELLING),
     Transition.CONFIRM_CANCEL: (frozenset({Status.CANCELLING}), Status.CANCELLED),
     Transition.CONFIRM_STOP: (frozenset({Status.CANCELLING}), Status.FAILED),
     Transition.MISS: (frozenset({Status.SCHEDULED}), Status.MISSED),
     Transition.APPROVE: (frozenset({Status.AWAITING_APPROVAL}), Status.PENDING),
     Transition.APPROVE_FOR_LATER: (frozenset({Status.AWAITING_APPROVAL}), Status.SCHEDULED),
     Transition.HOLD_FOR_APPROVAL: (frozenset({Status.SCHEDULED}), Status.AWAITING_APPROVAL),
+    Transition.PAUSE: (frozenset({Status.IN_PROGRESS}), Status.PAUSED),
+    Transition.RESUME: (frozenset({Status.PAUSED}), Status.IN_PROGRESS),
 }
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.MISSED})
@@ -66,9 +72,8 @@ EDITABLE = frozenset({Status.AWAITING_APPROVAL, Status.SCHEDULED})
 """Statuses in which a campaign's content, audience and time may still change (nothing sent)."""
 
 TESTABLE = frozenset({Status.AWAITING_APPROVAL, Status.SCHEDULED, Status.PENDING,
-                      Status.IN_PROGRESS, Status.FINALIZING})
-"""Statuses in which a test send is allowed: any before the campaign is finished or stopping
-(a status added beside these, such as ``paused``, joins here and nowhere else)."""
+                      Status.IN_PROGRESS, Status.FINALIZING, Status.PAUSED})
+"""Statuses in which a test send is allowed: any before the campaign is finished or stopping."""
 
 
 class InvalidTransition(Exception):
@@ -102,7 +107,7 @@ class CancelDecision(StrEnum):
     """What a cancel request means for a campaign in a given status."""
 
     AT_ONCE = "at_once"  # awaiting_approval/scheduled/pending: nothing sent, cancelled at once
-    STOP_PODS = "stop_pods"  # in_progress/finalizing: broadcast, wait for pods to stop
+    STOP_PODS = "stop_pods"  # in_progress/finalizing/paused: broadcast, wait for pods to stop
     ALREADY = "already"  # cancelling/cancelled: idempotent, no second broadcast
     REFUSE = "refuse"  # completed/failed/missed: nothing left to stop
 
@@ -118,3 +123,22 @@ def decide_cancel(current: Status) -> CancelDecision:
     if current in (Status.CANCELLING, Status.CANCELLED):
         return CancelDecision.ALREADY
     return CancelDecision.REFUSE
+
+
+class PauseDecision(StrEnum):
+    """What a pause request means for a campaign in a given status."""
+
+    STOP_PODS = "stop_pods"  # in_progress: broadcast, wait for pods to stop
+    ALREADY = "already"  # paused: idempotent, no second broadcast
+    REFUSE = "refuse"  # anything else: nothing is sending that a pause could hold
+
+
+def decide_pause(current: Status) -> PauseDecision:
+    """How a pause applies to a campaign in status ``current``. Only a campaign that is sending
+    can be paused: one not started yet has nothing in flight (cancel or edit it instead), one
+    finalizing has every recipient recorded already."""
+    if current in sources_for(Transition.PAUSE):
+        return PauseDecision.STOP_PODS
+    if current is Status.PAUSED:
+        return PauseDecision.ALREADY
+    return PauseDecision.REFUSE

@@ -33,6 +33,7 @@ from herald.runtime.tracking import WorkTracker
 from herald.service_layer.access import OperatorLog
 from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.cancellation import Cancellation
+from herald.service_layer.pausing import Pausing
 from herald.service_layer.sending.fence import Fence
 from herald.settings import Settings, load_settings
 
@@ -73,6 +74,7 @@ class PodParts:
     tracker: WorkTracker
     watch: CancelWatch
     cancellation: Cancellation
+    pausing: Pausing
     heartbeat: Heartbeat
     fence: Fence
 
@@ -88,8 +90,10 @@ def build_parts(service: str, settings: Settings, *, acknowledges_cancels: bool)
     watch = CancelWatch(resources.flags)
     cancellation = Cancellation(resources.stores, resources.flags, resources.registry,
                                 resources.bus, identity.id, spawn=background.spawn)
+    pausing = Pausing(resources.stores, resources.registry, resources.bus, identity.id,
+                      spawn=background.spawn)
     first_copies = FirstSightings(resources.redis, resources.keys, MALFORMED_SEEN_TTL_S)
-    listener = CancelListener(watch, cancellation, tracker, background,
+    listener = CancelListener(watch, cancellation, pausing, tracker, background,
                               OperatorLog(resources.stores.operator_log), pod_id=identity.id,
                               acknowledges=acknowledges_cancels, grace_s=settings.grace_period_s,
                               first_copy=first_copies.first)
@@ -99,7 +103,7 @@ def build_parts(service: str, settings: Settings, *, acknowledges_cancels: bool)
     heartbeat = Heartbeat(resources.registry, identity, tracker, settings.heartbeat_interval_s,
                           fence)
     return PodParts(settings, identity, resources, background, tracker, watch, cancellation,
-                    heartbeat, fence)
+                    pausing, heartbeat, fence)
 
 
 class StartTimedOut(Exception):

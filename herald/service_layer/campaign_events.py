@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from herald.domain.documents import Campaign
+from herald.domain.documents import Campaign, PauseRecord
+from herald.domain.rollout import GateFigures
 from herald.domain.status import TERMINAL, Status
 from herald.service_layer.ports import CampaignLookup
 from herald.service_layer.queries import campaign as find_campaign
@@ -22,7 +23,8 @@ POLL_S = 0.25
 KEEPALIVE_S = 15.0
 
 Fingerprint = tuple[Status, int, int, int, datetime | None, datetime | None, datetime | None,
-                    int, int, int]
+                    int, int, int, PauseRecord | None,
+                    tuple[int, datetime | None, GateFigures] | None, int | None]
 
 
 @dataclass(frozen=True)
@@ -48,10 +50,13 @@ Event = CampaignChanged | KeepAlive
 def fingerprint(campaign: Campaign) -> Fingerprint:
     """What a watcher of a campaign sees change."""
     counts, cancel = campaign.counts, campaign.cancel
+    rollout = campaign.rollout_progress
     return (campaign.status, counts.targeted, counts.sent, counts.failed,
             cancel.requested_at if cancel else None, cancel.acknowledged_at if cancel else None,
             campaign.finished_at, len(campaign.amended_by), campaign.revision,
-            len(campaign.approvals))
+            len(campaign.approvals), campaign.pause,
+            (rollout.wave, rollout.hold_until, rollout.figures) if rollout else None,
+            campaign.rate_per_s)
 
 
 class ChangeDetector:

@@ -27,6 +27,7 @@ from herald.domain.documents import (
     LocalTime,
     new_id,
 )
+from herald.domain.rollout import HaltWhen, Rollout, RolloutProgress, RolloutWave
 from herald.domain.status import EDITABLE, TERMINAL, Status, Transition, apply
 from herald.domain.timing import AmbiguousTime, first_instant_anywhere, to_utc
 from herald.service_layer.approval import ApprovalGate
@@ -144,7 +145,8 @@ def new_campaign(*, content: CampaignContent, name: str | None, audience: Audien
                  follow_up: FollowUp | None, chunk_size: int, rate_per_s: int | None,
                  due_at: datetime, now: datetime, source: str, schedule_id: str | None = None,
                  local_time: LocalTime | None = None, run_key: str | None = None,
-                 replace_key: str | None = None, created_by: Actor | None = None) -> Campaign:
+                 replace_key: str | None = None, created_by: Actor | None = None,
+                 rollout: Rollout | None = None) -> Campaign:
     """A fresh campaign, ``scheduled`` if ``due_at`` is in the future, else ``pending``;
     ``replace_key`` is the key it names (None: the one derived from its id)."""
     return Campaign(
@@ -152,7 +154,17 @@ def new_campaign(*, content: CampaignContent, name: str | None, audience: Audien
         content=content, name=name, audience=audience, follow_up=follow_up,
         chunk_size=chunk_size, rate_per_s=rate_per_s, source=source, schedule_id=schedule_id,
         local_time=local_time, run_key=run_key, replace_key=replace_key,
-        created_by=created_by, created_at=now, updated_at=now, due_at=due_at)
+        created_by=created_by, created_at=now, updated_at=now, due_at=due_at,
+        rollout=rollout, rollout_progress=RolloutProgress() if rollout else None)
+
+
+def rollout_of(request: http.RolloutIn | None) -> Rollout | None:
+    """The rollout a validated request asks for."""
+    if request is None:
+        return None
+    halt = request.halt_when
+    return Rollout(waves=tuple(RolloutWave(w.percent, w.hold_s) for w in request.waves),
+                   halt_when=HaltWhen(halt.failure_rate_above, halt.min_attempts) if halt else None)
 
 
 def content_of(template: http.Content) -> CampaignContent:
@@ -246,7 +258,8 @@ class CampaignCreator:
             content=content_of(request), name=request.name, audience=request.audience,
             follow_up=None, chunk_size=request.chunk_size, rate_per_s=request.rate_per_s,
             due_at=_due_at(request, now), now=now, source="api",
-            local_time=_local_time(request), replace_key=request.replace_key, created_by=by)
+            local_time=_local_time(request), replace_key=request.replace_key, created_by=by,
+            rollout=rollout_of(request.rollout))
         if idempotency_key is not None:
             earlier = await self._earlier_campaign(f"{by.id}:{idempotency_key}",
                                                    fingerprint(request), campaign)
@@ -435,21 +448,30 @@ def _edited(current: Campaign, patch: CampaignPatch, by: Actor) -> Campaign:
                      else patch.translations}, current.sent_with_key)
     edited = replace(
         current, content=content, name=current.name if patch.name is None else patch.name,
-        audience=current.audience if patch.audience is None else patch.audience, edited_by=by)
+        audience=current.audience if patch.audience is None else patch.audience, edited_by=by,
+        rate_per_s=patch.rate_per_s if "rate_per_s" in given else current.rate_per_s)
     if patch.send_at is not None or patch.timezone is not None:
         due_at, local_time = _moved(current, patch)
         edited = replace(edited, due_at=due_at, local_time=local_time)
     return edited
 
 
+RATE_EDITABLE = frozenset({Status.PENDING, Status.IN_PROGRESS, Status.PAUSED, Status.FINALIZING})
+"""Statuses in which only the rate may change: the campaign is (or is about to be) sending."""
+
+
 async def edit_scheduled(campaigns: ScheduledCampaigns, campaign_id: str, patch: CampaignPatch,
                          by: Actor, approvals: ApprovalGate | None = None) -> Campaign | None:
     """Change the time or content of a campaign that has not fired yet (``scheduled`` or
-    ``awaiting_approval``); None if unknown. A change of what an approval covers revokes it
-    and holds the campaign ``awaiting_approval`` again (``domain/approval.after_edit``)."""
+    ``awaiting_approval``), or the rate of one that sends (``rate_per_s`` alone: senders read
+    it again within ``STATUS_REFRESH_S``); None if unknown. A change of what an approval
+    covers revokes it and holds the campaign ``awaiting_approval`` again
+    (``domain/approval.after_edit``)."""
     current = await campaigns.get(campaign_id)
     if current is None:
         return None
+    if current.status in RATE_EDITABLE and patch.model_fields_set == {"rate_per_s"}:
+        return await _set_rate(campaigns, current, patch.rate_per_s, by)
     if current.status not in EDITABLE:
         raise NotEditable(current.status)
     if current.follow_up is not None and patch.audience is not None:
@@ -460,6 +482,16 @@ async def edit_scheduled(campaigns: ScheduledCampaigns, campaign_id: str, patch:
         latest = await campaigns.get(campaign_id)
         raise NotEditable(latest.status if latest else Status.SCHEDULED)
     return updated
+
+
+async def _set_rate(campaigns: ScheduledCampaigns, current: Campaign, rate_per_s: int | None,
+                    by: Actor) -> Campaign:
+    """The rate of a campaign that sends, changed; ``NotEditable`` if it stopped meanwhile."""
+    changed = await campaigns.set_rate(current.id, rate_per_s, by, utcnow(), among=RATE_EDITABLE)
+    if changed is None:
+        latest = await campaigns.get(current.id)
+        raise NotEditable(latest.status if latest else current.status)
+    return changed
 
 
 async def _reapproved(edited: Campaign, current: Campaign, approvals: ApprovalGate | None,

@@ -134,6 +134,8 @@ class Cancellation:
             return CancelOutcome(decision, campaign)
         if decision is CancelDecision.AT_ONCE:
             updated = await self._cancel_at_once(campaign.id, record)
+        elif _settled_pause(campaign):
+            updated = await self._cancel_paused(campaign.id, record, broadcast=broadcast)
         else:
             updated = await self._begin_cancel(campaign.id, record, broadcast=broadcast)
         return None if updated is None else CancelOutcome(decision, updated)
@@ -147,8 +149,10 @@ class Cancellation:
         return updated
 
     async def _begin_cancel(self, campaign_id: str, record: CancelRecord,
-                            *, broadcast: bool) -> Campaign | None:
-        record = replace(record, expected_pods=await self._stopping_pods())
+                            *, broadcast: bool, nothing_in_flight: bool = False
+                            ) -> Campaign | None:
+        expected = () if nothing_in_flight else await stopping_pods(self._pods)
+        record = replace(record, expected_pods=expected)
         updated = await self._stores.campaigns.begin_cancel(campaign_id, record)
         if updated is None:
             return None
@@ -160,20 +164,21 @@ class Cancellation:
         self._report_decided(campaign_id)
         return updated
 
+    async def _cancel_paused(self, campaign_id: str, record: CancelRecord,
+                             *, broadcast: bool) -> Campaign | None:
+        """A paused campaign whose pause settled has nothing in flight: nobody is waited for,
+        and the cancel is finished here, before the caller is answered."""
+        updated = await self._begin_cancel(campaign_id, record, broadcast=broadcast,
+                                           nothing_in_flight=True)
+        if updated is None:
+            return None
+        return await self.finish(campaign_id) or await self._stores.campaigns.get(campaign_id)
+
     def _report_decided(self, campaign_id: str) -> None:
         """The decider's report to the finisher: with nobody to wait for (or only pods that
         died since), this was the last word; else ``finish`` finds pods still stopping."""
         if self._spawn is not None:
             self._spawn(self._finish_quietly(campaign_id), f"finish-cancel-{campaign_id}")
-
-    async def _stopping_pods(self) -> tuple[str, ...] | None:
-        """Senders and dispatchers alive now; None if Redis cannot tell (then every pod alive
-        when the cancel is finished must have stopped, see ``_still_stopping``)."""
-        try:
-            return tuple(pod.id for pod in await self._pods.live(STOPPING_SERVICES))
-        except Exception:  # best effort: waiting for every live pod is the safe fallback
-            log.warning("live pods unknown (Redis away); waiting for their heartbeats")
-            return None
 
     async def _raise_flag(self, campaign_id: str) -> None:
         """The flag is for pods that miss the broadcast; MongoDB's status is the truth."""
@@ -234,19 +239,43 @@ class Cancellation:
                         exc_info=True)
 
     async def _still_stopping(self, campaign: Campaign) -> list[str]:
-        """Pods that may still send: those alive at the request that neither acknowledged nor
-        were seen idle since, and any live pod whose heartbeat says it works on the campaign."""
         cancel = campaign.cancel
         assert cancel is not None
-        live = {pod.id: pod for pod in await self._pods.live(STOPPING_SERVICES)}
-        expected = list(live) if cancel.expected_pods is None else cancel.expected_pods
-        idle_after_s = cancel.requested_at.timestamp() + FLAG_REFRESH_S
-        waiting = [pod_id for pod_id in expected
-                   if pod_id not in cancel.acks and pod_id in live
-                   and not live[pod_id].seen_idle(campaign.id, idle_after_s)]
-        busy_newcomers = [pod.id for pod in live.values()
-                          if pod.id not in expected and campaign.id in pod.campaigns]
-        return waiting + busy_newcomers
+        return await still_stopping(self._pods, campaign.id, cancel.requested_at.timestamp(),
+                                    cancel.expected_pods, cancel.acks)
+
+
+async def still_stopping(pods: PodRegistry, campaign_id: str, requested_at_s: float,
+                         expected_pods: tuple[str, ...] | None,
+                         acks: tuple[str, ...]) -> list[str]:
+    """Pods that may still send ``campaign_id`` after a stop (a cancel or a pause) requested at
+    ``requested_at_s``: those alive at the request that neither acknowledged nor were seen idle
+    since, and any live pod whose heartbeat says it works on the campaign."""
+    live = {pod.id: pod for pod in await pods.live(STOPPING_SERVICES)}
+    expected = list(live) if expected_pods is None else expected_pods
+    idle_after_s = requested_at_s + FLAG_REFRESH_S
+    waiting = [pod_id for pod_id in expected
+               if pod_id not in acks and pod_id in live
+               and not live[pod_id].seen_idle(campaign_id, idle_after_s)]
+    busy_newcomers = [pod.id for pod in live.values()
+                      if pod.id not in expected and campaign_id in pod.campaigns]
+    return waiting + busy_newcomers
+
+
+async def stopping_pods(pods: PodRegistry) -> tuple[str, ...] | None:
+    """Senders and dispatchers alive now; None if Redis cannot tell (then every pod alive when
+    the stop is finished must have stopped, see ``still_stopping``)."""
+    try:
+        return tuple(pod.id for pod in await pods.live(STOPPING_SERVICES))
+    except Exception:  # best effort: waiting for every live pod is the safe fallback
+        log.warning("live pods unknown (Redis away); waiting for their heartbeats")
+        return None
+
+
+def _settled_pause(campaign: Campaign) -> bool:
+    pause = campaign.pause
+    return (campaign.status is Status.PAUSED and pause is not None
+            and pause.settled_at is not None)
 
 
 def _observe_cancelled(cancelled: Campaign) -> None:

@@ -28,6 +28,7 @@ from herald.domain.documents import (
     Delivery,
     Device,
     IdempotencyBinding,
+    PauseRecord,
     Recorded,
     Schedule,
     ScheduleRunRecord,
@@ -38,6 +39,7 @@ from herald.domain.fcm_errors import SendResult
 from herald.domain.messages import CancelCampaign, Profile, ProfileNeed, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.pods import PodBeat
+from herald.domain.rollout import RolloutProgress
 from herald.domain.status import Status, Transition
 from herald.domain.timing import Wave
 
@@ -70,9 +72,12 @@ class ScheduledCampaigns(CampaignLookup, Protocol):
     async def next_scheduled_due(self) -> datetime | None: ...
     async def patch_scheduled(self, edited: Campaign, now: datetime,
                               was: Status = Status.SCHEDULED) -> Campaign | None:
-        """Write ``edited``'s name, content, audience, timing, status and approvals only while
-        the stored campaign is still ``was`` at ``edited.revision`` (then one revision more)."""
+        """Write ``edited``'s name, content, audience, timing, rate, status and approvals only
+        while the stored campaign is still ``was`` at ``edited.revision`` (then one revision
+        more)."""
         ...
+    async def set_rate(self, campaign_id: str, rate_per_s: int | None, by: Actor, now: datetime,
+                       *, among: Iterable[Status]) -> Campaign | None: ...
     async def fire(self, campaign_id: str, now: datetime, fired_by: str) -> Campaign | None: ...
     async def miss(self, campaign_id: str, reason: str, now: datetime) -> Campaign | None: ...
     async def insert_run(self, campaign: Campaign) -> Campaign: ...
@@ -138,8 +143,23 @@ class CampaignCancels(CampaignLookup, Protocol):
                              error: str | None = None) -> Campaign | None: ...
 
 
+class CampaignPauses(CampaignLookup, Protocol):
+    """Pausing and resuming (``pausing.py``), a staged rollout's progress (``rollout.py``)."""
+
+    async def update_rollout(self, campaign_id: str, wave: int, progress: RolloutProgress
+                             ) -> Campaign | None: ...
+
+    async def begin_pause(self, campaign_id: str, record: PauseRecord) -> Campaign | None: ...
+    async def add_pause_ack(self, campaign_id: str, pause_id: str, pod_id: str) -> None: ...
+    async def settle_pause(self, campaign_id: str, pause_id: str, counts: CampaignCounts,
+                           now: datetime) -> Campaign | None: ...
+    async def resume(self, campaign_id: str, by: Actor | None, now: datetime
+                     ) -> Campaign | None: ...
+
+
 class CampaignRepository(CampaignReads, NewCampaigns, ScheduledCampaigns, CampaignApprovals,
-                         CampaignPaging, CampaignCompletion, CampaignCancels, Protocol):
+                         CampaignPaging, CampaignCompletion, CampaignCancels, CampaignPauses,
+                         Protocol):
     """Every question asked of the campaigns collection (one MongoDB adapter answers them all);
     a use case names the part it asks."""
 
@@ -162,6 +182,7 @@ class ChunkRepository(Protocol):
     async def pending(self, campaign_id: str) -> list[ChunkState]:
         """The campaign's chunks not closed yet, held by a pod or not."""
         ...
+    async def mark_wave_sent(self, campaign_id: str, seq: int, wave: int) -> None: ...
     async def mark_rescued(self, held: ChunkState, now: datetime,
                            not_since: datetime) -> bool: ...
 

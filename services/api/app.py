@@ -122,7 +122,8 @@ def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient) -> AppS
         creator=CampaignCreator(stores.campaigns, stores.idempotency, resources.bus, approvals),
         approvals=approvals,
         test_sender=TestSender(stores.campaigns, stores.devices, stores.test_sends, client),
-        cancellation=parts.cancellation, registry=resources.registry, readiness=readiness,
+        cancellation=parts.cancellation, pausing=parts.pausing, registry=resources.registry,
+        readiness=readiness,
         background=parts.background, authenticator=Authenticator(resources.stores.api_keys),
         operator_log=OperatorLog(resources.stores.operator_log),
         request_budget=RequestBudget(resources.redis, resources.keys, {

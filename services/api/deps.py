@@ -44,6 +44,7 @@ from herald.service_layer.campaign_events import campaign_events
 from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
 from herald.service_layer.cancellation import Cancellation
 from herald.service_layer.devices import register_devices
+from herald.service_layer.pausing import Pausing
 from herald.service_layer.ports import (
     ApiKeyRepository,
     OperatorLogRepository,
@@ -68,6 +69,7 @@ class AppServices:
     stores: Stores
     creator: CampaignCreator
     cancellation: Cancellation
+    pausing: Pausing
     registry: PodRegistry
     readiness: Readiness
     background: Background
@@ -96,6 +98,8 @@ def provided(pick: Callable[[AppServices], T]) -> Any:
 Creator = Annotated[CampaignCreator, provided(lambda s: s.creator)]
 """Create, retry, retarget, amend, correct."""
 CancelUseCase = Annotated[Cancellation, provided(lambda s: s.cancellation)]
+PauseUseCase = Annotated[Pausing, provided(lambda s: s.pausing)]
+"""Pause and resume."""
 FindCampaign = Annotated[Callable[[str], Awaitable[Campaign]],
                          provided(lambda s: partial(queries.campaign, s.stores.campaigns))]
 ListCampaigns = Annotated[

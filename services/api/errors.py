@@ -37,6 +37,7 @@ from herald.service_layer.campaigns import (
     SendAtInPast,
 )
 from herald.service_layer.cancellation import CampaignNotFound, CannotCancel
+from herald.service_layer.pausing import CannotPause, CannotResume
 from herald.service_layer.preview import DeviceNotFound
 from herald.service_layer.queries import ScheduleNotFound
 from herald.service_layer.scheduling import ScheduleEnded
@@ -80,6 +81,8 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     ScheduleNotFound: (404, "schedule_not_found"),
     KeyNotFound: (404, "api_key_not_found"),
     CannotCancel: (409, "not_cancellable"),
+    CannotPause: (409, "not_pausable"),
+    CannotResume: (409, "not_paused"),
     NotRetargetable: (409, "not_retargetable"),
     NothingToFollowUp: (409, "not_retargetable"),
     NotAmendable: (409, "not_amendable"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from herald.contracts.http import (
     ActorView,
@@ -13,7 +13,11 @@ from herald.contracts.http import (
     CorrectResult,
     Counts,
     FollowUpCreated,
+    GateView,
     LogEntryView,
+    PauseInfo,
+    RolloutView,
+    RolloutWaveIn,
     ScheduleRun,
     ScheduleView,
     TestOutcomeView,
@@ -21,14 +25,25 @@ from herald.contracts.http import (
 )
 from herald.domain.access import Actor, ApiKey, LogEntry
 from herald.domain.approval import approval_digest
-from herald.domain.documents import Approval, Campaign, Schedule, TestSend
-from herald.domain.status import TESTABLE
+from herald.domain.documents import Approval, Campaign, CampaignCounts, PauseRecord, Schedule, TestSend
+from herald.domain.status import TESTABLE, Status
 from herald.service_layer.campaigns import Correction
 from herald.service_layer.scheduling import local_time
 
 
 def counts_of(campaign: Campaign) -> Counts:
-    counts = campaign.counts
+    """The live counts; while paused with nothing in flight, the exact counts of then."""
+    pause, rollout = campaign.pause, campaign.rollout_progress
+    if campaign.status is Status.PAUSED and pause is not None and pause.counts is not None:
+        return _counts(pause.counts)
+    if rollout is not None and campaign.status is Status.IN_PROGRESS:
+        counts = campaign.counts  # a rollout's chunks stay pending until their last wave
+        return _counts(replace(counts, sent=max(counts.sent, rollout.sent),
+                               failed=max(counts.failed, rollout.failed)))
+    return _counts(campaign.counts)
+
+
+def _counts(counts: CampaignCounts) -> Counts:
     return Counts(targeted=counts.targeted, sent=counts.sent, failed=counts.failed,
                   unsent=counts.unsent, maybe_delivered=counts.maybe_delivered)
 
@@ -51,6 +66,8 @@ def campaign_view(campaign: Campaign) -> CampaignView:
                           acknowledged_at=cancel.acknowledged_at, reason=cancel.reason,
                           requested_by=actor_view(cancel.requested_by),
                           on_behalf_of=cancel.on_behalf_of) if cancel else None,
+        pause=pause_info(campaign.pause), rate_per_s=campaign.rate_per_s,
+        rollout=rollout_view(campaign),
         created_by=actor_view(campaign.created_by), edited_by=actor_view(campaign.edited_by),
         schedule_id=campaign.schedule_id,
         local_time=asdict(campaign.local_time) if campaign.local_time else None,
@@ -70,6 +87,30 @@ def approval_view(approval: Approval) -> ApprovalView:
     return ApprovalView(digest=approval.digest, by=by, at=approval.at,
                         revoked_at=approval.revoked_at,
                         revoked_by=actor_view(approval.revoked_by))
+
+
+def rollout_view(campaign: Campaign) -> RolloutView | None:
+    rollout, progress = campaign.rollout, campaign.rollout_progress
+    if rollout is None or progress is None:
+        return None
+    halt, figures = rollout.halt_when, progress.figures
+    return RolloutView(
+        waves=[RolloutWaveIn(percent=w.percent, hold_s=w.hold_s) for w in rollout.waves],
+        wave=progress.wave + 1, holding=progress.hold_until is not None,
+        hold_until=progress.hold_until, checked_at=progress.checked_at,
+        gate=GateView(failed=figures.failed, attempted=figures.attempted,
+                      failure_rate=figures.failure_rate,
+                      failure_rate_above=halt.failure_rate_above if halt else None,
+                      min_attempts=halt.min_attempts if halt else None))
+
+
+def pause_info(pause: PauseRecord | None) -> PauseInfo | None:
+    if pause is None:
+        return None
+    return PauseInfo(kind=pause.kind.value, reason=pause.reason, requested_at=pause.requested_at,
+                     requested_by=actor_view(pause.requested_by), settled_at=pause.settled_at,
+                     counts=_counts(pause.counts) if pause.counts else None,
+                     resumed_at=pause.resumed_at, resumed_by=actor_view(pause.resumed_by))
 
 
 def correct_result(correction: Correction, *, retarget: dict[str, int],

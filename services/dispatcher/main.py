@@ -5,7 +5,8 @@ created or fired), and a periodic sweep of MongoDB that
 - claims pending campaigns nobody announced;
 - takes over campaigns whose dispatcher died: at once when its heartbeat is gone, or when its
   lease runs out (a lease is renewed every third of its length while paging);
-- finishes cancels whose pods died before acknowledging;
+- finishes cancels (and settles pauses) whose pods died before acknowledging;
+- moves staged rollouts on: holds a sent wave, asks the gate, opens the next wave;
 - finishes campaigns whose last chunk was closed but never counted.
 Paging that fails (RabbitMQ or MongoDB away) is resumed from the checkpoint while the lease is
 still this dispatcher's.
@@ -29,9 +30,12 @@ from herald.domain.status import Status
 from herald.runtime.tasks import Background
 from herald.runtime.tracking import WorkTracker
 from herald.runtime.worker import PodParts, Worker
+from herald.service_layer.access import OperatorLog
 from herald.service_layer.cancellation import Cancellation
 from herald.service_layer.completion import complete, reconcile
+from herald.service_layer.pausing import Pausing
 from herald.service_layer.ports import Bus, CampaignRecords, PodRegistry
+from herald.service_layer.rollout import RolloutDriver
 from herald.service_layer.sending.rescue import rescue_chunks_of_dead_senders
 from services.dispatcher.backpressure import Backpressure
 from services.dispatcher.paging import Paging
@@ -54,13 +58,16 @@ class DispatchPolicy:
 
 class Dispatcher(Worker):
     def __init__(self, stores: CampaignRecords, registry: PodRegistry, cancellation: Cancellation,
-                 tracker: WorkTracker, background: Background, paging: Paging,
-                 policy: DispatchPolicy, stopping: asyncio.Event, bus: Bus) -> None:
+                 pausing: Pausing, rollouts: RolloutDriver, tracker: WorkTracker,
+                 background: Background, paging: Paging, policy: DispatchPolicy,
+                 stopping: asyncio.Event, bus: Bus) -> None:
         self._stores = stores
         self._bus = bus
         self._rescued_at = 0.0
         self._registry = registry
         self._cancellation = cancellation
+        self._pausing = pausing
+        self._rollouts = rollouts
         self._tracker = tracker
         self._background = background
         self._paging = paging
@@ -159,6 +166,10 @@ class Dispatcher(Worker):
         await self._rescue_chunks_of_dead_senders()
         for campaign in await self._stores.campaigns.with_status(Status.CANCELLING):
             await self._cancellation.finish(campaign.id)
+        for campaign in await self._stores.campaigns.with_status(Status.PAUSED):
+            if campaign.pause is not None and campaign.pause.settled_at is None:
+                await self._pausing.settle(campaign.id)
+        await self._rollouts.advance_all()
         self._sweeps += 1
         if self._sweeps % RECONCILE_EVERY_SWEEPS == 0:
             await self._finish_interrupted()
@@ -208,10 +219,13 @@ def compose(parts: PodParts) -> Dispatcher:
     stopping = asyncio.Event()
     backpressure = Backpressure(resources.bus.chunks_ready, settings.dispatch_max_queued_chunks)
     paging = Paging(resources.stores, resources.bus.send_chunk, parts.watch.is_cancelled,
-                    stopping.is_set, pod_id, settings.lease_s, backpressure)
+                    stopping.is_set, pod_id, settings.lease_s, backpressure,
+                    is_paused=parts.watch.is_paused)
+    rollouts = RolloutDriver(resources.stores, parts.pausing, resources.bus,
+                             OperatorLog(resources.stores.operator_log))
     dispatcher = Dispatcher(resources.stores, resources.registry, parts.cancellation,
-                            parts.tracker, parts.background, paging, policy, stopping,
-                            resources.bus)
+                            parts.pausing, rollouts, parts.tracker, parts.background, paging,
+                            policy, stopping, resources.bus)
     rabbit.consume(resources.broker, rabbit.DISPATCH_QUEUE, dispatcher.on_dispatch,
                    prefetch=settings.dispatcher_prefetch)
     return dispatcher

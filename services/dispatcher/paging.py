@@ -35,12 +35,21 @@ from services.dispatcher.backpressure import Backpressure, unbounded
 log = logging.getLogger(__name__)
 
 
+STATUS_CHECK_EVERY = 4
+"""Chunks between two reads of the campaign's status while paging."""
+
+
 class StopPaging(Exception):
     """Paging must stop here: cancelled, lease lost, or the pod is shutting down."""
 
 
 class Cancelled(StopPaging):
     """The campaign is being cancelled: what is left of the source is frozen, not paged."""
+
+
+class Held(StopPaging):
+    """The campaign was paused: paging stops at the checkpoint and the lease is given up, so
+    that the resume (``Pausing.resume`` asks for a dispatcher) goes on from there."""
 
 
 class Parked(Exception):
@@ -56,14 +65,17 @@ class Paging:
 
     def __init__(self, stores: CampaignRecords, publish: Callable[[SendChunk], Awaitable[None]],
                  is_cancelled: Callable[[str], Awaitable[bool]], is_stopping: Callable[[], bool],
-                 pod_id: str, lease_s: float, backpressure: Backpressure | None = None) -> None:
+                 pod_id: str, lease_s: float, backpressure: Backpressure | None = None,
+                 is_paused: Callable[[str], bool] = lambda _campaign_id: False) -> None:
         self._stores = stores
+        self._is_paused = is_paused
         self._publish_message = publish
         self._is_cancelled = is_cancelled
         self._is_stopping = is_stopping
         self._pod_id = pod_id
         self._lease = timedelta(seconds=lease_s)
         self._backpressure = backpressure or unbounded()
+        self._checkpoints = 0
 
     async def run(self, campaign: Campaign) -> None:
         campaigns = self._stores.campaigns
@@ -71,7 +83,7 @@ class Paging:
             await self._page_all(campaign)
         except StopPaging as stop:
             log.info("paging of %s stopped: %s", campaign.id, stop)
-            if self._is_stopping():
+            if self._is_stopping() or isinstance(stop, Held):
                 await campaigns.release_dispatch(campaign.id, self._pod_id, utcnow())
             return
         except Parked as parked:
@@ -164,6 +176,8 @@ class Paging:
             raise StopPaging("pod shutting down")
         if await self._is_cancelled(campaign_id):
             raise Cancelled("cancelled")
+        if self._is_paused(campaign_id):
+            raise Held("paused")
         async with self._backpressure.room(_Paused(self, campaign_id).keep_going):
             now = utcnow()
             chunk = await self._stores.chunks.create(campaign_id, seq, recipients, cursor, now)
@@ -173,6 +187,17 @@ class Paging:
         if not await self._stores.campaigns.checkpoint(campaign_id, self._pod_id, seq,
                                                        chunk.state.size, now + self._lease):
             raise StopPaging("lease lost to another dispatcher")
+        await self._still_sending(campaign_id)
+
+    async def _still_sending(self, campaign_id: str) -> None:
+        """A pause this dispatcher did not hear (its broadcast missed) is found in the status
+        at the next checkpoint, read every ``STATUS_CHECK_EVERY`` chunks."""
+        self._checkpoints += 1
+        if self._checkpoints % STATUS_CHECK_EVERY:
+            return
+        campaign = await self._stores.campaigns.get(campaign_id)
+        if campaign is not None and campaign.status is Status.PAUSED:
+            raise Held("paused (read from its status)")
 
 
 class _Paused:
@@ -190,6 +215,8 @@ class _Paused:
             raise StopPaging("pod shutting down")
         if await paging._is_cancelled(self._campaign_id):
             raise Cancelled("cancelled")
+        if paging._is_paused(self._campaign_id):
+            raise Held("paused")
         if time.monotonic() - self._renewed_at >= paging._lease.total_seconds() / 3:
             self._renewed_at = time.monotonic()
             if not await paging._stores.campaigns.renew_lease(

@@ -84,7 +84,7 @@ class Sender(Worker):
             if verdict in LET_GO:
                 await self._let_go(chunk, refund=verdict is not Verdict.POISON
                                    and verdict is not Verdict.FAILED)
-            if verdict in (Verdict.ACK, Verdict.GONE):
+            if verdict in (Verdict.ACK, Verdict.GONE, Verdict.HOLD):
                 await message.ack()
             elif verdict is Verdict.POISON:
                 await message.reject(requeue=False)
@@ -132,7 +132,7 @@ class Sender(Worker):
 
 
 LET_GO = frozenset({Verdict.POISON, Verdict.REPUBLISH, Verdict.ABORT, Verdict.HAND_BACK,
-                    Verdict.FAILED})
+                    Verdict.FAILED, Verdict.HOLD})
 """Verdicts after which this pod gives the chunk's claim back."""
 
 

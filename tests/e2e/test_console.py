@@ -392,6 +392,8 @@ def test_the_preview_beside_the_editor_shows_one_devices_language_and_name(
     page.fill("#preview-device", "user:nobody")
     page.click("#show-preview")
     expect(page.locator("#preview-result")).to_contain_text("device_not_found")
+
+
 def test_a_large_campaign_is_approved_by_a_second_key_after_a_test_send(
         browser: Browser, admin: Api, console_stack: Stack, fcm: EmulatorClient) -> None:
     """Issue 24: a second api replica holds sends to at least 2 devices for approval. The
@@ -455,3 +457,36 @@ def admin_token_of(admin: Api, user_id: str) -> str:
     campaign's sent list would, from the devices the module imported)."""
     index = int(user_id.split("-")[1])
     return str(reachable_devices(index + 1)[index]["token"])
+
+
+def test_an_operator_pauses_a_rollout_in_its_hold_and_resumes_it(
+        pages: PageMaker, admin: Api, operator_key: str, fcm: EmulatorClient) -> None:
+    """Issue 24 in the console: the waves, the hold's countdown and the gate of a staged
+    rollout; Pause shows the exact numbers so far; Resume starts the next wave at once."""
+    fcm.configure(latency_ms=0)
+    campaign_id = admin.create_campaign(name="staged", rate_per_s=5_000, rollout={
+        "waves": [{"percent": 5, "hold_s": 60}, {"percent": 100}],
+        "halt_when": {"failure_rate_above": 0.05, "min_attempts": 50}})
+    page = pages.signed_in(operator_key)
+    pages.open(page, f"#/campaigns/{campaign_id}")
+    expect(page.locator("#hold-countdown")).to_contain_text("next wave in")
+    expect(page.locator("#waves li[data-wave='1']")).to_contain_text("holding")
+    expect(page.locator("#gate")).to_contain_text("halts above 5.0%")
+    screenshot(page, "rollout-hold")
+
+    page.click("#pause")
+    summary = page.locator("#paused-summary")
+    expect(summary).to_contain_text("not sent yet")
+    counts = admin.campaign(campaign_id)["counts"]
+    assert 0 < counts["sent"] < POPULATION // 10
+    expect(summary).to_contain_text(f"{counts['sent']:,} sent, {counts['unsent']:,} not sent yet")
+    expect(page.locator("#timeline li[data-step='Pause requested']")).to_contain_text("marketing")
+    expect(page.locator("#resume")).to_be_visible()
+    screenshot(page, "campaign-paused")
+
+    page.click("#resume")
+    finished = admin.wait_finished(campaign_id, timeout_s=60)
+    assert finished["status"] == "completed"
+    assert finished["counts"]["sent"] == POPULATION
+    expect(page.locator("#timeline li[data-step='Resumed']")).to_contain_text("marketing")
+    expect(page.locator("#pause")).to_be_hidden()

@@ -9,7 +9,12 @@ from urllib.parse import unquote, urlsplit
 import httpx
 from fastapi import FastAPI
 
+from herald.clock import utcnow
 from herald.domain.access import Role
+from herald.domain.documents import CampaignCounts, Dispatch, Progress
+from herald.domain.status import Status
+from herald.service_layer.ports import Stores
+from tests.factories import at, campaign, recipients_of
 
 
 def client_of(app: FastAPI, key: str | None) -> httpx.AsyncClient:
@@ -29,3 +34,17 @@ async def mint(api: httpx.AsyncClient, role: Role | str, name: str | None = None
                               json={"name": name or f"test-{role}", "role": str(role), **fields})
     assert response.status_code == 201, response.text
     return str(response.json()["secret"])
+
+
+async def last_chunk_pending(stores: Stores) -> str:
+    """A campaign with two chunks: the first finished and counted, the last recorded but open."""
+    record = campaign(status=Status.IN_PROGRESS, dispatch=Dispatch(owner="d", done=True, next_seq=2),
+                      progress=Progress(chunks_published=2, chunks_done=1),
+                      counts=CampaignCounts(targeted=4, sent=2))
+    await stores.campaigns.insert(record)
+    campaign_id, now = record.id, utcnow()
+    for seq in (0, 1):
+        await stores.chunks.create(campaign_id, seq, recipients_of(f"t{seq}{i}" for i in range(2)),
+                                   None, now)
+        await stores.deliveries.record(campaign_id, seq, "s", at([(0, None), (1, None)]), now)
+    return campaign_id

@@ -118,6 +118,13 @@ GROUPS: dict[str, tuple[Call, set[Role]]] = {
                               {Role.VIEWER, Role.RESPONDER, Role.OPERATOR, Role.ADMIN}),
     "cancel": (lambda c, ids: c.post(f"/v1/campaigns/{ids['running']}/cancel"),
                {Role.RESPONDER, Role.OPERATOR, Role.ADMIN}),
+    "pause": (lambda c, ids: c.post(f"/v1/campaigns/{ids['to_pause']}/pause"),
+              {Role.RESPONDER, Role.OPERATOR, Role.ADMIN}),
+    "resume": (lambda c, ids: c.post(f"/v1/campaigns/{ids['paused']}/resume"),
+               {Role.OPERATOR, Role.ADMIN}),
+    "change the rate": (lambda c, ids: c.patch(f"/v1/campaigns/{ids['to_pause']}",
+                                               json={"rate_per_s": 100}),
+                        {Role.OPERATOR, Role.ADMIN}),
     "send": (lambda c, ids: c.post("/v1/campaigns", json=CAMPAIGN_BODY),
              {Role.OPERATOR, Role.ADMIN}),
     "retarget": (lambda c, ids: c.post(f"/v1/campaigns/{ids['finished']}/retarget"),
@@ -143,8 +150,10 @@ COLLECTIONS = (names.CAMPAIGNS, names.SCHEDULES, names.DEVICES, names.API_KEYS,
 
 async def _objects(api: httpx.AsyncClient, api_app: FastAPI, role: Role) -> dict[str, str]:
     stores = api_app.state.services.stores
-    running = campaign(status=Status.IN_PROGRESS)
-    await stores.campaigns.insert(running)
+    running, to_pause = campaign(status=Status.IN_PROGRESS), campaign(status=Status.IN_PROGRESS)
+    paused = campaign(status=Status.PAUSED)
+    for record in (running, to_pause, paused):
+        await stores.campaigns.insert(record)
     finished = await paged_campaign(stores)
     await stores.campaigns.transition(finished, Transition.FAIL, utcnow())
     device = DeviceIn(token=f"preview-{role.value}", platform=Platform.ANDROID)
@@ -154,7 +163,8 @@ async def _objects(api: httpx.AsyncClient, api_app: FastAPI, role: Role) -> dict
     tester = f"tok-tester-{role.value}"
     await stores.devices.upsert([DeviceIn(token=tester, platform="android")], utcnow())
     return {"running": running.id, "finished": finished, "token": role.value,
-            "device": device.token, "awaiting": awaiting.id, "tester": tester}
+            "device": device.token, "awaiting": awaiting.id, "tester": tester,
+            "to_pause": to_pause.id, "paused": paused.id}
 
 
 async def _counts(db: Database) -> dict[str, int]:
@@ -178,6 +188,8 @@ async def test_each_role_may_do_what_its_scopes_allow_and_nothing_else(
     running = await api_app.state.services.stores.campaigns.get(ids["running"])
     cancelled = running.status is not Status.IN_PROGRESS
     assert cancelled == (role in GROUPS["cancel"][1])
+    paused = await api_app.state.services.stores.campaigns.get(ids["paused"])
+    assert (paused.status is Status.IN_PROGRESS) == (role in GROUPS["resume"][1])
 
 
 async def test_a_403_names_the_missing_scope_and_is_logged(api: httpx.AsyncClient,

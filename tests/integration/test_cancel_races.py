@@ -22,6 +22,7 @@ from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import audit, final_counts
 from herald.settings import Settings
 from tests.factories import EVERYONE, actor, at, campaign, device, recipients_of
+from tests.integration.helpers import last_chunk_pending
 
 
 @pytest.fixture
@@ -29,20 +30,6 @@ def cancellation(stores: Stores, redis: Any, settings: Settings) -> Cancellation
     keys = RedisKeys(settings.mongodb_database)
     return Cancellation(stores, RedisCancelFlags(redis, keys, 60), RedisPodRegistry(redis, keys, 5),
                         bus=None, pod_id="test-pod")
-
-
-async def last_chunk_pending(stores: Stores) -> str:
-    """A campaign with two chunks: the first finished and counted, the last recorded but open."""
-    record = campaign(status=Status.IN_PROGRESS, dispatch=Dispatch(owner="d", done=True, next_seq=2),
-                      progress=Progress(chunks_published=2, chunks_done=1),
-                      counts=CampaignCounts(targeted=4, sent=2))
-    await stores.campaigns.insert(record)
-    campaign_id, now = record.id, utcnow()
-    for seq in (0, 1):
-        await stores.chunks.create(campaign_id, seq, recipients_of(f"t{seq}{i}" for i in range(2)),
-                                   None, now)
-        await stores.deliveries.record(campaign_id, seq, "s", at([(0, None), (1, None)]), now)
-    return campaign_id
 
 
 @pytest.mark.parametrize("delay_cancel_s", [0.0, 0.001, 0.003, 0.006, 0.01])

@@ -69,7 +69,8 @@ async def test_unfinished_campaigns_and_the_chunks_senders_owe(
     reading = await refresh(db, redis, keys)
 
     assert reading.campaigns == {"awaiting_approval": 0, "scheduled": 2, "pending": 0,
-                                 "in_progress": 2, "finalizing": 0, "cancelling": 0}
+                                 "in_progress": 2, "finalizing": 0, "cancelling": 0,
+                                 "paused": 0}
     assert reading.chunks_unfinished == 6
     assert reading.cancelling_oldest_s == 0.0
     assert reading.cancellations_without_request == 0

@@ -56,6 +56,7 @@ from herald.domain.documents import (
     Delivery,
     Device,
     IdempotencyBinding,
+    PauseRecord,
     Recorded,
     Schedule,
     ScheduleClaim,
@@ -69,6 +70,7 @@ from herald.domain.fcm_errors import FcmError
 from herald.domain.messages import CancelCampaign, Profile, ProfileNeed, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.pods import PodBeat
+from herald.domain.rollout import RolloutProgress
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
 from herald.domain.types import OBJECT_ID_PATTERN
@@ -106,6 +108,11 @@ def _with_fields(record: Record, changes: Mapping[str, Any]) -> Record:
 
 
 # --- campaigns -----------------------------------------------------------------------------------
+def _pausing(campaign: Campaign, pause_id: str) -> bool:
+    return (campaign.status is Status.PAUSED and campaign.pause is not None
+            and campaign.pause.pause_id == pause_id)
+
+
 class FakeCampaigns:
     """``herald.adapters.campaigns.CampaignStore`` in memory."""
 
@@ -238,7 +245,7 @@ class FakeCampaigns:
         return self._store(replace(
             current, name=edited.name, content=edited.content, audience=edited.audience,
             due_at=edited.due_at, local_time=edited.local_time, edited_by=edited.edited_by,
-            status=edited.status, approvals=edited.approvals,
+            rate_per_s=edited.rate_per_s, status=edited.status, approvals=edited.approvals,
             approval_required=edited.approval_required,
             audience_estimate=edited.audience_estimate, revision=current.revision + 1,
             updated_at=now))
@@ -395,6 +402,63 @@ class FakeCampaigns:
 
         self._update(campaign_id, lambda c: c.status is Status.CANCELLING, acknowledged)
 
+    async def set_rate(self, campaign_id: str, rate_per_s: int | None, by: Actor, now: datetime,
+                       *, among: Iterable[Status]) -> Campaign | None:
+        await _round_trip()
+        statuses = set(among)
+        changed = self._update(campaign_id, lambda c: c.status in statuses, lambda c: replace(
+            c, rate_per_s=rate_per_s, edited_by=by, updated_at=now))
+        return self._rows[campaign_id] if changed else None
+
+    async def update_rollout(self, campaign_id: str, wave: int, progress: RolloutProgress
+                             ) -> Campaign | None:
+        await _round_trip()
+
+        def at_wave(c: Campaign) -> bool:
+            return (c.status is Status.IN_PROGRESS and c.rollout_progress is not None
+                    and c.rollout_progress.wave == wave)
+
+        changed = self._update(campaign_id, at_wave,
+                               lambda c: replace(c, rollout_progress=progress))
+        return self._rows[campaign_id] if changed else None
+
+    async def begin_pause(self, campaign_id: str, record: PauseRecord) -> Campaign | None:
+        await _round_trip()
+        return self._apply(campaign_id, Transition.PAUSE, record.requested_at,
+                           lambda c: replace(c, pause=record))
+
+    async def add_pause_ack(self, campaign_id: str, pause_id: str, pod_id: str) -> None:
+        await _round_trip()
+
+        def acknowledged(c: Campaign) -> Campaign:
+            assert c.pause is not None
+            acks = c.pause.acks if pod_id in c.pause.acks else (*c.pause.acks, pod_id)
+            return replace(c, pause=replace(c.pause, acks=acks))
+
+        self._update(campaign_id, lambda c: _pausing(c, pause_id), acknowledged)
+
+    async def settle_pause(self, campaign_id: str, pause_id: str, counts: CampaignCounts,
+                           now: datetime) -> Campaign | None:
+        await _round_trip()
+
+        def settled(c: Campaign) -> Campaign:
+            assert c.pause is not None
+            return replace(c, updated_at=now,
+                           pause=replace(c.pause, settled_at=now, counts=counts))
+
+        changed = self._update(campaign_id, lambda c: _pausing(c, pause_id)
+                               and c.pause is not None and c.pause.settled_at is None, settled)
+        return self._rows[campaign_id] if changed else None
+
+    async def resume(self, campaign_id: str, by: Actor | None, now: datetime) -> Campaign | None:
+        await _round_trip()
+
+        def resumed(c: Campaign) -> Campaign:
+            pause = c.pause and replace(c.pause, resumed_at=now, resumed_by=by)
+            return replace(c, pause=pause)
+
+        return self._apply(campaign_id, Transition.RESUME, now, resumed)
+
     async def link_amendment(self, campaign_id: str, amend_id: str) -> None:
         await _round_trip()
         self._update(campaign_id, lambda c: amend_id not in c.amended_by,
@@ -516,6 +580,12 @@ class FakeChunks:
         await _round_trip()
         return [c.state for key, c in sorted(self._rows.items())
                 if key[0] == campaign_id and c.state.status is ChunkStatus.PENDING]
+
+    async def mark_wave_sent(self, campaign_id: str, seq: int, wave: int) -> None:
+        await _round_trip()
+        held = self._state_if(campaign_id, seq, lambda s: True)
+        if held is not None:
+            self._set_state(replace(held, wave_sent=wave))
 
     async def mark_rescued(self, held: ChunkState, now: datetime, not_since: datetime) -> bool:
         await _round_trip()

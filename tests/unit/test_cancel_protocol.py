@@ -17,6 +17,7 @@ from herald.runtime.tracking import WorkTracker
 from herald.service_layer.access import OperatorLog
 from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.cancellation import Cancellation
+from herald.service_layer.pausing import Pausing
 from herald.service_layer.ports import Stores
 from tests.factories import actor, insert, pod_beat
 from tests.unit.fakes import FakeBackground, FakeBus, FakeFlags, FakeRegistry
@@ -38,13 +39,15 @@ class Pod:
         self.cancellation = Cancellation(stores, flags, registry, bus, pod_id,
                                          spawn=self.finishes.spawn)
         self.watch = CancelWatch(flags)
+        self.pausing = Pausing(stores, registry, bus, pod_id, spawn=self.finishes.spawn)
         self.listener = CancelListener(
-            self.watch, self.cancellation, WorkTracker(), self.background,  # type: ignore[arg-type]
+            self.watch, self.cancellation, self.pausing, WorkTracker(),
+            self.background,  # type: ignore[arg-type]
             OperatorLog(stores.operator_log), pod_id=pod_id, acknowledges=acknowledges,
             grace_s=1.0, first_copy=_always_first)
 
     async def hear(self, command: CancelCampaign) -> None:
-        await self.listener.apply(command, amqp_actor("ops-tool", None))
+        await self.listener.handle(command, amqp_actor("ops-tool", None))
 
     async def settle(self) -> list[str]:
         """Run the acknowledgements this pod spawned (then any finish they reported)."""
@@ -143,3 +146,39 @@ async def test_a_stop_for_an_fcm_refusal_is_reported_to_the_same_finisher(
     await background.run()
     done = await stored(stores, campaign_id)
     assert done.status is Status.FAILED and done.error is not None
+
+
+async def test_a_pause_published_by_any_amqp_tool_is_decided_once_and_settled_by_the_last_ack(
+        stores: Stores, registry: FakeRegistry, bus: FakeBus,
+        pods: tuple[Pod, Pod, Pod]) -> None:
+    """Issue 24: ``"action": "pause"`` on herald.cancel does what POST .../pause does."""
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+    api, sender, dispatcher = pods
+    await registry.beat(pod_beat("s1", campaigns=[campaign_id]))
+    await registry.beat(pod_beat("d1", "dispatcher"))
+    command = CancelCampaign(campaign_id=campaign_id, reason="complaints", action="pause")
+    for pod in (sender, api, dispatcher):
+        await pod.hear(command)
+    campaign = await stored(stores, campaign_id)
+    assert campaign.status is Status.PAUSED and campaign.pause is not None
+    assert campaign.pause.expected_pods == ("d1", "s1") and campaign.cancel is None
+    assert bus.cancels == []  # heard on the broadcast: not broadcast again
+    entries = await stores.operator_log.page(campaign_id=campaign_id, actor_id=None, before=None,
+                                             limit=10)
+    assert [e.action for e in entries] == ["campaign.pause"]  # one decider
+    assert [pod.watch.is_paused(campaign_id) for pod in (api, sender, dispatcher)] == [True] * 3
+    assert not any(pod.watch.knows(campaign_id) for pod in (api, sender, dispatcher))
+    assert await api.settle() == []
+    await sender.settle()
+    assert (await stored(stores, campaign_id)).pause.settled_at is None  # type: ignore[union-attr]
+    await dispatcher.settle()  # the last acknowledgement settles it
+    settled = await stored(stores, campaign_id)
+    assert settled.pause is not None and settled.pause.settled_at is not None
+    assert set(settled.pause.acks) == {"s1", "d1"}
+
+    await sender.pausing.resume(campaign_id, actor("ops"))
+    resume = CancelCampaign(campaign_id=campaign_id, action="resume")
+    for pod in (api, sender, dispatcher):
+        await pod.hear(resume)
+    assert not any(pod.watch.is_paused(campaign_id) for pod in (api, sender, dispatcher))
+    assert not any(pod.watch.event(campaign_id).is_set() for pod in (api, sender, dispatcher))

@@ -22,7 +22,8 @@ from herald.domain.documents import (
     new_id,
 )
 from herald.domain.messages import SendChunk
-from herald.domain.status import Status
+from herald.domain.rollout import Rollout, RolloutProgress, RolloutWave, wave_bucket
+from herald.domain.status import Status, Transition
 from herald.runtime.tracking import WorkTracker
 from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.ports import Stores
@@ -281,6 +282,60 @@ async def test_a_cancel_mid_chunk_stops_before_the_next_request_and_closes_the_c
     assert (state.status, state.sent, state.failed) == (ChunkStatus.CANCELLED, 2, 1)
     assert (after.counts.sent, after.counts.failed, after.progress.chunks_done) == (2, 1, 0)
     assert after.status is Status.IN_PROGRESS  # the cancel, not the chunk, finishes it
+
+
+async def test_a_pause_mid_chunk_stops_before_the_next_request_and_keeps_the_chunk_pending(
+        rig: Rig) -> None:
+    """Issue 24: like a cancel, the pause stops the next request; unlike it, the chunk stays
+    pending with its claim given back, and after the resume only the rest is sent."""
+    campaign = await campaign_of(rig)
+
+    def pause_during_the_third(token: str) -> None:
+        if token == TOKENS[2]:
+            rig.watch.pause(campaign.id)
+
+    sender = rig.sender(on_request=pause_during_the_third)
+    verdict = await sender.process(message(campaign.id), open_channel)
+    assert verdict is Verdict.HOLD and rig.fcm.sent == TOKENS[:3]
+    await rig.stores.campaigns.transition(campaign.id, Transition.PAUSE, utcnow())
+    assert rig.claims is not None
+    await rig.claims.release(campaign.id, 0, refund=True)  # what the consumer does on HOLD
+    state = await chunk_state(rig, campaign.id)
+    assert (state.status, state.owner, state.attempts) == (ChunkStatus.PENDING, None, 0)
+    again = await sender.process(message(campaign.id), open_channel)
+    assert again is Verdict.ACK and rig.fcm.sent == TOKENS[:3], "held: not claimed, not sent"
+
+    await rig.stores.campaigns.transition(campaign.id, Transition.RESUME, utcnow())
+    resumed = await sender.process(message(campaign.id), open_channel)
+    state = await chunk_state(rig, campaign.id)
+    assert resumed is Verdict.ACK and rig.fcm.sent == TOKENS, "the rest, nobody twice"
+    assert (state.status, state.sent, state.failed) == (ChunkStatus.DONE, 4, 1)
+    assert not rig.watch.is_paused(campaign.id)
+
+
+async def test_a_rollout_sends_the_open_waves_recipients_and_keeps_the_rest_pending(
+        rig: Rig) -> None:
+    """Issue 24: in wave 1 of 2 only the recipients whose bucket is in it are sent; the chunk
+    says its wave is sent and stays pending; once the next wave is open, the rest goes."""
+    tokens = [f"tok-{i}" for i in range(40)]
+    rollout = Rollout((RolloutWave(30, 0), RolloutWave(100)))
+    campaign = await sending_campaign(rig.stores, [tokens], rollout=rollout,
+                                      rollout_progress=RolloutProgress())
+    first = [t for t in tokens if wave_bucket(campaign.id, t) < 30]
+    assert 0 < len(first) < len(tokens)
+    sender = rig.sender()
+    chunk = SendChunk(campaign_id=campaign.id, seq=0, recipients=recipients_of(tokens))
+    assert await sender.process(chunk, open_channel) is Verdict.HOLD
+    assert sorted(rig.fcm.sent) == sorted(first)
+    assert rig.claims is not None
+    await rig.claims.release(campaign.id, 0, refund=True)
+    state = await chunk_state(rig, campaign.id)
+    assert (state.status, state.wave_sent) == (ChunkStatus.PENDING, 0)
+
+    await rig.stores.campaigns.update_rollout(campaign.id, 0, RolloutProgress(wave=1))
+    assert await sender.process(chunk, open_channel) is Verdict.ACK
+    assert sorted(rig.fcm.sent) == sorted(tokens), "each once"
+    assert (await chunk_state(rig, campaign.id)).status is ChunkStatus.DONE
 
 
 class BroadcastOnRead(FakeCampaigns):

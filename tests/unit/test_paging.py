@@ -22,7 +22,7 @@ from herald.domain.documents import (
     LocalTime,
 )
 from herald.domain.messages import SendChunk
-from herald.domain.status import Status
+from herald.domain.status import Status, Transition
 from herald.service_layer.freezing import freeze_unpaged
 from herald.service_layer.ports import Stores
 from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
@@ -44,6 +44,7 @@ class Dispatcher:
         self.bus = bus
         self.pod_id = pod_id
         self.cancelled: set[str] = set()
+        self.paused: set[str] = set()
         self.stopping = False
         self.lease_s = LEASE_S
         self.after_publish: Callable[[SendChunk], Awaitable[None]] | None = None
@@ -59,7 +60,8 @@ class Dispatcher:
 
     def paging(self) -> Paging:
         return Paging(self.stores, self.publish, self.is_cancelled, lambda: self.stopping,
-                      self.pod_id, self.lease_s, self.backpressure)
+                      self.pod_id, self.lease_s, self.backpressure,
+                      is_paused=lambda campaign_id: campaign_id in self.paused)
 
     async def claim(self, campaign_id: str, later_s: float = 0.0) -> Campaign:
         now = utcnow() + timedelta(seconds=later_s)
@@ -377,3 +379,27 @@ async def test_a_dispatcher_paused_by_a_cancel_freezes_the_rest_from_its_own_cur
     assert [r.token for c in chunks for r in c.recipients] == tokens(*range(20))
     assert (frozen.counts.targeted, frozen.dispatch.next_seq, frozen.dispatch.done) == (20, 3, True)
     assert await freeze_unpaged(stores, frozen) is None  # nothing left for the finalizer
+
+
+async def test_a_pause_stops_paging_at_a_chunk_and_the_resume_goes_on_from_there(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    """Issue 24: a dispatcher still paging when the campaign is paused stops at the next chunk,
+    gives its lease up, and any dispatcher goes on from the checkpoint after the resume: every
+    device paged once."""
+    await register(stores, range(10))
+    campaign_id = await insert(stores, chunk_size=2)
+
+    async def pause_after_two(_: SendChunk) -> None:
+        if len(bus.chunks) == 2:
+            dispatcher.paused.add(campaign_id)
+            await stores.campaigns.transition(campaign_id, Transition.PAUSE, utcnow())
+
+    dispatcher.after_publish = pause_after_two
+    await dispatcher.run(campaign_id)
+    held = await stored(stores, campaign_id)
+    assert (held.status, held.dispatch.next_seq, held.dispatch.done) == (Status.PAUSED, 2, False)
+    assert held.dispatch.lease_until is not None and held.dispatch.lease_until <= utcnow()
+    await stores.campaigns.transition(campaign_id, Transition.RESUME, utcnow())
+    await Dispatcher(stores, bus, "d2").run(campaign_id, later_s=0.001)  # asked at the resume
+    assert [t for _, chunk in published(bus) for t in chunk] == tokens(*range(10))
+    assert (await stored(stores, campaign_id)).dispatch.done

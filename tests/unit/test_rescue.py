@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from herald.clock import utcnow
 from herald.domain.messages import SendChunk
 from herald.domain.status import Status
@@ -49,11 +51,14 @@ async def test_a_chunk_taken_over_is_not_offered_again(
     assert await rescue(stores, registry, bus, later_s=3600) == 0
 
 
+@pytest.mark.parametrize("status", [Status.CANCELLING, Status.PAUSED])
 async def test_chunks_of_campaigns_not_sending_are_left_alone(
-        stores: Stores, registry: FakeRegistry, bus: FakeBus) -> None:
-    campaign = await sending_campaign(stores, [["a"]], status=Status.CANCELLING)
+        stores: Stores, registry: FakeRegistry, bus: FakeBus, status: Status) -> None:
+    """A paused campaign's chunks wait for the resume, whoever held them and however long."""
+    campaign = await sending_campaign(stores, [["a"], ["b"]], status=status)
     await stores.chunks.claim(campaign.id, 0, "frozen", None, utcnow() + timedelta(minutes=5))
-    assert await rescue(stores, registry, bus) == 0
+    bus.delivered = len(bus.chunks)  # nothing ready in the queue
+    assert await rescue(stores, registry, bus, later_s=3600) == 0
 
 
 async def test_a_chunk_nobody_claimed_while_nothing_is_ready_is_offered_after_a_while(

@@ -13,13 +13,16 @@ import pytest
 from herald.domain.status import (
     ACTIVE,
     TERMINAL,
+    TESTABLE,
     TRANSITIONS,
     CancelDecision,
     InvalidTransition,
+    PauseDecision,
     Status,
     Transition,
     apply,
     decide_cancel,
+    decide_pause,
     sources_for,
     target_of,
 )
@@ -34,13 +37,15 @@ EXPECTED: dict[Transition, tuple[set[Status], Status]] = {
     T.COMPLETE: ({S.FINALIZING}, S.COMPLETED),
     T.FAIL: ({S.IN_PROGRESS, S.FINALIZING}, S.FAILED),
     T.CANCEL_AT_ONCE: ({S.AWAITING_APPROVAL, S.SCHEDULED, S.PENDING}, S.CANCELLED),
-    T.BEGIN_CANCEL: ({S.IN_PROGRESS, S.FINALIZING}, S.CANCELLING),
+    T.BEGIN_CANCEL: ({S.IN_PROGRESS, S.FINALIZING, S.PAUSED}, S.CANCELLING),
     T.CONFIRM_CANCEL: ({S.CANCELLING}, S.CANCELLED),
     T.CONFIRM_STOP: ({S.CANCELLING}, S.FAILED),
     T.MISS: ({S.SCHEDULED}, S.MISSED),
     T.APPROVE: ({S.AWAITING_APPROVAL}, S.PENDING),
     T.APPROVE_FOR_LATER: ({S.AWAITING_APPROVAL}, S.SCHEDULED),
     T.HOLD_FOR_APPROVAL: ({S.SCHEDULED}, S.AWAITING_APPROVAL),
+    T.PAUSE: ({S.IN_PROGRESS}, S.PAUSED),
+    T.RESUME: ({S.PAUSED}, S.IN_PROGRESS),
 }
 
 ALL_PAIRS = list(itertools.product(Transition, Status))
@@ -140,6 +145,7 @@ EXPECTED_CANCEL = {
     S.COMPLETED: CancelDecision.REFUSE,
     S.FAILED: CancelDecision.REFUSE,
     S.MISSED: CancelDecision.REFUSE,
+    S.PAUSED: CancelDecision.STOP_PODS,
 }
 
 
@@ -173,13 +179,36 @@ def test_an_approved_campaign_sends_or_waits_for_its_time() -> None:
 
 
 def test_nothing_awaiting_approval_is_claimed_fired_or_missed() -> None:
-    for transition in (T.CLAIM, T.FIRE, T.MISS, T.FINALIZE, T.BEGIN_CANCEL):
+    for transition in (T.CLAIM, T.FIRE, T.MISS, T.FINALIZE, T.BEGIN_CANCEL, T.PAUSE):
         with pytest.raises(InvalidTransition):
             apply(transition, S.AWAITING_APPROVAL)
 
 
 def test_test_sends_are_allowed_before_the_campaign_finishes_or_stops() -> None:
-    from herald.domain.status import TESTABLE
     assert frozenset({S.AWAITING_APPROVAL, S.SCHEDULED, S.PENDING, S.IN_PROGRESS,
-                                  S.FINALIZING}) == TESTABLE
+                      S.FINALIZING, S.PAUSED}) == TESTABLE
     assert not TESTABLE & (TERMINAL | {S.CANCELLING})
+
+
+def test_a_paused_campaign_resumes_and_completes() -> None:
+    path = _run(S.PENDING, T.CLAIM, T.PAUSE, T.RESUME, T.PAUSE, T.RESUME, T.FINALIZE, T.COMPLETE)
+    assert path[-1] is S.COMPLETED
+
+
+def test_a_paused_campaign_can_be_cancelled_but_never_completes() -> None:
+    assert _run(S.PAUSED, T.BEGIN_CANCEL, T.CONFIRM_CANCEL)[-1] is S.CANCELLED
+    for transition in (T.FINALIZE, T.COMPLETE, T.FAIL, T.CLAIM, T.PAUSE):
+        with pytest.raises(InvalidTransition):
+            apply(transition, S.PAUSED)
+
+
+@pytest.mark.parametrize("current", list(Status))
+def test_pause_decision_matches_the_transition_it_will_use(current: Status) -> None:
+    decision = decide_pause(current)
+    expected = {S.IN_PROGRESS: PauseDecision.STOP_PODS, S.PAUSED: PauseDecision.ALREADY}
+    assert decision is expected.get(current, PauseDecision.REFUSE)
+    if decision is PauseDecision.STOP_PODS:
+        assert apply(T.PAUSE, current) is S.PAUSED
+    else:
+        with pytest.raises(InvalidTransition):
+            apply(T.PAUSE, current)

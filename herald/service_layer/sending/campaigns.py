@@ -2,7 +2,9 @@
 
 A campaign's content never changes once it is sending, so it is read from MongoDB once per pod.
 Whether it was cancelled is answered from memory (the broadcast), and, at most once a second per
-campaign, from its Redis flag, for the cancel this pod might have missed.
+campaign, from its Redis flag, for the cancel this pod might have missed. Its status and rate are
+read again every ``STATUS_REFRESH_S`` while it sends: a pause this pod missed stops it there,
+and a rate changed by ``PATCH`` takes effect across the fleet within that and one token block.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ from dataclasses import dataclass, field
 
 from herald.domain.documents import Campaign
 from herald.domain.rendering import CompiledContent, compile_content
+from herald.domain.rollout import Rollout, in_waves_up_to
 from herald.domain.status import ACTIVE, Status
 from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.cancellation import FLAG_REFRESH_S
 from herald.service_layer.ports import CampaignRepository
 
 CACHE_SIZE = 1000
+STATUS_REFRESH_S = 0.25
+"""How often a sender re-reads the status and rate of a campaign it sends (one MongoDB read)."""
 
 
 @dataclass
@@ -27,6 +32,19 @@ class CampaignInfo:
     """Compiled once per pod: the shared message, or each variant's texts and parts."""
     rate_per_s: int | None
     flag_checked_at: float = field(default_factory=time.monotonic)
+    status_read_at: float = field(default_factory=time.monotonic)
+    rollout: Rollout | None = None
+    wave: int = 0
+    """A staged rollout's wave being sent (read again with the status)."""
+
+    def admits(self, campaign_id: str, token: str, wave: int) -> bool:
+        """Whether the recipient is sent in waves up to ``wave`` (all are without a rollout)."""
+        return self.rollout is None or in_waves_up_to(campaign_id, token, self.rollout, wave)
+
+
+def _wave(campaign: Campaign) -> int:
+    progress = campaign.rollout_progress
+    return 0 if progress is None else progress.wave
 
 
 UNKNOWN = "unknown"
@@ -59,11 +77,11 @@ class CampaignCache:
         campaign = await self._campaigns.get(campaign_id)
         if campaign is None:
             return UNKNOWN
-        if campaign.status in (Status.CANCELLING, Status.CANCELLED):
-            self._watch.learn(campaign_id)
+        self._learn_status(campaign_id, campaign.status)
         if campaign.status not in ACTIVE:
             return None
-        info = CampaignInfo(message_of(campaign, time.time()), campaign.rate_per_s)
+        info = CampaignInfo(message_of(campaign, time.time()), campaign.rate_per_s,
+                            rollout=campaign.rollout, wave=_wave(campaign))
         self._entries[campaign_id] = info
         if len(self._entries) > CACHE_SIZE:
             self._entries.popitem(last=False)
@@ -72,9 +90,45 @@ class CampaignCache:
     async def still_sending(self, campaign_id: str) -> bool:
         """Whether the campaign is still sending, read from the store (not from memory)."""
         campaign = await self._campaigns.get(campaign_id)
-        if campaign is not None and campaign.status in (Status.CANCELLING, Status.CANCELLED):
-            self._watch.learn(campaign_id)
+        if campaign is not None:
+            self._learn_status(campaign_id, campaign.status)
         return campaign is not None and campaign.status in ACTIVE
+
+    def _learn_status(self, campaign_id: str, status: Status) -> None:
+        """What the stored status says this pod must do: stop for a cancel, hold for a pause,
+        send again after a resume."""
+        if status in (Status.CANCELLING, Status.CANCELLED):
+            self._watch.learn(campaign_id)
+        elif status is Status.PAUSED:
+            self._watch.pause(campaign_id)
+        elif self._watch.is_paused(campaign_id):
+            self._watch.resume(campaign_id)
+
+    async def refresh(self, campaign_id: str, *, now: bool = False) -> None:
+        """Read the campaign's status, rate and wave again if they are older than
+        ``STATUS_REFRESH_S`` (a pause or a rate change this pod did not hear), or ``now``."""
+        info = self._entries.get(campaign_id)
+        at = time.monotonic()
+        if info is None or (not now and at - info.status_read_at < STATUS_REFRESH_S):
+            return
+        info.status_read_at = at
+        campaign = await self._campaigns.get(campaign_id)
+        if campaign is not None:
+            info.rate_per_s = campaign.rate_per_s
+            info.wave = _wave(campaign)
+            self._learn_status(campaign_id, campaign.status)
+
+    def held_here(self, campaign_id: str) -> bool:
+        """Held by a pause, as this pod knows (memory only)."""
+        return self._watch.is_paused(campaign_id)
+
+    async def is_held(self, campaign_id: str) -> bool:
+        """Held by a pause, confirmed from the store when memory says so (the resume may have
+        reached the store before this pod)."""
+        if not self._watch.is_paused(campaign_id):
+            return False
+        await self.still_sending(campaign_id)  # learns the status: resumed, paused or cancelled
+        return self._watch.is_paused(campaign_id)
 
     async def is_cancelled(self, campaign_id: str) -> bool:
         """Known cancelled here, or flagged in Redis (read at most once a second)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -46,6 +47,7 @@ class Verdict(Enum):
     GONE = "gone"  # this pod was away; the chunk is someone else's now, or its campaign ended
     UNEXPLAINED = "unexplained"  # no such campaign or chunk: dead-letter it, with a WARNING
     HAND_BACK = "hand_back"  # interrupted by an outage: queue it again, no attempt counted
+    HOLD = "hold"  # paused: the chunk stays pending (its claim given back); a resume offers it
     FAILED = "failed"  # failed for another reason: queue it again, one attempt counted
 
 
@@ -91,10 +93,15 @@ class ChunkSender:
         if await self._cache.is_cancelled(campaign_id):
             CHUNKS.labels("dropped").inc()
             return Verdict.ACK
+        if await self._cache.is_held(campaign_id):
+            CHUNKS.labels("held").inc()
+            return Verdict.ACK  # never claimed: it stays pending, the resume offers it again
         info = await self._cache.get(campaign_id)
         if info == UNKNOWN or info is None:
             return _unexplained(chunk, "no such campaign") if info == UNKNOWN else _dropped()
         assert isinstance(info, CampaignInfo)
+        if info.rollout is not None:  # the wave may have moved on since it was read
+            await self._cache.refresh(campaign_id, now=True)
         hold = _Hold(0, self._fence.epoch)  # read before the claim: a gap after it trips
         before = await self._claims.take(campaign_id, chunk.seq)
         if isinstance(before, NotTaken):
@@ -118,8 +125,10 @@ class ChunkSender:
                     channel_closed: Callable[[], bool], hold: _Hold) -> Verdict:
         recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
         tally = Tally.of(recorded)
+        wave = info.wave
         while True:
-            todo, refused = targets(chunk, recorded, info.content)
+            todo, refused = targets(chunk, recorded, info.content,
+                                    lambda token: info.admits(chunk.campaign_id, token, wave))
             if refused:  # recorded failed at once: no request can carry their message
                 await self._record(chunk, refused, tally)
             verdict = await self._send_window(chunk, info, todo, tally, channel_closed, hold)
@@ -130,8 +139,22 @@ class ChunkSender:
             recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
         if verdict is not Verdict.ACK or (tally.stopped and not tally.recorded_now):
             return verdict  # a cancel before this delivery sent anything: nothing to close
+        if not tally.stopped and tally.sent + tally.failed < len(chunk.recipients):
+            return await self._not_all_sent(chunk, info, wave, tally)
         await self._lifecycle.close(chunk.campaign_id, chunk.seq, tally.status, tally)
         return Verdict.ACK
+
+    async def _not_all_sent(self, chunk: SendChunk, info: CampaignInfo, wave: int,
+                            tally: Tally) -> Verdict:
+        """A chunk is never closed with recipients that have no outcome. Those of a staged
+        rollout's later waves wait, the chunk pending, for their wave (it offers every pending
+        chunk again); any other (a pause lifted before this delivery stopped) goes on as a new
+        message."""
+        admitted = sum(info.admits(chunk.campaign_id, r.token, wave) for r in chunk.recipients)
+        if tally.sent + tally.failed >= admitted:
+            await self._lifecycle.wave_sent(chunk.campaign_id, chunk.seq, wave)
+            return Verdict.HOLD
+        return Verdict.REPUBLISH
 
     async def _come_back(self, chunk: SendChunk, hold: _Hold) -> bool:
         """This pod was away longer than its heartbeat lives (frozen, or cut off from the
@@ -170,9 +193,11 @@ class ChunkSender:
         fence, epoch = self._fence, hold.epoch
         await self._window.send(
             info.content.shared, todo, may_start=gate.may_start, cancelled=cancelled,
-            campaign_bucket=self._limits.for_campaign(chunk.campaign_id, info.rate_per_s),
+            campaign_bucket=LiveRate(self._limits, chunk.campaign_id, info),
             record=record, stop=stop, fenced=lambda: not fence.holds(epoch))
         if gate.verdict is None and cancelled.is_set():
+            if self._cache.held_here(chunk.campaign_id):
+                return Verdict.HOLD  # paused while sending: the rest waits for the resume
             # Heard while sending: the chunk closes cancelled even if every request got its
             # answer, or it would count as done for a campaign that is being cancelled.
             tally.stopped = True
@@ -185,9 +210,12 @@ class ChunkSender:
             return Verdict.ABORT
         if self._stopping or time.monotonic() - started > self._policy.budget_s:
             return Verdict.REPUBLISH
+        await self._cache.refresh(chunk.campaign_id)
         if await self._cache.is_cancelled(chunk.campaign_id):
             tally.stopped = True
             return Verdict.ACK
+        if self._cache.held_here(chunk.campaign_id):
+            return Verdict.HOLD
         return None
 
     async def _record(self, chunk: SendChunk, outcomes: list[RecipientOutcome],
@@ -201,16 +229,18 @@ class ChunkSender:
         await self._lifecycle.record(chunk.campaign_id, chunk.seq, outcomes, tally, dead)
 
 
-def targets(chunk: SendChunk, recorded: Recorded,
-            content: CompiledContent) -> tuple[list[Target], list[RecipientOutcome]]:
-    """The chunk's recipients still to send, and those whose message cannot be sent at all
-    (rendered over FCM's size limit, or not renderable), as failed outcomes.
+def targets(chunk: SendChunk, recorded: Recorded, content: CompiledContent,
+            admits: Callable[[str], bool] = lambda _token: True
+            ) -> tuple[list[Target], list[RecipientOutcome]]:
+    """The chunk's recipients still to send (of those ``admits`` lets through: a staged
+    rollout's open waves), and those whose message cannot be sent at all (rendered over FCM's
+    size limit, or not renderable), as failed outcomes.
 
     A campaign whose devices all get one message (no translations, no placeholders) sends the
     shared one, its token spliced in, as before; only a per-device campaign renders here, each
     recipient's message from the profile its chunk carries."""
     todo = [(position, r) for position, r in enumerate(chunk.recipients)
-            if position not in recorded]
+            if position not in recorded and admits(r.token)]
     if not content.per_device:
         return [Target(position, r.token) for position, r in todo], []
     sendable, refused, first_failure = _rendered(todo, content)
@@ -234,6 +264,30 @@ def _rendered(todo: list[tuple[int, Recipient]], content: CompiledContent
             refused.append(RecipientOutcome(Target(position, recipient.token), message.code))
             first_failure = first_failure or message.failure
     return sendable, refused, first_failure
+class LiveRate:
+    """The campaign's own rate as it is now (``PATCH`` may change it while a chunk sends, and
+    ``CampaignCache.refresh`` reads it again every ``STATUS_REFRESH_S``): tokens are taken a
+    tenth of a second's worth at a time, each at the rate of that moment, so a change shows at
+    FCM within a refresh and a tenth of a second. No rate: nothing to wait for, no I/O."""
+
+    def __init__(self, limits: RateLimits, campaign_id: str, info: CampaignInfo) -> None:
+        self._limits = limits
+        self._campaign_id = campaign_id
+        self._info = info
+
+    async def take(self, wanted: int, stop: asyncio.Event | None = None) -> int:
+        granted = 0
+        while granted < wanted and not (stop is not None and stop.is_set()):
+            rate = self._info.rate_per_s
+            bucket = self._limits.for_campaign(self._campaign_id, rate)
+            if bucket is None or rate is None:
+                return wanted
+            granted += await bucket.take(min(wanted - granted, max(1, math.ceil(rate / 10))),
+                                         stop)
+        return granted
+
+    async def penalize(self, seconds: float) -> None:
+        """FCM's push-back is the project bucket's business, not a campaign's."""
 
 
 class _Gate:

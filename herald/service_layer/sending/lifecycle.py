@@ -91,6 +91,11 @@ class ChunkLifecycle:
         return closed
 
 
+    async def wave_sent(self, campaign_id: str, seq: int, wave: int) -> None:
+        """Every recipient of the chunk in a staged rollout's waves up to ``wave`` has an
+        outcome: the rollout's driver counts the wave as sent once every chunk says so."""
+        await self._stores.chunks.mark_wave_sent(campaign_id, seq, wave)
+
     async def recount_if_finished(self, campaign_id: str) -> None:
         """A pod back from being away recorded answers to requests it had on the wire: if the
         campaign finished meanwhile (a cancel confirmed without it), its final counts are

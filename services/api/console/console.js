@@ -4,8 +4,8 @@
 
 const KEY_STORE = "herald.apiKey";
 const FINAL = new Set(["completed", "failed", "cancelled", "missed"]);
-
-const STATUSES = ["scheduled", "pending", "in_progress", "finalizing", "cancelling",
+const STATUSES = ["awaiting_approval", "scheduled", "pending", "in_progress", "paused",
+  "finalizing", "cancelling",
   "completed", "failed", "cancelled", "missed"];
 const LIST_REFRESH_MS = 1000;
 const PODS_REFRESH_MS = 2000;
@@ -273,6 +273,7 @@ function campaignPage(main, id) {
     live: h("span", { class: "muted", id: "stream-state" }),
     timeline: h("ol", { class: "timeline", id: "timeline" }), followUps: h("div"),
     approval: h("div", { id: "approval" }),
+    hold: h("div"), rollout: h("section", { class: "panel", id: "rollout", hidden: true }),
   };
   // Approve: only for keys whose role may approve; disabled, with why, for the creator's own.
   parts.approveButton = can("campaigns:approve") ? h("button", { type: "button", class: "primary",
@@ -283,9 +284,11 @@ function campaignPage(main, id) {
   parts.stopButton = can("campaigns:cancel") ? h("button", { type: "button", class: "stop", id: "stop",
     hidden: true, onclick: () => confirmStop(parts, view) }, "■ Stop sending") : null;
   if (parts.stopButton) parts.stop.append(parts.stopButton);
+  addHoldButtons(parts, view);
   main.append(h("section", { class: "panel" },
     h("div", { class: "head" }, h("div", {}, parts.title, h("p", {}, parts.status, " ", parts.live), parts.meta), parts.stop),
     parts.stopped, parts.approval, parts.bar, parts.counts),
+  parts.rollout,
   parts.followUps,
   parts.testSend || "",
   h("section", { class: "panel" }, h("h2", { text: "Timeline" }), parts.timeline),
@@ -321,6 +324,8 @@ function renderCampaign(parts, view) {
   renderApproval(parts, view);
   // Whether a test send is allowed is the server's one rule (TESTABLE), shown as `testable`.
   if (parts.testSend) parts.testSend.hidden = !c.testable;
+  renderHold(parts, c);
+  renderRollout(parts, c);
   if (view.toGo) view.toGo.textContent = stillToGo(c);
   if (view.closeDialog && FINAL.has(c.status)) {
     view.closeDialog();
@@ -345,6 +350,14 @@ function renderStop(parts, view) {
       "data-sent": c.counts.sent, "data-unsent": c.counts.unsent, "data-failed": c.counts.failed },
     h("strong", { text: refused ? "Stopped by Herald: " : "Failed: " }), c.error,
     ` (${fmt(c.counts.sent)} sent, ${fmt(c.counts.failed)} failed, ${fmt(c.counts.unsent)} not sent)`));
+  } else if (c.status === "paused") {
+    const p = c.pause || {};
+    parts.stopped.replaceChildren(h("p", { class: "stopped paused", id: "paused-summary",
+      "data-sent": c.counts.sent, "data-unsent": c.counts.unsent },
+    h("strong", { text: p.kind === "gate" ? "Halted by the rollout's gate: " : "Paused: " }),
+    p.settled_at ? `${fmt(c.counts.sent)} sent, ${fmt(c.counts.unsent)} not sent yet`
+      : "waiting for every sender to stop…",
+    p.reason ? ` — “${p.reason}”` : ""));
   } else if (c.status === "cancelled") {
     parts.stopped.replaceChildren(h("p", { class: "stopped", id: "stopped-summary",
       "data-sent": c.counts.sent, "data-unsent": c.counts.unsent, "data-failed": c.counts.failed },
@@ -453,6 +466,79 @@ function testResult(answer) {
       h("th", { text: "User" }), h("th", { text: "FCM" }))), h("tbody", {}, ...rows)));
 }
 
+// Pause (responder and up) and resume (operator and up): a pause keeps the rest, so one click.
+function addHoldButtons(parts, view) {
+  parts.pauseButton = can("campaigns:cancel") ? h("button", { type: "button", id: "pause",
+    hidden: true, onclick: () => hold(parts, view, "pause") }, "❚❚ Pause") : null;
+  parts.resumeButton = can("campaigns:send") ? h("button", { type: "button", class: "primary",
+    id: "resume", hidden: true, onclick: () => hold(parts, view, "resume") }, "▶ Resume") : null;
+  parts.stop.prepend(...[parts.pauseButton, parts.resumeButton].filter(Boolean));
+}
+
+async function hold(parts, view, action) {
+  const button = action === "pause" ? parts.pauseButton : parts.resumeButton;
+  button.disabled = true;
+  try {
+    const answer = await post(`/v1/campaigns/${view.campaign.id}/${action}`,
+      action === "pause" ? { reason: "paused from the console" } : undefined);
+    notify(action === "pause" ? "Paused: every sender stops before its next request."
+      : `Resumed: ${answer.status.replace("_", " ")}.`, true);
+  } catch (error) {
+    reportFailure(error);
+  }
+  button.disabled = false;
+}
+
+function renderHold(parts, c) {
+  const holding = Boolean(c.rollout && c.rollout.holding);
+  if (parts.pauseButton) parts.pauseButton.hidden = c.status !== "in_progress";
+  if (parts.resumeButton) {
+    parts.resumeButton.hidden = !(c.status === "paused" || (c.status === "in_progress" && holding));
+    parts.resumeButton.textContent = c.status === "paused" ? "▶ Resume" : "▶ Next wave now";
+  }
+}
+
+// A staged rollout: its waves, the one being sent or held, the hold's countdown, the gate.
+function renderRollout(parts, c) {
+  const r = c.rollout;
+  parts.rollout.hidden = !r;
+  if (!r) return;
+  const waves = r.waves.map((w, i) => {
+    const state = i + 1 < r.wave ? "done" : i + 1 === r.wave ? (r.holding ? "holding" : "sending") : "waiting";
+    return h("li", { class: `wave ${state}`, "data-wave": i + 1 },
+      h("strong", { text: `Wave ${i + 1}` }), ` ${w.percent}%`,
+      w.hold_s ? h("span", { class: "muted", text: ` then hold ${w.hold_s} s` }) : "",
+      h("span", { class: "wave-state", text: state }));
+  });
+  const g = r.gate;
+  const gate = g.failure_rate_above === null ? "no gate" :
+    `failure rate ${(100 * g.failure_rate).toFixed(1)}% (${fmt(g.failed)} of ${fmt(g.attempted)}), ` +
+    `halts above ${(100 * g.failure_rate_above).toFixed(1)}% once ${fmt(g.min_attempts)} were attempted`;
+  parts.countdown = h("span", { id: "hold-countdown", "data-until": r.hold_until || "" });
+  parts.rollout.replaceChildren(h("h2", { text: "Staged rollout" }),
+    h("ol", { class: "waves", id: "waves" }, ...waves),
+    h("p", {}, h("strong", { text: "Hold: " }), parts.countdown),
+    h("p", { id: "gate" }, h("strong", { text: "Gate: " }), gate));
+  parts.lastCampaign = c;
+  tickCountdown(parts, c);
+  if (!parts.countdownTimer) {  // one ticker for the page's life
+    parts.countdownTimer = true;
+    every(250, async () => tickCountdown(parts, parts.lastCampaign));
+  }
+}
+
+function tickCountdown(parts, c) {
+  if (!c || !c.rollout || !parts.countdown) return;
+  const r = c.rollout;
+  if (!r.holding || !r.hold_until) {
+    parts.countdown.textContent = r.wave >= r.waves.length ? "last wave" : "none (sending this wave)";
+    return;
+  }
+  const left = Math.max(0, Math.ceil((new Date(r.hold_until) - Date.now()) / 1000));
+  parts.countdown.textContent = c.status === "paused" ? `paused (${left} s were left)`
+    : `next wave in ${left} s`;
+}
+
 // Who did it. An actor the server could not verify (an AMQP cancel without a user_id names its
 // sender itself, and may name anyone) is marked as such, apart from the name it gave.
 function actorOf(actor) {
@@ -478,6 +564,13 @@ function timeline(c) {
     steps.push(["Cancel requested", c.cancel.requested_at,
       [...actorOf(c.cancel.requested_by), extra ? ` ${extra}` : ""]]);
     if (c.cancel.acknowledged_at) steps.push(["Acknowledged", c.cancel.acknowledged_at, ["every pod stopped"]]);
+  }
+  if (c.pause) {
+    const p = c.pause;
+    steps.push([p.kind === "gate" ? "Halted by the gate" : "Pause requested", p.requested_at,
+      [...actorOf(p.requested_by), p.reason ? ` — “${p.reason}”` : ""]]);
+    if (p.settled_at) steps.push(["Paused", p.settled_at, ["every pod stopped; nothing in flight"]]);
+    if (p.resumed_at) steps.push(["Resumed", p.resumed_at, actorOf(p.resumed_by)]);
   }
   if (c.finished_at) steps.push(["Finished", c.finished_at, [c.status + (c.error ? `: ${c.error}` : "")]]);
   const rows = steps.map(([what, at, detail]) => h("li", { "data-step": what },

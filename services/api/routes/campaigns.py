@@ -21,6 +21,8 @@ from herald.contracts.http import (
     CorrectRequest,
     CorrectResult,
     ErrorResponse,
+    PauseRequest,
+    PauseResult,
     Preview,
     PreviewRequest,
     RetargetRequest,
@@ -48,6 +50,7 @@ from services.api.deps import (
     EditScheduled,
     FindCampaign,
     ListCampaigns,
+    PauseUseCase,
     PreviewMessage,
     SendTest,
     TestSends,
@@ -56,7 +59,7 @@ from services.api.deps import (
 from services.api.errors import ApiError, not_found
 from services.api.operator_log import OperatorLoggedRoute, log_detail, logged
 from services.api.streams import StreamLease
-from services.api.views import campaign_view, correct_result, view_of_test_send
+from services.api.views import campaign_view, correct_result, pause_info, view_of_test_send
 
 router = APIRouter(prefix="/v1/campaigns", tags=["campaigns"], route_class=OperatorLoggedRoute)
 Reader = Annotated[Caller, scoped(Scope.CAMPAIGNS_READ)]
@@ -186,13 +189,44 @@ async def cancel_campaign(
     return CancelResult(id=view.id, status=view.status, counts=view.counts, cancel=view.cancel)
 
 
+@router.post("/{campaign_id}/pause", response_model=PauseResult,
+             responses={202: {"model": PauseResult, "description": "Pods are stopping"}},
+             openapi_extra=logged("campaign.pause"))
+async def pause_campaign(campaign_id: CampaignId, pausing: PauseUseCase, response: Response,
+                         caller: Canceller, body: PauseRequest | None = None) -> PauseResult:
+    """Hold a sending campaign: every sender stops before its next FCM request, what was in
+    flight is recorded, and the chunks not sent are kept for ``resume``. 202 while pods
+    stop (``pause.settled_at`` null), 200 if it was paused already; 409 ``not_pausable``
+    unless it is ``in_progress``. Who may: the responder role and up, like a cancel."""
+    outcome = await pausing.request(campaign_id, body.reason if body else None, caller.actor,
+                                    broadcast=True)
+    return _paused(outcome.campaign, response, already=outcome.decision.value == "already")
+
+
+@router.post("/{campaign_id}/resume", response_model=PauseResult,
+             openapi_extra=logged("campaign.resume"))
+async def resume_campaign(campaign_id: CampaignId, pausing: PauseUseCase, response: Response,
+                          caller: Sender) -> PauseResult:
+    """Send the rest of a ``paused`` campaign: exactly the recipients not sent yet (409
+    ``not_paused`` otherwise). Who may: the operator role and up."""
+    return _paused(await pausing.resume(campaign_id, caller.actor), response, already=True)
+
+
+def _paused(campaign: Campaign, response: Response, *, already: bool) -> PauseResult:
+    response.status_code = 200 if already else 202
+    view = campaign_view(campaign)
+    return PauseResult(id=view.id, status=view.status, counts=view.counts,
+                       pause=pause_info(campaign.pause))
+
+
 @router.patch("/{campaign_id}", response_model=CampaignView,
               openapi_extra=logged("campaign.edit"))
 async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch, edit: EditScheduled,
                          caller: Sender) -> CampaignView:
     """Change the time or content of a campaign that is still ``scheduled`` or
-    ``awaiting_approval`` (else 409). A change of content, audience or options revokes its
-    approval: it waits ``awaiting_approval`` for a new one."""
+    ``awaiting_approval`` (else 409), or ``rate_per_s`` alone while it is pending, sending or
+    paused: every sender follows the new rate within a second. A change of content, audience
+    or options revokes its approval: it waits ``awaiting_approval`` for a new one."""
     updated = await edit(campaign_id, body, caller.actor)
     if updated is None:
         raise not_found(campaign_id)
