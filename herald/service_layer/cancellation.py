@@ -17,7 +17,9 @@ dispatchers' sweep finishes cancels whose last acknowledgement never comes (a po
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -47,6 +49,9 @@ FLAG_REFRESH_S = 1.0
 
 MAX_RACE_RETRIES = 5
 FINALIZER_LEASE = timedelta(seconds=30)
+PAUSED_CANCEL_WAIT_S = 5.0
+"""How long the cancel of a settled pause waits for a finisher that took the lease before it
+(its answer is then 200 ``cancelled``, not 202)."""
 
 FCM_REFUSED = Actor(id="herald:fcm", name="Herald (FCM refused the campaign)",
                     kind=ActorKind.SYSTEM)
@@ -149,8 +154,8 @@ class Cancellation:
         return updated
 
     async def _begin_cancel(self, campaign_id: str, record: CancelRecord,
-                            *, broadcast: bool, nothing_in_flight: bool = False
-                            ) -> Campaign | None:
+                            *, broadcast: bool, nothing_in_flight: bool = False,
+                            report: bool = True) -> Campaign | None:
         expected = () if nothing_in_flight else await stopping_pods(self._pods)
         record = replace(record, expected_pods=expected)
         updated = await self._stores.campaigns.begin_cancel(campaign_id, record)
@@ -161,7 +166,8 @@ class Cancellation:
             await self._broadcast(campaign_id, record)
         log.info("campaign %s cancelling; waiting for %s pods", campaign_id,
                  "unknown" if record.expected_pods is None else len(record.expected_pods))
-        self._report_decided(campaign_id)
+        if report:
+            self._report_decided(campaign_id)
         return updated
 
     async def _cancel_paused(self, campaign_id: str, record: CancelRecord,
@@ -169,10 +175,21 @@ class Cancellation:
         """A paused campaign whose pause settled has nothing in flight: nobody is waited for,
         and the cancel is finished here, before the caller is answered."""
         updated = await self._begin_cancel(campaign_id, record, broadcast=broadcast,
-                                           nothing_in_flight=True)
+                                           nothing_in_flight=True, report=False)
         if updated is None:
             return None
-        return await self.finish(campaign_id) or await self._stores.campaigns.get(campaign_id)
+        return await self.finish(campaign_id) or await self._finished_by_another(campaign_id)
+
+    async def _finished_by_another(self, campaign_id: str) -> Campaign | None:
+        """The campaign once the finisher that holds the lease (the dispatchers' sweep got
+        there first) has written its counts, or as it is after ``PAUSED_CANCEL_WAIT_S``."""
+        deadline = time.monotonic() + PAUSED_CANCEL_WAIT_S
+        latest = await self._stores.campaigns.get(campaign_id)
+        while (latest is not None and latest.status is Status.CANCELLING
+               and time.monotonic() < deadline):
+            await asyncio.sleep(0.05)
+            latest = await self._stores.campaigns.get(campaign_id)
+        return latest
 
     def _report_decided(self, campaign_id: str) -> None:
         """The decider's report to the finisher: with nobody to wait for (or only pods that
