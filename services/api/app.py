@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from herald import names
 from herald.adapters import fcm
@@ -33,6 +33,7 @@ from services.api.deps import AppServices
 from services.api.error_docs import document_errors
 from services.api.gate import AccessGate, RouteBudgets
 from services.api.limits import BodySizeLimit
+from services.api.query import known_query_only
 from services.api.readiness import Readiness
 from services.api.routes import (
     access,
@@ -81,7 +82,7 @@ def create_app(settings: Settings) -> FastAPI:
                   description=API_DESCRIPTION, docs_url=None, redoc_url=None)
     errors.install(app)
     for module in (devices, campaigns, audiences, schedules, access, ops):
-        app.include_router(module.router)
+        app.include_router(module.router, dependencies=[Depends(known_query_only)])
     console.mount(app)
     docs.mount(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.api_max_body_bytes)

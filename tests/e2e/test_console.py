@@ -486,7 +486,8 @@ def test_an_operator_pauses_a_rollout_in_its_hold_and_resumes_it(
 
     page.click("#resume")
     finished = admin.wait_finished(campaign_id, timeout_s=60)
+    # The campaign reaches every device of the module's stack (other tests add a few).
     assert finished["status"] == "completed"
-    assert finished["counts"]["sent"] == POPULATION
+    assert finished["counts"]["sent"] == finished["counts"]["targeted"] >= POPULATION
     expect(page.locator("#timeline li[data-step='Resumed']")).to_contain_text("marketing")
     expect(page.locator("#pause")).to_be_hidden()

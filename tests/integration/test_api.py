@@ -101,6 +101,18 @@ async def test_listing_pages_with_a_cursor_and_filters_by_status(api: httpx.Asyn
     assert [c["id"] for c in done["items"]] == [ids[0]]
 
 
+@pytest.mark.parametrize("path", ["/v1/campaigns", "/v1/schedules", "/v1/api-keys",
+                                  "/v1/operator-log", "/v1/pods"])
+async def test_an_unknown_query_parameter_is_a_422_naming_it(api: httpx.AsyncClient,
+                                                              path: str) -> None:
+    """A misspelt filter must not answer as if there were none (the whole list)."""
+    answer = await api.get(path, params={"stauts": "failed"})
+    assert answer.status_code == 422, answer.text
+    assert error_code(answer) == "unknown_query_parameter"
+    assert answer.json()["error"]["details"] == [{"loc": ["query", "stauts"]}]
+    assert (await api.get(path)).status_code == 200
+
+
 async def test_a_retried_create_with_the_same_idempotency_key_returns_the_first_campaign(
         api: httpx.AsyncClient, db: Database) -> None:
     headers = {"Idempotency-Key": "order-42"}
