@@ -19,7 +19,8 @@ status:
 	@$(BIN)/python -m devstack status
 
 test: install services lint  ## lint and types, then the whole suite: unit, integration, end to end
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -n 2 tests/unit tests/deploy tests/integration
+	$(BIN)/python -m pytest tests/e2e
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit
