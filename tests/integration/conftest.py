@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from faststream.rabbit import RabbitBroker
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 
@@ -20,7 +21,7 @@ from devstack.isolation import VhostPool, guest_url
 from devstack.processes import free_port
 from devstack.stack import Stack, StackConfig
 from fcm_emulator.client import EmulatorClient
-from herald.adapters import mongo
+from herald.adapters import mongo, rabbit
 from herald.adapters import redis as redis_adapter
 from herald.adapters.mongo import Database, Document
 from herald.domain.access import new_token
@@ -186,3 +187,13 @@ def silent_broker() -> Iterator[int]:
     for connection in held:
         connection.close()
     server.close()
+
+
+@pytest.fixture
+async def broker(broker_settings: Settings) -> AsyncIterator[RabbitBroker]:
+    """A connected broker client with Herald's topology declared, in the test's vhost."""
+    connected = rabbit.make_broker(broker_settings)
+    await connected.connect()
+    await rabbit.declare_topology(connected)
+    yield connected
+    await connected.stop()

@@ -183,15 +183,6 @@ async def test_a_campaign_awaiting_approval_is_cancelled_at_once_without_one(
     assert (late.status_code, error_code(late)) == (409, "not_awaiting_approval")
 
 
-@pytest.fixture
-async def broker(broker_settings: Settings) -> AsyncIterator[RabbitBroker]:
-    connected = rabbit.make_broker(broker_settings)
-    await connected.connect()
-    await rabbit.declare_topology(connected)
-    yield connected
-    await connected.stop()
-
-
 async def test_a_schedule_s_large_run_waits_for_a_key_other_than_the_schedule_s(
         approving_app: FastAPI, admin: httpx.AsyncClient, keys: dict[str, str],
         broker: RabbitBroker) -> None:

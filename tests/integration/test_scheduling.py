@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from faststream.rabbit import RabbitBroker
 
 from herald import names
@@ -22,20 +20,10 @@ from herald.domain.status import Status
 from herald.service_layer.campaigns import CampaignCreator
 from herald.service_layer.ports import Stores
 from herald.service_layer.scheduling import SchedulerPolicy, Scheduling, new_schedule
-from herald.settings import Settings
 from tests.factories import insert
 from tests.support import eventually
 
 TEMPLATE = {"title": "Weekly digest", "body": "Your week", "data": {}, "name": "digest"}
-
-
-@pytest.fixture
-async def broker(broker_settings: Settings) -> AsyncIterator[RabbitBroker]:
-    connected = rabbit.make_broker(broker_settings)
-    await connected.connect()
-    await rabbit.declare_topology(connected)
-    yield connected
-    await connected.stop()
 
 
 def replicas(stores: Stores, broker: RabbitBroker, count: int, grace_s: float = 60.0,
