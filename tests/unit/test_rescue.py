@@ -9,6 +9,7 @@ import pytest
 
 from herald.clock import utcnow
 from herald.domain.messages import SendChunk
+from herald.domain.rollout import RolloutProgress
 from herald.domain.status import Status
 from herald.service_layer.ports import Stores
 from herald.service_layer.sending.rescue import rescue_chunks_of_dead_senders
@@ -87,3 +88,15 @@ async def any_chunk(stores: Stores) -> SendChunk:
     chunk = await stores.chunks.get(campaign.id, 0)
     assert chunk is not None
     return SendChunk(campaign_id=campaign.id, seq=0, recipients=list(chunk.recipients))
+
+
+async def test_a_rollout_s_chunk_whose_wave_is_sent_waits_for_the_next_wave(
+        stores: Stores, registry: FakeRegistry, bus: FakeBus) -> None:
+    """During a hold every chunk is pending and unclaimed: not lost, only waiting; opening the
+    next wave offers it. A chunk whose open wave is not sent yet is still rescued."""
+    campaign = await sending_campaign(stores, [["a"], ["b"]], rollout_progress=RolloutProgress(
+        wave=0, hold_until=utcnow()))
+    await stores.chunks.mark_wave_sent(campaign.id, 0, 0)
+    bus.delivered = len(bus.chunks)  # nothing ready in the queue
+    offered = await rescue(stores, registry, bus, later_s=OFFER_AGAIN_AFTER.total_seconds() + 1)
+    assert offered == 1 and [c.seq for c in bus.chunks] == [1]

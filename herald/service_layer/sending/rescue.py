@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from herald.domain.documents import ChunkState
+from herald.domain.documents import Campaign, ChunkState
 from herald.domain.messages import SendChunk
 from herald.domain.status import ACTIVE
 from herald.service_layer.ports import Bus, CampaignRepository, ChunkRepository, PodRegistry
@@ -41,11 +41,21 @@ async def rescue_chunks_of_dead_senders(campaigns: CampaignRepository, chunks: C
     for status in sorted(ACTIVE):
         for campaign in await campaigns.with_status(status):
             for state in await chunks.pending(campaign.id):
+                if _waits_for_its_wave(campaign, state):
+                    continue
                 why = _stuck(state, live, nothing_ready, now - offer_again_after)
                 if why and await chunks.mark_rescued(state, now,
                                                      not_since=now - offer_again_after):
                     offered += await _offer(chunks, bus, state, why)
     return offered
+
+
+def _waits_for_its_wave(campaign: Campaign, state: ChunkState) -> bool:
+    """An unclaimed chunk of a staged rollout whose open wave is sent: it waits, pending, for
+    the next wave, which offers it again (``offers.py``); it is not lost."""
+    progress = campaign.rollout_progress
+    return (state.owner is None and progress is not None
+            and state.wave_sent >= progress.wave)
 
 
 def _stuck(state: ChunkState, live: set[str], nothing_ready: bool,
