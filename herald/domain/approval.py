@@ -28,13 +28,16 @@ def needs_approval(audience_size: int, min_audience: int | None) -> bool:
 
 
 def approval_digest(campaign: Campaign) -> str:
-    """SHA-256 of what an approval is bound to: content (title, body, data, image, options),
-    audience or follow-up source, replacement key, chunk size and rate cap; not the name or
-    the time."""
+    """SHA-256 of what an approval is bound to: content (title, body, data, image, options,
+    translations), audience or follow-up source, replacement key, chunk size, rate cap and
+    staged rollout; not the name or the time."""
     content = campaign.content
     bound: dict[str, Any] = {
         "title": content.title, "body": content.body, "data": content.data,
         "image_url": content.image_url,
+        "translations": {tag: translation.model_dump(mode="json")
+                         for tag, translation in content.translations.items()},
+        "rollout": asdict(campaign.rollout) if campaign.rollout else None,
         "options": content.options.model_dump(mode="json") if content.options else None,
         "audience": campaign.audience.model_dump(mode="json") if campaign.audience else None,
         "follow_up": asdict(campaign.follow_up) if campaign.follow_up else None,

@@ -29,7 +29,7 @@ from herald.domain.rollout import (
     sent_and_failed,
     trips,
 )
-from herald.domain.status import Status
+from herald.domain.status import PauseDecision, Status
 from herald.service_layer.access import OperatorLog
 from herald.service_layer.offers import offer_pending, open_next_wave
 from herald.service_layer.pausing import CannotPause, Pausing
@@ -106,7 +106,7 @@ class RolloutDriver:
                                                   broadcast=True, kind=PauseKind.GATE)
         except CannotPause:
             return  # cancelled or finished meanwhile
-        if outcome.decision.value != "already":
+        if outcome.decision is not PauseDecision.ALREADY:
             log.warning("campaign %s halted by its rollout's gate: %s", campaign.id, reason)
             await self._operator_log.record(
                 actor=ROLLOUT_GATE, action="campaign.halt", status_code=202,

@@ -119,6 +119,8 @@ class TestSender:
         audience = Audience(user_ids=list(user_ids), push_enabled=None)
         streamed = [recipient.token
                     async for _, recipient in self._devices.stream(audience, None, None)]
+        if len(streamed) > MAX_TEST_DEVICES:  # before reading each device
+            raise TooManyDevices(len(streamed))
         found = [d for d in await asyncio.gather(*(self._devices.find_by_token(t)
                                                    for t in streamed)) if d is not None]
         seen = {d.user_id for d in found}

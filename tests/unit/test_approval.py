@@ -25,6 +25,8 @@ from herald.domain.approval import (
 from herald.domain.audience import Audience
 from herald.domain.documents import Approval, Campaign, CampaignContent
 from herald.domain.payload import SendOptions
+from herald.domain.rendering import Translation
+from herald.domain.rollout import Rollout, RolloutWave
 from herald.domain.status import Status, Transition
 from herald.service_layer.approval import ApprovalGate, ApprovalRefused, approve
 from herald.service_layer.campaigns import CampaignCreator, FollowUpAudience, edit_scheduled
@@ -83,6 +85,9 @@ def test_the_digest_binds_content_audience_and_options_not_name_or_time() -> Non
         replace(base, replace_key="other-key"),
         replace(base, chunk_size=100),
         replace(base, rate_per_s=10),
+        replace(base, content=replace(base.content, translations={
+            "es": Translation(title="Hola", body="Estamos en vivo")})),
+        replace(base, rollout=Rollout(waves=(RolloutWave(1, 60), RolloutWave(100)))),
     ]
     assert {approval_digest(c) for c in same} == {approval_digest(base)}
     digests = [approval_digest(c) for c in changed]

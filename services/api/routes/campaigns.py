@@ -33,7 +33,7 @@ from herald.contracts.http import (
 from herald.domain.access import Scope
 from herald.domain.approval import Refusal
 from herald.domain.documents import Campaign, Outcome
-from herald.domain.status import Status
+from herald.domain.status import PauseDecision, Status
 from herald.domain.types import OBJECT_ID_PATTERN
 from herald.observability import API_REFUSED
 from herald.service_layer.approval import ApprovalRefused
@@ -200,7 +200,7 @@ async def pause_campaign(campaign_id: CampaignId, pausing: PauseUseCase, respons
     unless it is ``in_progress``. Who may: the responder role and up, like a cancel."""
     outcome = await pausing.request(campaign_id, body.reason if body else None, caller.actor,
                                     broadcast=True)
-    return _paused(outcome.campaign, response, already=outcome.decision.value == "already")
+    return _paused(outcome.campaign, response, already=outcome.decision is PauseDecision.ALREADY)
 
 
 @router.post("/{campaign_id}/resume", response_model=PauseResult,
