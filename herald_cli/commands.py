@@ -27,7 +27,7 @@ from __future__ import annotations
 import getpass
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, NoReturn
@@ -389,54 +389,48 @@ def _follow_up(target: Endpoint, campaign_id: str, action: str, payload: dict[st
     return answer
 
 
-@campaigns.command("retarget")
-def retarget(
-    campaign_id: str,
-    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
-    title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
-    image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
-    translations: TranslationsOption = None,
-) -> None:
-    """Send a follow-up to exactly the recipients a finished campaign did not reach."""
-    created = _follow_up(Endpoint(api, api_key), campaign_id, "retarget",
-                         _follow_up_body(title, body, data, image_url, translations), idempotency_key)
-    console.print(created["id"])
+def _print_created(answer: dict[str, Any]) -> None:
+    console.print(answer["id"])
 
 
-@campaigns.command("amend")
-def amend(
-    campaign_id: str,
-    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
-    title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
-    image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
-    translations: TranslationsOption = None,
-) -> None:
-    """Replace a finished campaign's notification on every device FCM accepted it for."""
-    created = _follow_up(Endpoint(api, api_key), campaign_id, "amend",
-                         _follow_up_body(title, body, data, image_url, translations), idempotency_key)
-    console.print(created["id"])
-
-
-@campaigns.command("correct")
-def correct(
-    campaign_id: str,
-    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
-    title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
-    image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
-    translations: TranslationsOption = None,
-) -> None:
-    """Correct a finished campaign: a new notification to its unsent recipients and a
-    replacement to its sent ones, in one call; prints both follow-ups."""
-    result = _follow_up(Endpoint(api, api_key), campaign_id, "correct",
-                        _follow_up_body(title, body, data, image_url, translations), idempotency_key)
+def _print_correction(answer: dict[str, Any]) -> None:
     for half, meaning in (("retarget", "new notification to the unsent"),
                           ("amend", "replacement for the sent")):
-        made = result[half]
+        made = answer[half]
         if made is None:
             console.print(f"{half:<8} none: nobody in that group", highlight=False)
         else:
             console.print(f"{half:<8} {made['id']}  {made['expected']:>8} recipients  "
                           f"({meaning})", highlight=False)
+
+
+def _follow_up_command(action: str, summary: str,
+                       show: Callable[[dict[str, Any]], None]) -> None:
+    """``herald campaigns <action>``: the three follow-ups take the same options (typer reads
+    them from the signature) and differ in the endpoint and what they print."""
+    @campaigns.command(action, help=summary)
+    def follow_up(
+        campaign_id: str,
+        api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
+        title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
+        image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
+        translations: TranslationsOption = None,
+    ) -> None:
+        show(_follow_up(Endpoint(api, api_key), campaign_id, action,
+                        _follow_up_body(title, body, data, image_url, translations),
+                        idempotency_key))
+
+
+_follow_up_command(
+    "retarget", "Send a follow-up to exactly the recipients a finished campaign did not reach.",
+    _print_created)
+_follow_up_command(
+    "amend", "Replace a finished campaign's notification on every device FCM accepted it for.",
+    _print_created)
+_follow_up_command(
+    "correct", "Correct a finished campaign: a new notification to its unsent recipients and a "
+               "replacement to its sent ones, in one call; prints both follow-ups.",
+    _print_correction)
 
 
 @audiences.command("estimate")
