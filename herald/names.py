@@ -15,7 +15,19 @@ DISPATCH_QUEUE = "herald.dispatch"
 """Work queue of campaigns ready to be paged into chunks (a wake-up hint; MongoDB holds the truth)."""
 
 CHUNKS_QUEUE = "herald.chunks"
-"""Work queue of chunk messages, consumed by senders."""
+"""Work queue of the ``standard`` lane's chunk messages, consumed by senders."""
+URGENT_CHUNKS_QUEUE = "herald.chunks.urgent"
+"""The ``urgent`` lane's chunks: consumed on a channel of their own, started first."""
+BULK_CHUNKS_QUEUE = "herald.chunks.bulk"
+"""The ``bulk`` lane's chunks."""
+PACED_CHUNKS_QUEUE = "herald.chunks.paced"
+"""Chunks of capped campaigns (standard and bulk): held by senders while they wait for their
+campaign's rate, with a prefetch of their own, so they never take a place another campaign
+needs (``herald/domain/lanes.py``)."""
+
+CHUNK_QUEUES = {"urgent": URGENT_CHUNKS_QUEUE, "standard": CHUNKS_QUEUE,
+                "bulk": BULK_CHUNKS_QUEUE, "paced": PACED_CHUNKS_QUEUE}
+"""The chunk queue of each route (``herald.domain.lanes.Route``)."""
 
 DEAD_LETTER_EXCHANGE = "herald.dead-letter"
 """Direct exchange receiving rejected messages, routed by the kind of message."""
@@ -49,6 +61,8 @@ TEST_SENDS = "test_sends"
 
 FLEET_RATE_BUCKET = "fcm"
 """Scope of the fleet-wide FCM token bucket (``RedisKeys.rate_bucket``)."""
+BULK_RATE_BUCKET = "fcm-bulk"
+"""Scope of the ``bulk`` lane's share of the FCM rate (the rest is kept for urgent sends)."""
 
 
 # --- Redis keys -----------------------------------------------------------------------------------

@@ -148,12 +148,25 @@ class Settings(BaseSettings):
     fcm_timeout_s: PositiveFloat = 10.0
     fcm_max_retries: int = Field(default=5, ge=0)
     fcm_rate_per_min: PositiveInt = 600_000
+    fcm_rate_per_s: PositiveFloat | None = None
+    """The project's FCM rate per second; when set it replaces ``fcm_rate_per_min``."""
+    urgent_reserve_share: float = Field(default=0.2, ge=0, lt=1)
+    """The share of the project's FCM rate never given to the ``bulk`` lane."""
+    urgent_roles: str = "operator,admin"
+    """Roles whose keys may send in the ``urgent`` lane (comma-separated)."""
+    sender_paced_prefetch: PositiveInt = 256
+    """Chunks of capped campaigns a sender holds at once (each waits for its campaign's rate)."""
     chunk_max_attempts: PositiveInt = 5
     chunk_budget_s: PositiveFloat = 300.0
 
     # Dispatcher tuning.
     dispatcher_prefetch: PositiveInt = 10
     dispatch_max_queued_chunks: PositiveInt = 64
+    dispatch_campaign_window: PositiveInt = 12
+    """Chunks of one uncapped campaign on offer at once (published, not closed): enough to keep
+    the senders busy alone, few enough that no other campaign waits behind many of them."""
+    dispatch_max_campaigns: PositiveInt = 256
+    """Campaigns one dispatcher pages at once (urgent ones are always taken on top)."""
 
     # Coordination.
     start_timeout_s: PositiveFloat = 60.0
@@ -172,6 +185,24 @@ class Settings(BaseSettings):
     # Scheduler.
     scheduler_poll_s: PositiveFloat = 0.5
     misfire_grace_s: PositiveFloat = 300.0
+
+    @property
+    def project_rate_per_s(self) -> float:
+        """The project's FCM rate: ``HERALD_FCM_RATE_PER_S``, else ``HERALD_FCM_RATE_PER_MIN``/60."""
+        return self.fcm_rate_per_s if self.fcm_rate_per_s is not None else self.fcm_rate_per_min / 60
+
+    @property
+    def urgent_role_names(self) -> frozenset[str]:
+        return frozenset(role.strip() for role in self.urgent_roles.split(",") if role.strip())
+
+    @field_validator("urgent_roles")
+    @classmethod
+    def _known_roles(cls, value: str) -> str:
+        known = {"viewer", "responder", "operator", "ingest", "admin"}
+        unknown = sorted({r.strip() for r in value.split(",") if r.strip()} - known)
+        if unknown:
+            raise ValueError(f"unknown roles {unknown}; roles are {sorted(known)}")
+        return value
 
     @field_validator("mongodb_url")
     @classmethod

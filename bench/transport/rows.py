@@ -242,7 +242,7 @@ class HeraldWindow:
 
         while time.perf_counter() < self._deadline:
             await self._window.send(self._template, self._targets, may_start=self._before_deadline,
-                                    cancelled=self._cancelled, campaign_bucket=None, record=record)
+                                    cancelled=self._cancelled, record=record)
         return sent
 
     async def _before_deadline(self) -> bool:

@@ -22,6 +22,7 @@ from herald.adapters.records import from_bson, maybe, object_id, to_bson
 from herald.clock import utcnow
 from herald.domain.access import Actor
 from herald.domain.documents import Approval, Campaign, CampaignCounts, CancelRecord, PauseRecord
+from herald.domain.lanes import Lane
 from herald.domain.rollout import RolloutProgress
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
@@ -65,7 +66,8 @@ class CampaignStore:
             query["_id"] = {"$lt": object_id(before)}
         return await self._find(query, sort=("_id", DESCENDING), limit=limit)
 
-    async def with_status(self, status: Status, limit: int = 100) -> list[Campaign]:
+    async def with_status(self, status: Status, limit: int = 0) -> list[Campaign]:
+        """Every campaign of ``status``, oldest first (``limit``: at most that many)."""
         return await self._find({"status": status.value}, sort=("_id", 1), limit=limit)
 
     async def transition(self, campaign_id: str, transition: Transition, now: datetime, *,
@@ -179,13 +181,18 @@ class CampaignStore:
     # --- dispatch: claims, leases, checkpoints ---------------------------------------------------
     async def claim_for_dispatch(self, campaign_id: str | None, pod_id: str, now: datetime,
                                  lease_until: datetime) -> Campaign | None:
-        """Take a pending campaign, or one whose dispatcher's lease ran out, for paging."""
-        lease = {"dispatch.owner": pod_id, "dispatch.lease_until": lease_until}
-        target: Document = {}
+        """Take a pending campaign, or one whose dispatcher's lease ran out, for paging: that
+        one, or any (an urgent one first, then the oldest)."""
         if campaign_id is not None:
-            target["_id"] = object_id(campaign_id)
-            if target["_id"] is None:
-                return None
+            target = object_id(campaign_id)
+            return None if target is None else await self._claim({"_id": target}, pod_id, now,
+                                                                 lease_until)
+        urgent = await self._claim({"lane": Lane.URGENT.value}, pod_id, now, lease_until)
+        return urgent or await self._claim({}, pod_id, now, lease_until)
+
+    async def _claim(self, target: Document, pod_id: str, now: datetime,
+                     lease_until: datetime) -> Campaign | None:
+        lease = {"dispatch.owner": pod_id, "dispatch.lease_until": lease_until}
         fresh = await self._campaigns.find_one_and_update(
             {**target, "status": {"$in": [s.value for s in sources_for(Transition.CLAIM)]},
              "due_at": {"$lte": now}},
@@ -207,7 +214,7 @@ class CampaignStore:
             {"$set": {"dispatch.lease_until": lease_until}})
         return result.modified_count == 1
 
-    async def paging(self, limit: int = 100) -> list[Campaign]:
+    async def paging(self, limit: int = 0) -> list[Campaign]:
         """Campaigns whose dispatcher is (or should be) paging them."""
         return await self._find({"status": Status.IN_PROGRESS.value, "dispatch.done": False},
                                 limit=limit)
@@ -222,12 +229,12 @@ class CampaignStore:
              "$inc": {"dispatch.takeovers": 1}},
             return_document=ReturnDocument.AFTER))
 
-    async def paged_and_open(self, limit: int = 100) -> list[Campaign]:
+    async def paged_and_open(self, limit: int = 0) -> list[Campaign]:
         """Campaigns fully paged but not finished: where a lost chunk count would show."""
         return await self._find({"status": Status.IN_PROGRESS.value, "dispatch.done": True},
                                 limit=limit)
 
-    async def stuck_finalizing(self, older_than: datetime, limit: int = 100) -> list[Campaign]:
+    async def stuck_finalizing(self, older_than: datetime, limit: int = 0) -> list[Campaign]:
         """Campaigns left ``finalizing`` by a pod that died while writing the final counts."""
         return await self._find({"status": Status.FINALIZING.value,
                                  "updated_at": {"$lt": older_than}}, limit=limit)

@@ -27,6 +27,7 @@ from faststream.rabbit.schemas.queue import ClassicQueueArgs, QuorumQueueArgs
 from pydantic import BaseModel, ValidationError
 
 from herald import names
+from herald.domain.lanes import Route
 from herald.domain.messages import CancelCampaign, DispatchCampaign, SendChunk
 from herald.settings import Settings
 
@@ -54,7 +55,10 @@ def _work_queue(name: str, dead_letter_key: str) -> RabbitQueue:
     return RabbitQueue(name, queue_type=QueueType.QUORUM, durable=True, arguments=arguments)
 
 
-CHUNKS_QUEUE = _work_queue(names.CHUNKS_QUEUE, names.DEAD_CHUNKS_ROUTING_KEY)
+CHUNK_QUEUES = {Route(route): _work_queue(name, names.DEAD_CHUNKS_ROUTING_KEY)
+                for route, name in names.CHUNK_QUEUES.items()}
+"""One work queue per route: a lane's chunks, and the capped campaigns' (``paced``)."""
+CHUNKS_QUEUE = CHUNK_QUEUES[Route.STANDARD]
 DISPATCH_QUEUE = _work_queue(names.DISPATCH_QUEUE, names.DEAD_MESSAGES_ROUTING_KEY)
 DEAD_CHUNKS_QUEUE = RabbitQueue(
     names.DEAD_CHUNKS_QUEUE, queue_type=QueueType.QUORUM, durable=True,
@@ -179,7 +183,8 @@ async def declare_topology(broker: RabbitBroker) -> None:
     for queue in (DEAD_CHUNKS_QUEUE, DEAD_MESSAGES_QUEUE):
         declared = await broker.declare_queue(queue)
         await declared.bind(dead_letters, routing_key=queue.routing_key)
-    await broker.declare_queue(CHUNKS_QUEUE)
+    for queue in CHUNK_QUEUES.values():
+        await broker.declare_queue(queue)
     await broker.declare_queue(DISPATCH_QUEUE)
 
 
@@ -190,19 +195,20 @@ class RabbitBus:
         self._broker = broker
 
     async def send_chunk(self, message: SendChunk) -> None:
+        """Publish a chunk to its route's queue."""
         # Absent fields left out: a plain campaign's recipients stay ``token`` and ``user_id``.
         body = message.model_dump_json(exclude_none=True).encode()
-        await self._broker.publish(body, queue=CHUNKS_QUEUE, persist=True,
+        await self._broker.publish(body, queue=CHUNK_QUEUES[message.queue_route], persist=True,
                                    content_type="application/json")
 
-    async def chunks_ready(self) -> int:
-        """Chunk messages waiting in ``herald.chunks``, ready and not yet delivered to a sender.
+    async def chunks_ready(self, route: Route = Route.STANDARD) -> int:
+        """Chunk messages waiting in ``route``'s queue, ready and not yet delivered to a sender.
 
         Read from the broker's answer to a (re)declare of the queue: current to the message,
         unlike ``rabbitmqctl list_queues`` and the management API, which lag by seconds for
         quorum queues.
         """
-        queue = await self._broker.declare_queue(CHUNKS_QUEUE)
+        queue = await self._broker.declare_queue(CHUNK_QUEUES[route])
         declared = await queue.declare()
         return int(declared.message_count or 0)
 

@@ -17,6 +17,7 @@ from enum import StrEnum
 from redis.asyncio import Redis
 
 from herald import names
+from herald.domain.lanes import Lane
 from herald.names import RedisKeys
 from herald.observability import RATE_LIMIT_WAIT_SECONDS
 
@@ -113,14 +114,29 @@ async def _sleep_unless(stop: asyncio.Event | None, seconds: float) -> None:
 
 
 class RedisRateLimits:
-    """The project-wide FCM bucket, plus one bucket per campaign that asks for its own cap."""
+    """The project-wide FCM bucket, the ``bulk`` lane's share of it, and one bucket per campaign
+    that asks for its own cap.
 
-    def __init__(self, redis: Redis, keys: RedisKeys, project_rate_per_min: int) -> None:
+    Every request takes a token of the project's bucket, so the fleet never exceeds
+    ``project_rate_per_s`` in sum. A ``bulk`` request first takes one of the bulk bucket, which
+    refills at ``(1 - urgent_reserve_share)`` of the project's rate: however much bulk wants, that
+    share of the quota is left for the other lanes, and an urgent send finds room at once."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys, project_rate_per_s: float,
+                 urgent_reserve_share: float = 0.0) -> None:
         self._redis = redis
         self._keys = keys
         self.project = TokenBucket(redis, keys.rate_bucket(names.FLEET_RATE_BUCKET),
-                                   project_rate_per_min / 60)
+                                   project_rate_per_s)
+        self._bulk = TokenBucket(redis, keys.rate_bucket(names.BULK_RATE_BUCKET),
+                                 project_rate_per_s * (1 - urgent_reserve_share))
+        self._lanes: dict[Lane, tuple[TokenBucket, ...]] = {
+            Lane.URGENT: (self.project,), Lane.STANDARD: (self.project,),
+            Lane.BULK: (self._bulk, self.project) if urgent_reserve_share else (self.project,)}
         self._campaigns: dict[str, TokenBucket] = {}
+
+    def for_lane(self, lane: Lane) -> tuple[TokenBucket, ...]:
+        return self._lanes[lane]
 
     def for_campaign(self, campaign_id: str, rate_per_s: int | None) -> TokenBucket | None:
         if rate_per_s is None:

@@ -13,6 +13,7 @@ from pydantic import AnyHttpUrl, AwareDatetime, BaseModel, ConfigDict, Field, mo
 
 from herald.domain.access import ActorKind, LogOutcome, Role
 from herald.domain.audience import Audience, Platform
+from herald.domain.lanes import Lane
 from herald.domain.locales import LanguageTag
 from herald.domain.payload import (
     LONGEST_DEFAULT_KEY,
@@ -198,6 +199,11 @@ class KeyedContent(Content):
         return self.replace_key
 
 
+LANE = ("Which campaigns go first when several send at once: `urgent` (an outage notice, a "
+        "security alert: before everything, with a share of FCM's rate kept for it; needs the "
+        "`urgent` permission), `standard` (the default), `bulk` (what the others leave)")
+
+
 class CampaignTemplate(Content):
     """What a campaign sends, and to whom: a campaign's body, or each run of a schedule."""
 
@@ -206,6 +212,7 @@ class CampaignTemplate(Content):
     chunk_size: int = Field(default=DEFAULT_CHUNK_SIZE, ge=1, le=5000)
     rate_per_s: int | None = Field(default=None, gt=0, le=1_000_000,
                                    description="Optional cap for this campaign alone")
+    lane: Lane = Field(default=Lane.STANDARD, description=LANE)
 
 
 MAX_WAVES = 20
@@ -581,6 +588,7 @@ class CampaignView(BaseModel):
     pause: PauseInfo | None = Field(default=None, description="The latest pause, if any")
     rollout: RolloutView | None = Field(default=None, description="Its staged rollout, if any")
     rate_per_s: int | None = Field(default=None, description="The campaign's own rate cap")
+    lane: Lane = Field(default=Lane.STANDARD, description=LANE)
     schedule_id: str | None
     local_time: dict[str, Any] | None = Field(
         default=None, description="Per-device local-time delivery: the wall clock and default zone")
@@ -654,6 +662,7 @@ class RetargetRequest(Strict):
                                   "device the new content")
     name: str | None = Field(default=None, max_length=200)
     chunk_size: int | None = Field(default=None, ge=1, le=5000)
+    lane: Lane | None = Field(default=None, description="Omitted: the original's lane. " + LANE)
 
 
 class AmendRequest(RetargetRequest):

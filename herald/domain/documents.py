@@ -22,7 +22,8 @@ from typing import Any
 
 from herald.domain.access import Actor
 from herald.domain.audience import Audience
-from herald.domain.messages import ProfileNeed, Recipient
+from herald.domain.lanes import Lane, Route, chunk_route
+from herald.domain.messages import ProfileNeed, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.payload import SendOptions, replace_key_for
 from herald.domain.rendering import Translation, profile_need
@@ -233,6 +234,8 @@ class Campaign:
     follow_up: FollowUp | None = None
     chunk_size: int = 500
     rate_per_s: int | None = None
+    lane: Lane = Lane.STANDARD
+    """Which campaigns go first when several send at once (``domain/lanes.py``)."""
     counts: CampaignCounts = CampaignCounts()
     progress: Progress = Progress()
     dispatch: Dispatch = Dispatch()
@@ -277,6 +280,17 @@ class Campaign:
         """Paging is over and every published chunk is closed for good."""
         return self.dispatch.done and (
             self.progress.chunks_done >= self.progress.chunks_published)
+
+    @property
+    def route(self) -> Route:
+        """The queue its chunks wait in (``herald/domain/lanes.py``)."""
+        return chunk_route(self.lane, self.rate_per_s)
+
+    def chunk_message(self, seq: int, recipients: Sequence[Recipient]) -> SendChunk:
+        """The message that offers its chunk ``seq`` to the senders, on its route."""
+        route = self.route
+        return SendChunk(campaign_id=self.id, seq=seq, recipients=list(recipients),
+                         route=None if route is Route.STANDARD else route)
 
     @property
     def sent_with_key(self) -> str:

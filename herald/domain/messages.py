@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from herald.domain.lanes import Route
 from herald.domain.types import ObjectIdStr, UserId
 
 
@@ -114,3 +115,10 @@ class SendChunk(BaseModel):
     campaign_id: ObjectIdStr
     seq: int = Field(ge=0)
     recipients: list[Recipient] = Field(min_length=1, max_length=10_000)
+    route: Route | None = None
+    """The queue it waits in (``herald.domain.lanes.chunk_route``); None: ``standard``. A chunk
+    handed back or offered again goes to the same queue."""
+
+    @property
+    def queue_route(self) -> Route:
+        return self.route or Route.STANDARD

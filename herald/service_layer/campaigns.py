@@ -27,6 +27,7 @@ from herald.domain.documents import (
     LocalTime,
     new_id,
 )
+from herald.domain.lanes import Lane
 from herald.domain.rollout import HaltWhen, Rollout, RolloutProgress, RolloutWave
 from herald.domain.status import EDITABLE, TERMINAL, Status, Transition, apply
 from herald.domain.timing import AmbiguousTime, first_instant_anywhere, to_utc
@@ -146,13 +147,14 @@ def new_campaign(*, content: CampaignContent, name: str | None, audience: Audien
                  due_at: datetime, now: datetime, source: str, schedule_id: str | None = None,
                  local_time: LocalTime | None = None, run_key: str | None = None,
                  replace_key: str | None = None, created_by: Actor | None = None,
-                 rollout: Rollout | None = None) -> Campaign:
+                 rollout: Rollout | None = None, lane: Lane = Lane.STANDARD) -> Campaign:
     """A fresh campaign, ``scheduled`` if ``due_at`` is in the future, else ``pending``;
     ``replace_key`` is the key it names (None: the one derived from its id)."""
     return Campaign(
         id=new_id(), status=Status.SCHEDULED if due_at > now else Status.PENDING,
         content=content, name=name, audience=audience, follow_up=follow_up,
-        chunk_size=chunk_size, rate_per_s=rate_per_s, source=source, schedule_id=schedule_id,
+        chunk_size=chunk_size, rate_per_s=rate_per_s, lane=lane, source=source,
+        schedule_id=schedule_id,
         local_time=local_time, run_key=run_key, replace_key=replace_key,
         created_by=created_by, created_at=now, updated_at=now, due_at=due_at,
         rollout=rollout, rollout_progress=RolloutProgress() if rollout else None)
@@ -259,7 +261,7 @@ class CampaignCreator:
             follow_up=None, chunk_size=request.chunk_size, rate_per_s=request.rate_per_s,
             due_at=_due_at(request, now), now=now, source="api",
             local_time=_local_time(request), replace_key=request.replace_key, created_by=by,
-            rollout=rollout_of(request.rollout))
+            rollout=rollout_of(request.rollout), lane=request.lane)
         if idempotency_key is not None:
             earlier = await self._earlier_campaign(f"{by.id}:{idempotency_key}",
                                                    fingerprint(request), campaign)
@@ -367,7 +369,7 @@ class CampaignCreator:
             audience=None, follow_up=FollowUp(parent.id, of),
             chunk_size=request.chunk_size or parent.chunk_size, rate_per_s=parent.rate_per_s,
             due_at=now, now=now, source=source, schedule_id=parent.schedule_id,
-            replace_key=parent.sent_with_key, created_by=by)
+            replace_key=parent.sent_with_key, created_by=by, lane=request.lane or parent.lane)
         campaign = await self.held_if_large(campaign, FOLLOW_UP_SIZES[of](parent.counts))
         if idempotency_key is not None:
             # Scoped to the action, the original and the key: never equal to a creation's key.

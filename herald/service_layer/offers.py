@@ -5,21 +5,19 @@ from __future__ import annotations
 
 from herald.clock import utcnow
 from herald.domain.documents import Campaign
-from herald.domain.messages import SendChunk
 from herald.domain.rollout import RolloutProgress
 from herald.service_layer.ports import Bus, CampaignRecords
 
 
-async def offer_pending(stores: CampaignRecords, bus: Bus, campaign_id: str) -> int:
-    """Publish every chunk of the campaign not closed yet; how many. A copy that meets an older
-    one is only acknowledged (the chunk is held or closed by then), and a sender skips what was
-    recorded, so nobody is sent twice."""
+async def offer_pending(stores: CampaignRecords, bus: Bus, campaign: Campaign) -> int:
+    """Publish every chunk of the campaign not closed yet, on its route; how many. A copy that
+    meets an older one is only acknowledged (the chunk is held or closed by then), and a sender
+    skips what was recorded, so nobody is sent twice."""
     offered = 0
-    for state in await stores.chunks.pending(campaign_id):
-        chunk = await stores.chunks.get(campaign_id, state.seq)
+    for state in await stores.chunks.pending(campaign.id):
+        chunk = await stores.chunks.get(campaign.id, state.seq)
         if chunk is not None:
-            await bus.send_chunk(SendChunk(campaign_id=campaign_id, seq=state.seq,
-                                           recipients=list(chunk.recipients)))
+            await bus.send_chunk(campaign.chunk_message(state.seq, chunk.recipients))
             offered += 1
     return offered
 

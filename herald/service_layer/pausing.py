@@ -200,7 +200,7 @@ class Pausing:
         finished."""
         offered = 0
         if self._bus is not None:
-            offered = await offer_pending(self._stores, self._bus, resumed.id)
+            offered = await offer_pending(self._stores, self._bus, resumed)
             if not resumed.dispatch.done:
                 await self._bus.request_dispatch(resumed.id)
         if resumed.dispatch.done:

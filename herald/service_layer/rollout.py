@@ -93,7 +93,7 @@ class RolloutDriver:
     async def _next_wave(self, campaign: Campaign) -> None:
         moved = await open_next_wave(self._stores, campaign)
         if moved is not None and moved.rollout_progress is not None:
-            offered = await offer_pending(self._stores, self._bus, campaign.id)
+            offered = await offer_pending(self._stores, self._bus, moved)
             log.info("campaign %s: wave %d opened; %d pending chunks offered", campaign.id,
                      moved.rollout_progress.wave + 1, offered)
 

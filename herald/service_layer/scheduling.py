@@ -147,7 +147,7 @@ class Scheduling:
             audience=template.audience, follow_up=None, chunk_size=template.chunk_size,
             rate_per_s=template.rate_per_s, due_at=occurrence, now=now, source="schedule",
             schedule_id=schedule.id, run_key=run_key(schedule, occurrence),
-            created_by=schedule.created_by)
+            created_by=schedule.created_by, lane=template.lane)
         # A large run waits, awaiting_approval, for a key other than the schedule's creator's.
         held = await self._creator.held_if_large(fresh)
         run = await self._campaigns.insert_run(

@@ -66,7 +66,7 @@ def campaign_view(campaign: Campaign) -> CampaignView:
                           acknowledged_at=cancel.acknowledged_at, reason=cancel.reason,
                           requested_by=actor_view(cancel.requested_by),
                           on_behalf_of=cancel.on_behalf_of) if cancel else None,
-        pause=pause_info(campaign.pause), rate_per_s=campaign.rate_per_s,
+        pause=pause_info(campaign.pause), rate_per_s=campaign.rate_per_s, lane=campaign.lane,
         rollout=rollout_view(campaign),
         created_by=actor_view(campaign.created_by), edited_by=actor_view(campaign.edited_by),
         schedule_id=campaign.schedule_id,

@@ -42,7 +42,6 @@ from services.dispatcher.paging import Paging
 
 log = logging.getLogger(__name__)
 
-MAX_CONCURRENT_CAMPAIGNS = 4
 RETRY_PAUSE_S = 1.0
 RECONCILE_EVERY_SWEEPS = 10
 
@@ -54,6 +53,9 @@ class DispatchPolicy:
     sweep_interval_s: float
     grace_period_s: float
     heartbeat_ttl_s: float = 6.0
+    max_campaigns: int = 256
+    """Campaigns this dispatcher pages at once from its sweep (an announced campaign, urgent
+    ones included, is always taken)."""
 
 
 class Dispatcher(Worker):
@@ -160,7 +162,7 @@ class Dispatcher(Worker):
             await asyncio.sleep(self._policy.sweep_interval_s)
 
     async def _sweep(self) -> None:
-        while len(self._running) < MAX_CONCURRENT_CAMPAIGNS and await self._claim(None):
+        while len(self._running) < self._policy.max_campaigns and await self._claim(None):
             pass
         await self._take_over_from_dead_dispatchers()
         await self._rescue_chunks_of_dead_senders()
@@ -199,7 +201,7 @@ class Dispatcher(Worker):
         for campaign in await self._stores.campaigns.paging():
             owner = campaign.dispatch.owner
             if (owner is None or owner in live or self._stopping.is_set()
-                    or len(self._running) >= MAX_CONCURRENT_CAMPAIGNS):
+                    or len(self._running) >= self._policy.max_campaigns):
                 continue
             taken = await self._stores.campaigns.take_over(campaign.id, owner,
                                                            self._policy.pod_id,
@@ -215,12 +217,14 @@ def compose(parts: PodParts) -> Dispatcher:
     policy = DispatchPolicy(pod_id=pod_id, lease_s=settings.lease_s,
                             sweep_interval_s=settings.sweep_interval_s,
                             grace_period_s=settings.grace_period_s,
-                            heartbeat_ttl_s=settings.heartbeat_ttl_s)
+                            heartbeat_ttl_s=settings.heartbeat_ttl_s,
+                            max_campaigns=settings.dispatch_max_campaigns)
     stopping = asyncio.Event()
     backpressure = Backpressure(resources.bus.chunks_ready, settings.dispatch_max_queued_chunks)
     paging = Paging(resources.stores, resources.bus.send_chunk, parts.watch.is_cancelled,
                     stopping.is_set, pod_id, settings.lease_s, backpressure,
-                    is_paused=parts.watch.is_paused)
+                    is_paused=parts.watch.is_paused,
+                    campaign_window=settings.dispatch_campaign_window)
     rollouts = RolloutDriver(resources.stores, parts.pausing, resources.bus,
                              OperatorLog(resources.stores.operator_log))
     dispatcher = Dispatcher(resources.stores, resources.registry, parts.cancellation,

@@ -7,13 +7,17 @@ still owning the lease). A dispatcher that dies anywhere in that sequence leaves
 checkpoint or an already-written chunk, from which the next owner resumes without skipping or
 re-sending a device.
 
-Each publish first waits for room in ``herald.chunks`` (``backpressure.py``); while it waits the
-campaign's lease is renewed every third of its length, and a cancel, a shutdown or a lost lease
-stop the paging there. A paused dispatcher that dies leaves its checkpoint like any other.
+Each publish first waits until the campaign has fewer than its offer window of chunks out
+(published and not closed: ``herald.domain.lanes.offer_window``), so that no campaign stands in
+front of another with many chunks, then for room in its queue (``backpressure.py``); while it
+waits the campaign's lease is renewed every third of its length, and a cancel, a pause, a
+shutdown or a lost lease stop the paging there. A paused dispatcher that dies leaves its
+checkpoint like any other.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -22,6 +26,7 @@ from datetime import datetime, timedelta
 
 from herald.clock import utcnow
 from herald.domain.documents import Campaign, Cursor
+from herald.domain.lanes import offer_window
 from herald.domain.messages import Recipient, SendChunk
 from herald.domain.status import Status
 from herald.domain.timing import Wave, local_time_waves
@@ -35,6 +40,8 @@ from services.dispatcher.backpressure import Backpressure, unbounded
 log = logging.getLogger(__name__)
 
 
+WINDOW_POLL_S = 0.05
+WINDOW_POLL_MAX_S = 5.0
 STATUS_CHECK_EVERY = 4
 """Chunks between two reads of the campaign's status while paging."""
 
@@ -66,8 +73,10 @@ class Paging:
     def __init__(self, stores: CampaignRecords, publish: Callable[[SendChunk], Awaitable[None]],
                  is_cancelled: Callable[[str], Awaitable[bool]], is_stopping: Callable[[], bool],
                  pod_id: str, lease_s: float, backpressure: Backpressure | None = None,
-                 is_paused: Callable[[str], bool] = lambda _campaign_id: False) -> None:
+                 is_paused: Callable[[str], bool] = lambda _campaign_id: False,
+                 campaign_window: int = 12) -> None:
         self._stores = stores
+        self._campaign_window = campaign_window
         self._is_paused = is_paused
         self._publish_message = publish
         self._is_cancelled = is_cancelled
@@ -76,6 +85,8 @@ class Paging:
         self._lease = timedelta(seconds=lease_s)
         self._backpressure = backpressure or unbounded()
         self._checkpoints = 0
+        self._closed: dict[str, int] = {}
+        """Each campaign's count of closed chunks, as last read (``_within_offer_window``)."""
 
     async def run(self, campaign: Campaign) -> None:
         campaigns = self._stores.campaigns
@@ -104,7 +115,7 @@ class Paging:
         if unchecked is not None:  # a dead owner wrote it but never checkpointed: publish it
             log.info("resuming %s at chunk %d written by a previous owner", campaign.id, seq)
             cursor = unchecked.state.cursor
-            await self._publish(campaign.id, seq, list(unchecked.recipients), cursor)
+            await self._publish(campaign, seq, list(unchecked.recipients), cursor)
             seq += 1
         else:
             cursor = await self._checkpointed_cursor(campaign.id, seq)
@@ -117,10 +128,10 @@ class Paging:
                 async for position, recipient in recipients:
                     batch.append(recipient)
                     if len(batch) == campaign.chunk_size:
-                        await self._publish(campaign.id, seq, batch, position)
+                        await self._publish(campaign, seq, batch, position)
                         seq, batch = seq + 1, []
                 if batch:
-                    await self._publish(campaign.id, seq, batch, position)
+                    await self._publish(campaign, seq, batch, position)
             except Cancelled:
                 await self._freeze_rest(campaign, seq, batch, position, recipients, source)
                 raise
@@ -170,24 +181,45 @@ class Paging:
         previous = await self._stores.chunks.state(campaign_id, next_seq - 1)
         return previous.cursor if previous else None
 
-    async def _publish(self, campaign_id: str, seq: int, recipients: list[Recipient],
+    async def _publish(self, campaign: Campaign, seq: int, recipients: list[Recipient],
                        cursor: Cursor) -> None:
+        campaign_id = campaign.id
         if self._is_stopping():
             raise StopPaging("pod shutting down")
         if await self._is_cancelled(campaign_id):
             raise Cancelled("cancelled")
         if self._is_paused(campaign_id):
             raise Held("paused")
-        async with self._backpressure.room(_Paused(self, campaign_id).keep_going):
+        waiting = _Paused(self, campaign_id)
+        await self._within_offer_window(campaign, seq, waiting)
+        async with self._backpressure.room(campaign.route, waiting.keep_going):
             now = utcnow()
             chunk = await self._stores.chunks.create(campaign_id, seq, recipients, cursor, now)
-            await self._publish_message(SendChunk(campaign_id=campaign_id, seq=seq,
-                                                  recipients=list(chunk.recipients)))
+            await self._publish_message(campaign.chunk_message(seq, chunk.recipients))
         CHUNKS_PUBLISHED.inc()
         if not await self._stores.campaigns.checkpoint(campaign_id, self._pod_id, seq,
                                                        chunk.state.size, now + self._lease):
             raise StopPaging("lease lost to another dispatcher")
         await self._still_sending(campaign_id)
+
+    async def _within_offer_window(self, campaign: Campaign, seq: int, waiting: _Paused) -> None:
+        """Wait until fewer than the campaign's offer window of its chunks are out (published,
+        not closed), reading its count of closed chunks only when the window may be full. A
+        staged rollout's chunks stay pending until their last wave, so its waves are bounded
+        by the queues alone."""
+        if campaign.rollout is not None:
+            return
+        window = offer_window(campaign.rate_per_s, campaign.chunk_size, self._campaign_window)
+        closed = self._closed.get(campaign.id, 0)
+        while seq - closed >= window:
+            current = await self._stores.campaigns.get(campaign.id)
+            if current is None:
+                raise StopPaging("campaign vanished")
+            closed = self._closed[campaign.id] = current.progress.chunks_done
+            if seq - closed < window:
+                return
+            await waiting.keep_going()
+            await asyncio.sleep(_window_poll_s(campaign))
 
     async def _still_sending(self, campaign_id: str) -> None:
         """A pause this dispatcher did not hear (its broadcast missed) is found in the status
@@ -198,6 +230,14 @@ class Paging:
         campaign = await self._stores.campaigns.get(campaign_id)
         if campaign is not None and campaign.status is Status.PAUSED:
             raise Held("paused (read from its status)")
+
+
+def _window_poll_s(campaign: Campaign) -> float:
+    """How often a campaign whose offer window is full reads its count of closed chunks again:
+    often for an uncapped one, about four times per chunk's sending for a capped one."""
+    if campaign.rate_per_s is None:
+        return WINDOW_POLL_S
+    return min(WINDOW_POLL_MAX_S, max(WINDOW_POLL_S, campaign.chunk_size / campaign.rate_per_s / 4))
 
 
 class _Paused:

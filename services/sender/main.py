@@ -13,6 +13,7 @@ from herald import names
 from herald.adapters import fcm, rabbit
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.rate_limit import RedisRateLimits as RateLimits
+from herald.domain.lanes import Route
 from herald.domain.messages import SendChunk
 from herald.observability import CHUNKS_DEFERRED
 from herald.runtime.worker import PodParts, Worker
@@ -151,7 +152,8 @@ def compose(parts: PodParts) -> Sender:
     session = fcm.open_session(settings)
     tokens = fcm.access_tokens(settings)
     client = fcm.FcmClient(session, settings, tokens)
-    limits = RateLimits(resources.redis, resources.keys, settings.fcm_rate_per_min)
+    limits = RateLimits(resources.redis, resources.keys, settings.project_rate_per_s,
+                        settings.urgent_reserve_share)
     window = SendWindow(client, WindowPolicy(connections=settings.sender_concurrency,
                                              unrecorded=settings.sender_batch_size,
                                              max_retries=settings.fcm_max_retries,
@@ -176,7 +178,12 @@ def compose(parts: PodParts) -> Sender:
     sender = Sender(chunks, claims, resources.bus, closing)
     dead = DeadChunkConsumer(DeadChunks(lifecycle, claims, parts.watch.is_cancelled),
                              resources.bus.dead_letter)
-    rabbit.consume(broker, rabbit.CHUNKS_QUEUE, sender.on_chunk, prefetch=settings.sender_prefetch)
+    for route, queue in rabbit.CHUNK_QUEUES.items():
+        # Each route on a channel of its own: an urgent chunk is delivered however many
+        # standard, bulk or paced chunks this sender holds.
+        prefetch = (settings.sender_paced_prefetch if route is Route.PACED
+                    else settings.sender_prefetch)
+        rabbit.consume(broker, queue, sender.on_chunk, prefetch=prefetch)
     rabbit.consume(broker, rabbit.DEAD_CHUNKS_QUEUE, dead.handle,
                    prefetch=rabbit.DEAD_LETTER_PREFETCH)
     return sender

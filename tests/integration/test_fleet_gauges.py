@@ -123,7 +123,7 @@ async def test_cancellations_no_request_explains_are_counted(
 async def test_the_fcm_bucket_ratio_reads_the_senders_bucket(redis: Any, keys: RedisKeys,
                                                              db: Database) -> None:
     assert (await refresh(db, redis, keys)).fcm_quota_available_ratio == 1.0  # never used
-    bucket = RedisRateLimits(redis, keys, RATE_PER_MIN).project
+    bucket = RedisRateLimits(redis, keys, RATE_PER_MIN / 60).project
     assert await bucket.take(10) == 10  # the whole second's worth
 
     emptied = (await refresh(db, redis, keys)).fcm_quota_available_ratio

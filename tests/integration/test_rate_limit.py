@@ -64,7 +64,7 @@ async def test_take_waits_for_the_tokens_and_stops_waiting_on_cancel(
 
 async def test_a_campaign_with_its_own_rate_gets_its_own_bucket(redis: Any,
                                                                 settings: Settings) -> None:
-    limits = RedisRateLimits(redis, RedisKeys(settings.mongodb_database), project_rate_per_min=600_000)
+    limits = RedisRateLimits(redis, RedisKeys(settings.mongodb_database), project_rate_per_s=10_000)
     assert limits.for_campaign("c1", None) is None
     capped = limits.for_campaign("c1", 50)
     assert capped is limits.for_campaign("c1", 50)

@@ -67,6 +67,7 @@ from herald.domain.documents import (
     new_id,
 )
 from herald.domain.fcm_errors import FcmError
+from herald.domain.lanes import Lane, Route
 from herald.domain.messages import CancelCampaign, Profile, ProfileNeed, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.pods import PodBeat
@@ -146,7 +147,7 @@ class FakeCampaigns:
                  if (wanted is None or c.status in wanted) and (before is None or c.id < before)]
         return _limited(sorted(found, key=lambda c: c.id, reverse=True), limit)
 
-    async def with_status(self, status: Status, limit: int = 100) -> list[Campaign]:
+    async def with_status(self, status: Status, limit: int = 0) -> list[Campaign]:
         await _round_trip()
         return _limited(sorted(self._where(lambda c: c.status is status), key=lambda c: c.id),
                         limit)
@@ -264,10 +265,13 @@ class FakeCampaigns:
         await _round_trip()
         if campaign_id is not None and not _is_id(campaign_id):
             return None
+        if campaign_id is not None:
+            return self._claim(lambda c: c.id == campaign_id, pod_id, now, lease_until)
+        return (self._claim(lambda c: c.lane is Lane.URGENT, pod_id, now, lease_until)
+                or self._claim(lambda _c: True, pod_id, now, lease_until))
 
-        def targeted(c: Campaign) -> bool:
-            return campaign_id is None or c.id == campaign_id
-
+    def _claim(self, targeted: Callable[[Campaign], bool], pod_id: str, now: datetime,
+               lease_until: datetime) -> Campaign | None:
         fresh = self._first(lambda c: targeted(c) and c.status in sources_for(Transition.CLAIM)
                             and c.due_at <= now)
         if fresh is not None:
@@ -289,7 +293,7 @@ class FakeCampaigns:
                                     and c.dispatch.owner == pod_id and not c.dispatch.done),
             lambda c: replace(c, dispatch=replace(c.dispatch, lease_until=lease_until)))
 
-    async def paging(self, limit: int = 100) -> list[Campaign]:
+    async def paging(self, limit: int = 0) -> list[Campaign]:
         await _round_trip()
         return _limited(self._where(
             lambda c: c.status is Status.IN_PROGRESS and not c.dispatch.done), limit)
@@ -305,12 +309,12 @@ class FakeCampaigns:
         return self._store(replace(current, dispatch=replace(
             dispatch, owner=pod_id, lease_until=lease_until, takeovers=dispatch.takeovers + 1)))
 
-    async def paged_and_open(self, limit: int = 100) -> list[Campaign]:
+    async def paged_and_open(self, limit: int = 0) -> list[Campaign]:
         await _round_trip()
         return _limited(self._where(
             lambda c: c.status is Status.IN_PROGRESS and c.dispatch.done), limit)
 
-    async def stuck_finalizing(self, older_than: datetime, limit: int = 100) -> list[Campaign]:
+    async def stuck_finalizing(self, older_than: datetime, limit: int = 0) -> list[Campaign]:
         await _round_trip()
         return _limited(self._where(
             lambda c: c.status is Status.FINALIZING and c.updated_at < older_than), limit)
@@ -973,9 +977,9 @@ class FakeBus:
         await self._confirm()
         self.chunks.append(message)
 
-    async def chunks_ready(self) -> int:
+    async def chunks_ready(self, route: Route = Route.STANDARD) -> int:
         await self._confirm()
-        return len(self.chunks) - self.delivered
+        return sum(chunk.queue_route is route for chunk in self.chunks[self.delivered:])
 
     async def request_dispatch(self, campaign_id: str) -> None:
         await self._confirm()
@@ -1142,6 +1146,9 @@ class UnlimitedLimits(RedisRateLimits):
         if rate_per_s is None:
             return None
         return self._buckets.setdefault(campaign_id, UnlimitedBucket())
+
+    def for_lane(self, lane: Lane) -> tuple[TokenBucket, ...]:
+        return (self.project,)
 
 
 def _fakes_satisfy_the_ports() -> tuple[Stores, Bus, CancelFlags, PodRegistry]:

@@ -21,12 +21,13 @@ from herald.domain.documents import (
     FollowUpOf,
     LocalTime,
 )
+from herald.domain.lanes import Route
 from herald.domain.messages import SendChunk
 from herald.domain.status import Status, Transition
 from herald.service_layer.freezing import freeze_unpaged
 from herald.service_layer.ports import Stores
 from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
-from services.dispatcher.backpressure import Backpressure
+from services.dispatcher.backpressure import Backpressure, shares_of
 from services.dispatcher.paging import Paging
 from tests.factories import EVERYONE, at, device, insert, recipients_of
 from tests.support import eventually
@@ -290,11 +291,13 @@ async def test_a_local_time_campaign_pages_the_due_waves_and_parks_until_the_nex
 
 
 # --- backpressure: no more than the bound waits in the queue ------------------------------------
-MAX_QUEUED = 2
+BOUND = 8
+MAX_QUEUED = shares_of(BOUND)[Route.STANDARD]
+"""The standard lane's share of the bound: what one plain campaign may have waiting."""
 
 
 def bounded(dispatcher: Dispatcher, bus: FakeBus) -> Dispatcher:
-    dispatcher.backpressure = Backpressure(bus.chunks_ready, MAX_QUEUED, poll_s=0.001)
+    dispatcher.backpressure = Backpressure(bus.chunks_ready, BOUND, poll_s=0.001)
     return dispatcher
 
 
@@ -375,9 +378,10 @@ async def test_a_dispatcher_paused_by_a_cancel_freezes_the_rest_from_its_own_cur
     frozen = await stored(stores, campaign_id)
     chunks = [c async for c in stores.chunks.in_order(campaign_id)]
     assert [(c.state.status, c.state.size) for c in chunks] == [
-        (ChunkStatus.PENDING, 3), (ChunkStatus.PENDING, 3), (ChunkStatus.CANCELLED, 14)]
+        *[(ChunkStatus.PENDING, 3)] * MAX_QUEUED, (ChunkStatus.CANCELLED, 20 - 3 * MAX_QUEUED)]
     assert [r.token for c in chunks for r in c.recipients] == tokens(*range(20))
-    assert (frozen.counts.targeted, frozen.dispatch.next_seq, frozen.dispatch.done) == (20, 3, True)
+    assert (frozen.counts.targeted, frozen.dispatch.next_seq, frozen.dispatch.done) == (
+        20, MAX_QUEUED + 1, True)
     assert await freeze_unpaged(stores, frozen) is None  # nothing left for the finalizer
 
 

@@ -71,7 +71,7 @@ def start(sender: SendWindow, todo: list[Target], records: Records,
           stops: list[SendResult] | None = None) -> asyncio.Task[None]:
     return asyncio.create_task(sender.send(
         TEMPLATE, todo, may_start=may_start, cancelled=cancelled or asyncio.Event(),
-        campaign_bucket=None, record=records.write,
+        record=records.write,
         stop=(stops.append if stops is not None else lambda _result: None)))
 
 

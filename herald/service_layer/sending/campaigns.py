@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from herald.domain.documents import Campaign
+from herald.domain.lanes import Lane
 from herald.domain.rendering import CompiledContent, compile_content
 from herald.domain.rollout import Rollout, in_waves_up_to
 from herald.domain.status import ACTIVE, Status
@@ -34,6 +35,7 @@ class CampaignInfo:
     flag_checked_at: float = field(default_factory=time.monotonic)
     status_read_at: float = field(default_factory=time.monotonic)
     rollout: Rollout | None = None
+    lane: Lane = Lane.STANDARD
     wave: int = 0
     """A staged rollout's wave being sent (read again with the status)."""
 
@@ -81,7 +83,7 @@ class CampaignCache:
         if campaign.status not in ACTIVE:
             return None
         info = CampaignInfo(message_of(campaign, time.time()), campaign.rate_per_s,
-                            rollout=campaign.rollout, wave=_wave(campaign))
+                            rollout=campaign.rollout, wave=_wave(campaign), lane=campaign.lane)
         self._entries[campaign_id] = info
         if len(self._entries) > CACHE_SIZE:
             self._entries.popitem(last=False)

@@ -193,8 +193,9 @@ class ChunkSender:
         fence, epoch = self._fence, hold.epoch
         await self._window.send(
             info.content.shared, todo, may_start=gate.may_start, cancelled=cancelled,
-            campaign_bucket=LiveRate(self._limits, chunk.campaign_id, info),
-            record=record, stop=stop, fenced=lambda: not fence.holds(epoch))
+            buckets=(LiveRate(self._limits, chunk.campaign_id, info),
+                     *self._limits.for_lane(info.lane)),
+            record=record, stop=stop, fenced=lambda: not fence.holds(epoch), lane=info.lane)
         if gate.verdict is None and cancelled.is_set():
             if self._cache.held_here(chunk.campaign_id):
                 return Verdict.HOLD  # paused while sending: the rest waits for the resume
@@ -266,9 +267,10 @@ def _rendered(todo: list[tuple[int, Recipient]], content: CompiledContent
     return sendable, refused, first_failure
 class LiveRate:
     """The campaign's own rate as it is now (``PATCH`` may change it while a chunk sends, and
-    ``CampaignCache.refresh`` reads it again every ``STATUS_REFRESH_S``): tokens are taken a
-    tenth of a second's worth at a time, each at the rate of that moment, so a change shows at
-    FCM within a refresh and a tenth of a second. No rate: nothing to wait for, no I/O."""
+    ``CampaignCache.refresh`` reads it again every ``STATUS_REFRESH_S``): each ``take`` grants at
+    most a tenth of a second's worth, at the rate of that moment, so a change shows at FCM within
+    a refresh and a tenth of a second, and a capped campaign's requests leave evenly rather than
+    in blocks. No rate: nothing to wait for, no I/O."""
 
     def __init__(self, limits: RateLimits, campaign_id: str, info: CampaignInfo) -> None:
         self._limits = limits
@@ -276,15 +278,13 @@ class LiveRate:
         self._info = info
 
     async def take(self, wanted: int, stop: asyncio.Event | None = None) -> int:
-        granted = 0
-        while granted < wanted and not (stop is not None and stop.is_set()):
-            rate = self._info.rate_per_s
-            bucket = self._limits.for_campaign(self._campaign_id, rate)
-            if bucket is None or rate is None:
-                return wanted
-            granted += await bucket.take(min(wanted - granted, max(1, math.ceil(rate / 10))),
-                                         stop)
-        return granted
+        """Up to ``wanted`` tokens, at most a tenth of a second's worth (0 if ``stop`` is set
+        first)."""
+        rate = self._info.rate_per_s
+        bucket = self._limits.for_campaign(self._campaign_id, rate)
+        if bucket is None or rate is None:
+            return wanted
+        return await bucket.take(min(wanted, max(1, math.ceil(rate / 10))), stop)
 
     async def penalize(self, seconds: float) -> None:
         """FCM's push-back is the project bucket's business, not a campaign's."""

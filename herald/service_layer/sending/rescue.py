@@ -21,7 +21,6 @@ import logging
 from datetime import datetime, timedelta
 
 from herald.domain.documents import Campaign, ChunkState
-from herald.domain.messages import SendChunk
 from herald.domain.status import ACTIVE
 from herald.service_layer.ports import Bus, CampaignRepository, ChunkRepository, PodRegistry
 
@@ -46,7 +45,7 @@ async def rescue_chunks_of_dead_senders(campaigns: CampaignRepository, chunks: C
                 why = _stuck(state, live, nothing_ready, now - offer_again_after)
                 if why and await chunks.mark_rescued(state, now,
                                                      not_since=now - offer_again_after):
-                    offered += await _offer(chunks, bus, state, why)
+                    offered += await _offer(chunks, bus, campaign, state, why)
     return offered
 
 
@@ -70,11 +69,11 @@ def _stuck(state: ChunkState, live: set[str], nothing_ready: bool,
     return None
 
 
-async def _offer(chunks: ChunkRepository, bus: Bus, state: ChunkState, why: str) -> int:
+async def _offer(chunks: ChunkRepository, bus: Bus, campaign: Campaign, state: ChunkState,
+                 why: str) -> int:
     chunk = await chunks.get(state.campaign_id, state.seq)
     if chunk is None:
         return 0
-    await bus.send_chunk(SendChunk(campaign_id=state.campaign_id, seq=state.seq,
-                                   recipients=list(chunk.recipients)))
+    await bus.send_chunk(campaign.chunk_message(state.seq, chunk.recipients))
     log.warning("chunk %s:%d %s: offered to the live senders", state.campaign_id, state.seq, why)
     return 1

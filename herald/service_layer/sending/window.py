@@ -31,15 +31,17 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from herald.domain.fcm_errors import Consequence, FcmError, SendResult
+from herald.domain.lanes import LANES_FIRST_TO_LAST, Lane
 from herald.domain.outcomes import RecipientOutcome, Target
 from herald.domain.payload import MessageTemplate
 from herald.observability import FCM_ERRORS, FCM_REQUEST_SECONDS, FCM_RETRIES
 from herald.service_layer.ports import Fcm, RateBucket
+from herald.service_layer.sending.permits import LanePermits
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,9 @@ BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
 
 TOKEN_BLOCK = 64
-"""Rate-limit tokens taken from Redis at once: one round trip per 64 requests, not per request."""
+"""Rate-limit tokens taken from Redis at once: one round trip per 64 requests, not per request.
+A delivery never takes more than it still has to send (a rollout's wave of 5 recipients in a
+chunk takes 5)."""
 RECORD_GROUP_WAIT_S = 0.05
 """Longest an answered request waits for its group to be written."""
 
@@ -95,7 +99,7 @@ class OutcomeGroups:
     delivery (the chunk is handed back; its unrecorded part is sent again).
     """
 
-    def __init__(self, record: RecordGroup, permits: asyncio.Semaphore, size: int,
+    def __init__(self, record: RecordGroup, permits: LanePermits, size: int,
                  wait_s: float, is_outage: Callable[[BaseException], bool] = never) -> None:
         self._record = record
         self._permits = permits
@@ -181,11 +185,17 @@ class _Delivery:
     template: MessageTemplate | None
     """The message every target shares; None when each target carries its own body."""
     cancelled: asyncio.Event
-    campaign_bucket: RateBucket | None
+    buckets: tuple[RateBucket, ...]
+    """Where its requests take tokens, in order: the campaign's cap (if any), then its lane's
+    share of the project's rate (``RateLimits.for_lane``)."""
     groups: OutcomeGroups
     stop: Stop
     fenced: Callable[[], bool]
     """True once this pod may no longer act for the delivery (it was away: see ``fence.py``)."""
+    rank: int = Lane.STANDARD.rank
+    """Its lane's rank: a full window starts the requests of the lowest rank first."""
+    unadmitted: int = 0
+    """Targets not admitted yet: the most tokens it may still use."""
     tokens: int = 0
     failure: BaseException | None = None
     in_window: int = 0
@@ -233,18 +243,24 @@ class SendWindow:
     def __init__(self, fcm: Fcm, policy: WindowPolicy, project_bucket: RateBucket) -> None:
         self._fcm = fcm
         self._policy = policy
-        self._unrecorded = asyncio.Semaphore(policy.unrecorded)
+        self._unrecorded = LanePermits(policy.unrecorded)
         self._project_bucket = project_bucket
-        self._queue: deque[_Try] = deque()
+        self._queues: tuple[deque[_Try], ...] = tuple(deque() for _ in LANES_FIRST_TO_LAST)
+        self._queued = 0
         self._runners = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def send(self, template: MessageTemplate | None, targets: Iterable[Target], *,
+    async def send(self, template: MessageTemplate | None, targets: Sequence[Target], *,
                    may_start: MayStart, cancelled: asyncio.Event,
-                   campaign_bucket: RateBucket | None, record: RecordGroup,
+                   buckets: Sequence[RateBucket] | None = None, record: RecordGroup,
                    stop: Stop = lambda _result: None,
-                   fenced: Callable[[], bool] = lambda: False) -> None:
+                   fenced: Callable[[], bool] = lambda: False,
+                   lane: Lane = Lane.STANDARD) -> None:
         """Send to ``targets`` while ``may_start()`` allows, recording outcomes in groups.
+
+        Each request takes a token from each of ``buckets`` (default: the project's rate), at
+        most as many at once as there are targets left. When the window is full, requests of
+        a more urgent ``lane`` start first.
 
         Returns once every request started here is answered and its outcome written; a target
         without an outcome (not admitted, or cancelled before it started) stays unsent. An answer
@@ -254,7 +270,9 @@ class SendWindow:
         """
         groups = OutcomeGroups(record, self._unrecorded, self._policy.group_size,
                                self._policy.group_wait_s, self._policy.is_outage)
-        delivery = _Delivery(template, cancelled, campaign_bucket, groups, stop, fenced)
+        delivery = _Delivery(template, cancelled,
+                             tuple(buckets) if buckets is not None else (self._project_bucket,),
+                             groups, stop, fenced, rank=lane.rank, unadmitted=len(targets))
         try:
             await self._admit(delivery, targets, may_start)
         finally:
@@ -266,11 +284,18 @@ class SendWindow:
 
     async def _admit(self, delivery: _Delivery, targets: Iterable[Target],
                      may_start: MayStart) -> None:
+        """Tokens first, then a permit: a campaign waiting for its rate holds no permit another
+        campaign could use. Whether the chunk may go on is asked again once the permit is
+        there (a cancel, a pause or a shutdown may have come while it waited)."""
         for target in targets:
-            await self._unrecorded.acquire()
+            if delivery.tokens == 0 and not await self._refill(delivery):
+                return
+            await self._unrecorded.acquire(delivery.rank)
             if not await self._may_continue(delivery, may_start):
                 self._unrecorded.release()
                 return
+            delivery.tokens -= 1
+            delivery.unadmitted -= 1
             delivery.enter()
             self._enqueue(_Try(delivery, target))
 
@@ -278,25 +303,34 @@ class SendWindow:
         if (delivery.failure or delivery.groups.failure or delivery.cancelled.is_set()
                 or delivery.fenced()):
             return False
-        if not await may_start():
+        return await may_start()
+
+    async def _refill(self, delivery: _Delivery) -> bool:
+        """Take the delivery's next tokens: at most ``TOKEN_BLOCK``, and never more than it
+        has targets left; False if it must stop (or was cancelled while waiting). ``may_start``
+        is asked once per target, after its permit."""
+        if delivery.failure or delivery.groups.failure or delivery.cancelled.is_set():
             return False
-        if delivery.tokens == 0:
-            delivery.tokens = await self._take_tokens(TOKEN_BLOCK, delivery)
-            if delivery.tokens == 0:  # cancelled while waiting for the rate limit
-                return False
-        delivery.tokens -= 1
-        return True
+        delivery.tokens = await self._take_tokens(min(TOKEN_BLOCK, delivery.unadmitted),
+                                                  delivery)
+        return delivery.tokens > 0
 
     async def _take_tokens(self, count: int, delivery: _Delivery) -> int:
-        if delivery.campaign_bucket is not None:
-            count = await delivery.campaign_bucket.take(count, delivery.cancelled)
-        return await self._project_bucket.take(count, delivery.cancelled) if count else 0
+        """Up to ``count`` tokens from each of the delivery's buckets in turn (a capped
+        campaign's bucket grants a tenth of a second's worth at a time)."""
+        for bucket in delivery.buckets:
+            if count == 0:
+                return 0
+            count = await bucket.take(count, delivery.cancelled)
+        return count
 
     def _enqueue(self, attempt: _Try, *, first: bool = False) -> None:
+        queue = self._queues[attempt.delivery.rank]
         if first:
-            self._queue.appendleft(attempt)
+            queue.appendleft(attempt)
         else:
-            self._queue.append(attempt)
+            queue.append(attempt)
+        self._queued += 1
         if self._runners < self._policy.connections:
             self._runners += 1
             self._spawn(self._run())
@@ -306,11 +340,19 @@ class SendWindow:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _next(self) -> _Try:
+        """The next request to start: the most urgent lane's oldest."""
+        self._queued -= 1
+        for queue in self._queues:
+            if queue:
+                return queue.popleft()
+        raise AssertionError("the window's count of queued requests is wrong")
+
     async def _run(self) -> None:
         """One connection's worth of requests, back to back, while any are queued."""
         try:
-            while self._queue:
-                await self._request(self._queue.popleft())
+            while self._queued:
+                await self._request(self._next())
         finally:
             self._runners -= 1
 
@@ -388,4 +430,4 @@ class SendWindow:
             await asyncio.wait_for(delivery.cancelled.wait(),
                                    backoff_s(attempt, result.retry_after_s))
         if not delivery.cancelled.is_set():
-            await self._take_tokens(1, delivery)
+            await self._take_tokens(1, delivery)  # a retry is a request: it costs a token
