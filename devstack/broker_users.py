@@ -70,7 +70,7 @@ POD_QUEUES = _literal(names.pod_cancel_queue("")) + ".+"
 DEFAULT_EXCHANGE = "amq.default"
 """What RabbitMQ checks a publish to the default exchange (``""``) against."""
 _EXCHANGES = (names.CANCEL_EXCHANGE, names.DEAD_LETTER_EXCHANGE)
-_WORK_QUEUES = (names.DISPATCH_QUEUE, names.CHUNKS_QUEUE)
+_WORK_QUEUES = (names.DISPATCH_QUEUE, *names.CHUNK_QUEUES.values())
 _DEAD_QUEUES = (names.DEAD_CHUNKS_QUEUE, names.DEAD_MESSAGES_QUEUE)
 
 

@@ -19,8 +19,13 @@ STOPPING_CODES = {*CONFIGURATION_ERRORS, FcmError.UNAUTHENTICATED, FcmError.SEND
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 # --- sending ---------------------------------------------------------------------------------------
-MESSAGES = Counter("herald_messages_total", "Recipients recorded by senders, by outcome and error",
-                   ["outcome", "error"])
+MESSAGES = Counter("herald_messages_total",
+                   "Recipients recorded by senders, by outcome, error and the campaign's lane",
+                   ["outcome", "error", "lane"])
+FIRST_REQUEST_SECONDS = Histogram(
+    "herald_first_request_seconds",
+    "From when a campaign was due (or approved) to its first FCM request, by lane",
+    ["lane"], buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0))
 FCM_REQUEST_SECONDS = Histogram("herald_fcm_request_seconds", "Duration of one FCM request",
                                 buckets=LATENCY_BUCKETS_S)
 FCM_RETRIES = Counter("herald_fcm_retries_total", "FCM requests retried after push-back",

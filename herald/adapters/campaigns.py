@@ -286,6 +286,12 @@ class CampaignStore:
             {"_id": object_id(campaign_id), "status": {"$in": _STILL_COUNTING}},
             {"$inc": increments}, return_document=ReturnDocument.AFTER))
 
+    async def mark_first_request(self, campaign_id: str, at: datetime) -> bool:
+        result = await self._campaigns.update_one(
+            {"_id": object_id(campaign_id), "first_request_at": None},
+            {"$set": {"first_request_at": at}})
+        return result.modified_count == 1
+
     async def count_frozen_chunk(self, campaign_id: str, seq: int, size: int) -> bool:
         """Count chunk ``seq`` of a cancelling campaign as targeted (written, never published)."""
         result = await self._campaigns.update_one(

@@ -257,6 +257,8 @@ class Campaign:
     edited_by: Actor | None = None
     run_key: str | None = None
     started_at: datetime | None = None
+    first_request_at: datetime | None = None
+    """When the first FCM request of the campaign started (``herald_first_request_seconds``)."""
     finished_at: datetime | None = None
     fired_at: datetime | None = None
     fired_by: str | None = None
@@ -280,6 +282,12 @@ class Campaign:
         """Paging is over and every published chunk is closed for good."""
         return self.dispatch.done and (
             self.progress.chunks_done >= self.progress.chunks_published)
+
+    @property
+    def due_since(self) -> datetime:
+        """Since when it could send: when it was due, or approved if that came later."""
+        approval = self.approval
+        return max(self.due_at, approval.at) if approval is not None else self.due_at
 
     @property
     def route(self) -> Route:

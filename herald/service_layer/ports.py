@@ -121,6 +121,10 @@ class CampaignCompletion(CampaignLookup, Protocol):
 
     async def count_finished_chunk(self, campaign_id: str, sent: int, failed: int, *,
                                    done: bool) -> Campaign | None: ...
+    async def mark_first_request(self, campaign_id: str, at: datetime) -> bool:
+        """Note when the campaign's first FCM request started: True for the one pod that
+        noted it first."""
+        ...
     async def transition(self, campaign_id: str, transition: Transition,
                          now: datetime) -> Campaign | None: ...
     async def finish(self, campaign_id: str, transition: Transition, counts: CampaignCounts,

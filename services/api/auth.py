@@ -20,6 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.routing import BaseRoute
 
 from herald.domain.access import Actor, ApiKey, Scope, allows
+from herald.domain.lanes import Lane
 from herald.service_layer.access import Forbidden
 from services.api.errors import ApiError
 
@@ -66,6 +67,15 @@ class RequireScope:
         if self.scope is not None and not allows(key.role, self.scope):
             raise ApiError(403, "forbidden", str(Forbidden(key, self.scope)))
         return caller
+
+
+def require_lane(caller: Caller, lane: Lane | None, urgent_roles: frozenset[str]) -> None:
+    """Only keys of the roles in ``HERALD_URGENT_ROLES`` (operator and admin by default) send
+    in the ``urgent`` lane: 403 ``lane_not_allowed`` for any other."""
+    if lane is Lane.URGENT and caller.key.role.value not in urgent_roles:
+        raise ApiError(403, "lane_not_allowed",
+                       f"the key {caller.key.name!r} ({caller.key.role.value}) may not send in the "
+                       f"urgent lane (roles allowed: {', '.join(sorted(urgent_roles)) or 'none'})")
 
 
 def _caller(request: Request, key: ApiKey) -> Caller:

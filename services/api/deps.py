@@ -95,6 +95,8 @@ def provided(pick: Callable[[AppServices], T]) -> Any:
 
 
 # --- campaigns ------------------------------------------------------------------------------
+UrgentRoles = Annotated[frozenset[str], provided(lambda s: s.settings.urgent_role_names)]
+"""Roles whose keys may send in the urgent lane (``HERALD_URGENT_ROLES``)."""
 Creator = Annotated[CampaignCreator, provided(lambda s: s.creator)]
 """Create, retry, retarget, amend, correct."""
 CancelUseCase = Annotated[Cancellation, provided(lambda s: s.cancellation)]

@@ -28,6 +28,7 @@ from tests.factories import publish_chunks, sending_campaign
 from tests.support import wait_for
 
 SENDER_PREFETCH = 3
+SENDER_PACED_PREFETCH = 7
 DISPATCHER_PREFETCH = 7
 
 
@@ -35,7 +36,8 @@ DISPATCHER_PREFETCH = 7
 async def pods(broker_settings: Settings, db: Any, redis: Any) -> AsyncIterator[dict[str, PodParts]]:
     """One pod of each worker service and an api pod, consuming, their loops running."""
     settings = broker_settings.model_copy(update={
-        "sender_prefetch": SENDER_PREFETCH, "dispatcher_prefetch": DISPATCHER_PREFETCH})
+        "sender_prefetch": SENDER_PREFETCH, "dispatcher_prefetch": DISPATCHER_PREFETCH,
+        "sender_paced_prefetch": SENDER_PACED_PREFETCH})
     composers: dict[str, Compose | None] = {
         "api": None, "dispatcher": compose_dispatcher, "sender": compose_sender,
         "scheduler": compose_scheduler}
@@ -57,7 +59,9 @@ async def test_every_consumer_has_the_prefetch_its_setting_names_on_a_channel_of
     consumers = broker_report(vhost_name(broker_settings), "list_consumers",
                               "queue_name", "channel_pid", "prefetch_count")
     prefetch = {row["queue_name"]: int(row["prefetch_count"]) for row in consumers}
-    expected = {names.CHUNKS_QUEUE: SENDER_PREFETCH,
+    expected = {names.CHUNKS_QUEUE: SENDER_PREFETCH, names.URGENT_CHUNKS_QUEUE: SENDER_PREFETCH,
+                names.BULK_CHUNKS_QUEUE: SENDER_PREFETCH,
+                names.PACED_CHUNKS_QUEUE: SENDER_PACED_PREFETCH,
                 names.DEAD_CHUNKS_QUEUE: rabbit.DEAD_LETTER_PREFETCH,
                 names.DISPATCH_QUEUE: DISPATCHER_PREFETCH}
     expected.update({names.pod_cancel_queue(pod.identity.id): rabbit.CANCEL_PREFETCH

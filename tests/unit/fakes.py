@@ -368,6 +368,11 @@ class FakeCampaigns:
             matched_is_enough=True)
         return self._rows[campaign_id] if counted else None
 
+    async def mark_first_request(self, campaign_id: str, at: datetime) -> bool:
+        await _round_trip()
+        return self._update(campaign_id, lambda c: c.first_request_at is None,
+                            lambda c: replace(c, first_request_at=at))
+
     async def count_frozen_chunk(self, campaign_id: str, seq: int, size: int) -> bool:
         await _round_trip()
         return self._update(

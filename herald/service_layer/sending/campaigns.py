@@ -12,12 +12,15 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from datetime import datetime
 
+from herald.clock import utcnow
 from herald.domain.documents import Campaign
 from herald.domain.lanes import Lane
 from herald.domain.rendering import CompiledContent, compile_content
 from herald.domain.rollout import Rollout, in_waves_up_to
 from herald.domain.status import ACTIVE, Status
+from herald.observability import FIRST_REQUEST_SECONDS
 from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.cancellation import FLAG_REFRESH_S
 from herald.service_layer.ports import CampaignRepository
@@ -36,6 +39,8 @@ class CampaignInfo:
     status_read_at: float = field(default_factory=time.monotonic)
     rollout: Rollout | None = None
     lane: Lane = Lane.STANDARD
+    due_since: datetime | None = None
+    first_request_noted: bool = False
     wave: int = 0
     """A staged rollout's wave being sent (read again with the status)."""
 
@@ -83,11 +88,24 @@ class CampaignCache:
         if campaign.status not in ACTIVE:
             return None
         info = CampaignInfo(message_of(campaign, time.time()), campaign.rate_per_s,
-                            rollout=campaign.rollout, wave=_wave(campaign), lane=campaign.lane)
+                            rollout=campaign.rollout, wave=_wave(campaign), lane=campaign.lane,
+                            due_since=campaign.due_since,
+                            first_request_noted=campaign.first_request_at is not None)
         self._entries[campaign_id] = info
         if len(self._entries) > CACHE_SIZE:
             self._entries.popitem(last=False)
         return info
+
+    async def note_first_request(self, campaign_id: str, info: CampaignInfo) -> None:
+        """The campaign's first request from this pod is about to start: if it is the fleet's
+        first, the time since the campaign was due goes to ``herald_first_request_seconds``."""
+        if info.first_request_noted:
+            return
+        info.first_request_noted = True
+        now = utcnow()
+        if await self._campaigns.mark_first_request(campaign_id, now) and info.due_since:
+            FIRST_REQUEST_SECONDS.labels(info.lane.value).observe(
+                max(0.0, (now - info.due_since).total_seconds()))
 
     async def still_sending(self, campaign_id: str) -> bool:
         """Whether the campaign is still sending, read from the store (not from memory)."""

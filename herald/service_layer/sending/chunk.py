@@ -125,6 +125,8 @@ class ChunkSender:
                     channel_closed: Callable[[], bool], hold: _Hold) -> Verdict:
         recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
         tally = Tally.of(recorded)
+        tally.lane = info.lane
+        await self._cache.note_first_request(chunk.campaign_id, info)
         wave = info.wave
         while True:
             todo, refused = targets(chunk, recorded, info.content,

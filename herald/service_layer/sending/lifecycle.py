@@ -16,6 +16,7 @@ from datetime import datetime
 
 from herald.clock import utcnow
 from herald.domain.documents import CHUNK_CLOSED_FOR_GOOD, ChunkStatus, Outcome, Recorded
+from herald.domain.lanes import Lane
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.status import TERMINAL
 from herald.observability import CHUNKS, MESSAGES
@@ -36,6 +37,8 @@ class Tally:
     """Outcomes this delivery recorded (the rest came from earlier deliveries)."""
     stopped: bool = False
     """A cancel cut the chunk short: recipients without an outcome stay unsent."""
+    lane: Lane = Lane.STANDARD
+    """Its campaign's lane (the ``lane`` label of what it records)."""
 
     @classmethod
     def of(cls, recorded: Recorded) -> Tally:
@@ -78,7 +81,7 @@ class ChunkLifecycle:
         for error in sorted({error for _, error in dead_tokens}):
             tokens = [token for token, dead in dead_tokens if dead == error]
             await self._stores.devices.mark_invalid(tokens, error, now)
-        count_outcomes(o.code for o in outcomes)
+        count_outcomes((o.code for o in outcomes), tally.lane)
 
     async def close(self, campaign_id: str, seq: int, status: ChunkStatus, tally: Tally) -> bool:
         """Close the chunk this pod holds and count it; False if it was closed already."""
@@ -111,8 +114,8 @@ class ChunkLifecycle:
                         - campaign.counts.failed, counts.sent, counts.failed, counts.targeted)
 
 
-def count_outcomes(errors: Iterable[str | None]) -> None:
-    """Add recorded outcomes to ``herald_messages_total{outcome, error}``."""
+def count_outcomes(errors: Iterable[str | None], lane: Lane = Lane.STANDARD) -> None:
+    """Add recorded outcomes to ``herald_messages_total{outcome, error, lane}``."""
     for error, n in Counter(errors).items():
         outcome = Outcome.SENT if error is None else Outcome.FAILED
-        MESSAGES.labels(outcome.value, error or "").inc(n)
+        MESSAGES.labels(outcome.value, error or "", lane.value).inc(n)

@@ -40,7 +40,7 @@ from herald.service_layer.approval import ApprovalRefused
 from herald.service_layer.campaign_events import CampaignChanged, Event
 from herald.service_layer.test_sends import FcmMisconfigured, UnknownDevices
 from services.api.audit import MEDIA_TYPES, AuditFormat, audit_format, download_headers, encoded
-from services.api.auth import Caller, scoped
+from services.api.auth import Caller, require_lane, scoped
 from services.api.deps import (
     AffectedLanguages,
     Approve,
@@ -54,6 +54,7 @@ from services.api.deps import (
     PreviewMessage,
     SendTest,
     TestSends,
+    UrgentRoles,
     Watch,
 )
 from services.api.errors import ApiError, not_found
@@ -78,8 +79,9 @@ IdempotencyKey = Annotated[str | None, Header(
              openapi_extra=logged("campaign.create"))
 async def create_campaign(
     body: CampaignCreate, creator: Creator, response: Response, caller: Sender,
-    idempotency_key: IdempotencyKey = None,
+    urgent_roles: UrgentRoles, idempotency_key: IdempotencyKey = None,
 ) -> CampaignCreated:
+    require_lane(caller, body.lane, urgent_roles)
     result = await creator.create(body, idempotency_key, caller.actor)
     if not result.created:
         response.headers["Idempotent-Replayed"] = "true"
@@ -265,10 +267,11 @@ async def retry_campaign(campaign_id: CampaignId, creator: Creator, response: Re
              openapi_extra=logged("campaign.retarget"))
 async def retarget_campaign(campaign_id: CampaignId, creator: Creator, response: Response,
                             caller: Sender, find: FindCampaign, affected: AffectedLanguages,
-                            body: RetargetRequest | None = None,
+                            urgent_roles: UrgentRoles, body: RetargetRequest | None = None,
                             idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """A new campaign to exactly the ``unsent`` recipients of a finished one; ``languages``:
     those recipients by the variant of the original they would have got."""
+    require_lane(caller, body.lane if body else None, urgent_roles)
     made = await creator.retarget(campaign_id, body or RetargetRequest(), caller.actor,
                                   idempotency_key)
     return await _follow_up_of(find, affected, response, made, campaign_id, Outcome.UNSENT)
@@ -278,12 +281,13 @@ async def retarget_campaign(campaign_id: CampaignId, creator: Creator, response:
              openapi_extra=logged("campaign.amend"))
 async def amend_campaign(campaign_id: CampaignId, creator: Creator, response: Response,
                          caller: Sender, find: FindCampaign, affected: AffectedLanguages,
-                         body: AmendRequest | None = None,
+                         urgent_roles: UrgentRoles, body: AmendRequest | None = None,
                          idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """A new campaign to exactly the ``sent`` recipients of a finished one, with its
     replacement key: on their devices the new notification replaces the old one. 409
     ``not_amendable`` while it runs, ``nothing_to_amend`` if FCM accepted none of it.
     ``languages``: those recipients by the variant of the original they got."""
+    require_lane(caller, body.lane if body else None, urgent_roles)
     made = await creator.amend(campaign_id, body or AmendRequest(), caller.actor,
                                idempotency_key)
     return await _follow_up_of(find, affected, response, made, campaign_id, Outcome.SENT)
@@ -293,12 +297,13 @@ async def amend_campaign(campaign_id: CampaignId, creator: Creator, response: Re
              openapi_extra=logged("campaign.correct"))
 async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
                            caller: Sender, affected: AffectedLanguages,
-                           body: CorrectRequest | None = None,
+                           urgent_roles: UrgentRoles, body: CorrectRequest | None = None,
                            idempotency_key: IdempotencyKey = None) -> CorrectResult:
     """Correct a finished campaign in one step: the new content as a new notification to its
     ``unsent`` recipients (a retarget) and as a replacement to its ``sent`` ones (an amend).
     Nobody gets both. 409 ``not_correctable`` while it runs, ``nothing_to_correct`` if it
     left nobody in either group."""
+    require_lane(caller, body.lane if body else None, urgent_roles)
     correction = await creator.correct(campaign_id, body or CorrectRequest(),
                                                 caller.actor, idempotency_key)
     if correction is None:

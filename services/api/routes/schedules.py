@@ -10,7 +10,7 @@ from herald.contracts.http import ScheduleCreate, SchedulePage, SchedulePatch, S
 from herald.domain.access import Scope
 from herald.domain.documents import Schedule
 from herald.domain.types import OBJECT_ID_PATTERN
-from services.api.auth import Caller, scoped
+from services.api.auth import Caller, require_lane, scoped
 from services.api.deps import (
     CreateSchedule,
     EndSchedule,
@@ -18,6 +18,7 @@ from services.api.deps import (
     ListSchedules,
     MisfireGrace,
     Replan,
+    UrgentRoles,
 )
 from services.api.errors import schedule_not_found
 from services.api.operator_log import OperatorLoggedRoute, logged
@@ -38,7 +39,9 @@ def _view(grace_s: float, schedule: Schedule) -> ScheduleView:
 @router.post("", status_code=201, response_model=ScheduleView,
              openapi_extra=logged("schedule.create"))
 async def create_schedule(body: ScheduleCreate, create: CreateSchedule, grace_s: MisfireGrace,
-                          response: Response, caller: Writer) -> ScheduleView:
+                          response: Response, caller: Writer,
+                          urgent_roles: UrgentRoles) -> ScheduleView:
+    require_lane(caller, body.template.lane, urgent_roles)
     schedule = await create(body, caller.actor)
     response.headers["Location"] = f"/v1/schedules/{schedule.id}"
     return _view(grace_s, schedule)
@@ -64,8 +67,10 @@ async def list_schedules(
 @router.patch("/{schedule_id}", response_model=ScheduleView,
               openapi_extra=logged("schedule.edit"))
 async def patch_schedule(schedule_id: ScheduleId, body: SchedulePatch, replan: Replan,
-                         grace_s: MisfireGrace, caller: Writer) -> ScheduleView:
+                         grace_s: MisfireGrace, caller: Writer,
+                         urgent_roles: UrgentRoles) -> ScheduleView:
     """Pause, resume or edit; the next run is recomputed from now when timing changes."""
+    require_lane(caller, body.template.lane if body.template else None, urgent_roles)
     changes = body.model_dump(exclude_unset=True, exclude_none=True, mode="json", by_alias=True)
     updated = await replan(schedule_id, changes, caller.actor)
     if updated is None:
