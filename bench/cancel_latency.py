@@ -44,7 +44,7 @@ from bench.stack import (
 )
 from herald.domain.access import SYSTEM
 from herald.runtime.resources import Resources
-from herald.service_layer.cancellation import Cancellation
+from herald.service_layer.stopping import Decider, Settler
 from herald.settings import Settings
 
 MODES = ("broadcast", "flag-only")
@@ -110,9 +110,10 @@ class Bench:
 
     async def _flag_only(self, campaign_id: str) -> None:
         resources = Resources.build("bench", self.settings)
-        cancellation = Cancellation(resources.stores, resources.flags, resources.registry,
-                                    bus=None, pod_id="bench")
-        await cancellation.request(campaign_id, "bench", SYSTEM, broadcast=False)
+        settler = Settler(resources.stores, resources.registry, "bench")
+        decider = Decider(resources.stores, resources.flags, resources.registry, None,
+                          settler.settle)
+        await decider.cancel(campaign_id, "bench", SYSTEM)
         await resources.shutdown()
 
     def _wait(self, campaign_id: str, reached: Callable[[Campaign], bool], what: str) -> Campaign:

@@ -107,6 +107,7 @@ class RedisKeys:
         """The event streams a key holds open (a sorted set: stream id by last sign of life)."""
         return f"{self.prefix}event-streams:{key_id}"
 
-    def malformed_seen(self, digest: str) -> str:
-        """A malformed message already dead-lettered by a pod (one copy, not one per pod)."""
-        return f"{self.prefix}malformed:{digest}"
+    def first_seen(self, kind: str, digest: str) -> str:
+        """A broadcast one pod already acted on (one copy, not one per pod): a malformed
+        message dead-lettered (``malformed``), an outside tool's request decided (``request``)."""
+        return f"{self.prefix}{kind}:{digest}"

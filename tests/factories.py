@@ -20,9 +20,12 @@ from herald.domain.documents import (
     CampaignContent,
     CampaignCounts,
     CancelRecord,
+    Decision,
+    DecisionKind,
     Dispatch,
     Progress,
     Schedule,
+    new_id,
 )
 from herald.domain.messages import Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome, Target
@@ -66,10 +69,22 @@ async def insert(stores: Stores, due_in_s: float = 0.0, **changes: Any) -> str:
 
 
 def cancelling(expected_pods: Iterable[str] = (), **record: Any) -> dict[str, Any]:
-    """Changes that make a ``campaign(...)`` one whose cancel is under way."""
-    return {"status": Status.CANCELLING,
-            "cancel": CancelRecord(requested_at=utcnow(), expected_pods=tuple(expected_pods),
-                                   **record)}
+    """Changes that make a ``campaign(...)`` one whose cancel is under way (its decision the
+    latest)."""
+    decision = Decision(id=new_id(), kind=DecisionKind.CANCEL, at=utcnow())
+    return {"status": Status.CANCELLING, "decision": decision,
+            "cancel": CancelRecord(requested_at=decision.at, expected_pods=tuple(expected_pods),
+                                   decision_id=decision.id, **record)}
+
+
+async def begin_cancel(stores: Stores, campaign_id: str, **record: Any) -> Campaign | None:
+    """The store's guarded ``begin_cancel`` as the decider calls it (after the latest decision)."""
+    current = await stores.campaigns.get(campaign_id)
+    decision = Decision(id=new_id(), kind=DecisionKind.CANCEL, at=utcnow())
+    return await stores.campaigns.begin_cancel(
+        campaign_id, CancelRecord(requested_at=decision.at, decision_id=decision.id, **record),
+        decision, after=current.decision if current is not None else None,
+        status=current.status if current is not None else Status.IN_PROGRESS)
 
 
 def paged(chunks: int, targeted: int, *, owner: str = "dispatcher", done: bool = True
@@ -145,7 +160,7 @@ async def cancelled_paged_campaign(stores: Stores) -> Campaign:
     exact counts a cancel finishes with."""
     campaign_id = await paged_campaign(stores)
     now = utcnow()
-    await stores.campaigns.begin_cancel(campaign_id, CancelRecord(requested_at=now))
+    await begin_cancel(stores, campaign_id)
     paged = await stores.campaigns.get(campaign_id)
     assert paged is not None
     cancelled = await stores.campaigns.confirm_cancel(

@@ -21,7 +21,15 @@ from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, maybe, object_id, to_bson
 from herald.clock import utcnow
 from herald.domain.access import Actor
-from herald.domain.documents import Approval, Campaign, CampaignCounts, CancelRecord, PauseRecord
+from herald.domain.documents import (
+    Approval,
+    Campaign,
+    CampaignCounts,
+    CancelRecord,
+    Decision,
+    DecisionKind,
+    PauseRecord,
+)
 from herald.domain.lanes import Lane
 from herald.domain.rollout import RolloutProgress
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
@@ -33,6 +41,11 @@ _EDITED = ("name", "content", "audience", "due_at", "local_time", "edited_by", "
 
 _STILL_COUNTING = sorted(status.value for status in Status if status not in TERMINAL)
 """Statuses in which a finished chunk still adds to the live counts."""
+
+
+def _latest(after: Decision | None) -> Document:
+    """The condition that ``after`` is still the campaign's latest decision."""
+    return {"decision": None} if after is None else {"decision.id": after.id}
 
 
 def _counts(counts: CampaignCounts) -> Document:
@@ -103,14 +116,14 @@ class CampaignStore:
         return await self.transition(campaign_id, transition, now, also_set={
             **_counts(counts), "finished_at": now, "error": error})
 
-    async def cancel_at_once(self, campaign_id: str, record: CancelRecord) -> Campaign | None:
-        now = record.requested_at
-        return await self.transition(campaign_id, Transition.CANCEL_AT_ONCE, now, also_set={
-            "cancel": asdict(record) | {"acknowledged_at": now}, "finished_at": now})
-
-    async def begin_cancel(self, campaign_id: str, record: CancelRecord) -> Campaign | None:
-        return await self.transition(campaign_id, Transition.BEGIN_CANCEL, record.requested_at,
-                                     also_set={"cancel": asdict(record)})
+    async def begin_cancel(self, campaign_id: str, record: CancelRecord, decision: Decision,
+                           *, after: Decision | None, status: Status) -> Campaign | None:
+        if status not in sources_for(Transition.BEGIN_CANCEL):
+            return None
+        return await self.transition(
+            campaign_id, Transition.BEGIN_CANCEL, record.requested_at,
+            also_set={"cancel": asdict(record), "decision": asdict(decision)},
+            where={**_latest(after), "status": status.value})
 
     async def confirm_cancel(self, campaign_id: str, counts: CampaignCounts, now: datetime,
                              error: str | None = None) -> Campaign | None:
@@ -306,7 +319,7 @@ class CampaignStore:
             {"_id": object_id(campaign_id), "status": Status.CANCELLING.value},
             {"$set": {"dispatch.done": True}}, return_document=ReturnDocument.AFTER))
 
-    # --- the cancel protocol ---------------------------------------------------------------------
+    # --- the stopping protocol -------------------------------------------------------------------
     async def claim_cancel_finalization(self, campaign_id: str, pod_id: str, now: datetime,
                                         until: datetime) -> bool:
         """One pod computes a cancelled campaign's final counts; a dead one's claim expires."""
@@ -317,22 +330,20 @@ class CampaignStore:
             {"$set": {"cancel.finalizer": pod_id, "cancel.finalizer_until": until}})
         return result.modified_count == 1
 
-    async def add_cancel_ack(self, campaign_id: str, pod_id: str) -> None:
+    async def add_ack(self, campaign_id: str, decision: Decision, pod_id: str) -> None:
+        record = "pause" if decision.kind is DecisionKind.PAUSE else "cancel"
         await self._campaigns.update_one(
-            {"_id": object_id(campaign_id), "status": Status.CANCELLING.value},
-            {"$addToSet": {"cancel.acks": pod_id}})
+            {"_id": object_id(campaign_id), "decision.id": decision.id},
+            {"$addToSet": {f"{record}.acks": pod_id}})
 
-    # --- pause and resume -----------------------------------------------------------------------
-    async def begin_pause(self, campaign_id: str, record: PauseRecord) -> Campaign | None:
-        """``in_progress → paused`` with the pause record; None if the campaign was not sending."""
-        return await self.transition(campaign_id, Transition.PAUSE, record.requested_at,
-                                     also_set={"pause": asdict(record)})
-
-    async def add_pause_ack(self, campaign_id: str, pause_id: str, pod_id: str) -> None:
-        await self._campaigns.update_one(
-            {"_id": object_id(campaign_id), "status": Status.PAUSED.value,
-             "pause.pause_id": pause_id},
-            {"$addToSet": {"pause.acks": pod_id}})
+    async def begin_pause(self, campaign_id: str, record: PauseRecord, decision: Decision,
+                          *, after: Decision | None) -> Campaign | None:
+        """``in_progress → paused`` with the pause record; None if the campaign was not sending
+        (or another decision came first)."""
+        return await self.transition(
+            campaign_id, Transition.PAUSE, record.requested_at,
+            also_set={"pause": asdict(record), "decision": asdict(decision)},
+            where=_latest(after))
 
     async def settle_pause(self, campaign_id: str, pause_id: str, counts: CampaignCounts,
                            now: datetime) -> Campaign | None:
@@ -343,10 +354,29 @@ class CampaignStore:
             {"$set": {"pause.counts": asdict(counts), "pause.settled_at": now, "updated_at": now}},
             return_document=ReturnDocument.AFTER))
 
-    async def resume(self, campaign_id: str, by: Actor | None, now: datetime) -> Campaign | None:
-        """``paused → in_progress``; None if the campaign was not paused."""
-        return await self.transition(campaign_id, Transition.RESUME, now, also_set={
-            "pause.resumed_at": now, "pause.resumed_by": None if by is None else asdict(by)})
+    async def resume(self, campaign_id: str, by: Actor | None, decision: Decision,
+                     *, after: Decision | None) -> Campaign | None:
+        """``paused → in_progress``; None if the campaign was not paused (or another decision
+        came first)."""
+        return await self.transition(campaign_id, Transition.RESUME, decision.at, also_set={
+            "pause.resumed_at": decision.at, "pause.resume_id": decision.id,
+            "pause.offered_at": None, "pause.resumed_by": None if by is None else asdict(by),
+            "decision": asdict(decision)}, where=_latest(after))
+
+    async def mark_offered(self, campaign_id: str, resume_id: str, now: datetime) -> bool:
+        result = await self._campaigns.update_one(
+            {"_id": object_id(campaign_id), "pause.resume_id": resume_id,
+             "pause.offered_at": None}, {"$set": {"pause.offered_at": now}})
+        return result.modified_count == 1
+
+    async def resumed_unoffered(self) -> list[Campaign]:
+        return await self._find({"status": Status.IN_PROGRESS.value,
+                                 "decision.kind": DecisionKind.RESUME.value,
+                                 "pause.offered_at": None})
+
+    async def with_rollout(self) -> list[Campaign]:
+        return await self._find({"status": Status.IN_PROGRESS.value,
+                                 "rollout_progress": {"$ne": None}})
 
     async def update_rollout(self, campaign_id: str, wave: int, progress: RolloutProgress
                              ) -> Campaign | None:

@@ -137,6 +137,11 @@ class ChunkStore:
                                    {"recipients": 0}).sort("seq", 1)
         return [from_bson(ChunkState, d) async for d in cursor]
 
+    async def pending_everywhere(self) -> list[ChunkState]:
+        """Every chunk not closed yet, of every campaign (the rescue's one read per sweep)."""
+        cursor = self._chunks.find({"status": ChunkStatus.PENDING.value}, {"recipients": 0})
+        return [from_bson(ChunkState, d) async for d in cursor]
+
     async def mark_wave_sent(self, campaign_id: str, seq: int, wave: int) -> None:
         """Every recipient of the chunk in waves up to ``wave`` has an outcome."""
         await self._chunks.update_one({"_id": chunk_id(campaign_id, seq)},

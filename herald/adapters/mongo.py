@@ -48,6 +48,7 @@ INDEXES: dict[str, list[tuple[list[tuple[str, int]], dict[str, Any]]]] = {
     ],
     names.CHUNKS: [
         ([("campaign_id", ASCENDING), ("seq", ASCENDING)], {"name": "campaign_seq"}),
+        ([("status", ASCENDING), ("campaign_id", ASCENDING)], {"name": "status_campaign"}),
     ],
     names.DELIVERIES: [
         ([("campaign_id", ASCENDING), ("seq", ASCENDING)], {"name": "campaign_seq"}),

@@ -155,13 +155,15 @@ class FirstSightings:
     """Which pod sees a message first, when every pod receives a copy: the first to claim its
     digest (``SET NX`` with a TTL) is the one that acts on it."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys, ttl_s: int) -> None:
+    def __init__(self, redis: Redis, keys: RedisKeys, ttl_s: int, kind: str = "malformed") -> None:
         self._redis = redis
         self._keys = keys
         self._ttl_s = ttl_s
+        self._kind = kind
 
     async def first(self, body: bytes) -> bool:
-        """True for the first pod to present ``body`` within the TTL."""
+        """True for the first pod to present ``body`` within the TTL (True as well when Redis
+        cannot tell: every pod then acts, and what it acts on is guarded anyway)."""
         digest = hashlib.sha256(body).hexdigest()
-        return bool(await self._redis.set(self._keys.malformed_seen(digest), b"1", nx=True,
-                                          ex=self._ttl_s))
+        return bool(await self._redis.set(self._keys.first_seen(self._kind, digest), b"1",
+                                          nx=True, ex=self._ttl_s))

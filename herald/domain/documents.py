@@ -122,6 +122,31 @@ class Dispatch:
         return self.owner is not None
 
 
+class DecisionKind(StrEnum):
+    """What a decision about a campaign's sending was (``herald/service_layer/stopping/``)."""
+
+    CANCEL = "cancel"
+    STOP = "stop"  # Herald stopped it: FCM refused it as misconfigured (ends failed)
+    PAUSE = "pause"
+    RESUME = "resume"
+
+    @property
+    def stops_pods(self) -> bool:
+        """Whether pods that may be sending must acknowledge it (a resume starts them)."""
+        return self is not DecisionKind.RESUME
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The latest decision about a campaign's sending. Every decision is written conditionally
+    on the one it replaces (its id as read), so of two made at once exactly one stands, and a
+    broadcast names the decision it tells: a pod acts only on the campaign's latest one."""
+
+    id: str
+    kind: DecisionKind
+    at: datetime
+
+
 @dataclass(frozen=True, slots=True)
 class CancelRecord:
     requested_at: datetime
@@ -136,6 +161,8 @@ class CancelRecord:
     acknowledged_at: datetime | None = None
     finalizer: str | None = None
     finalizer_until: datetime | None = None
+    decision_id: str | None = None
+    """The decision that began this cancel (``Campaign.decision``); acknowledgements name it."""
     fails_with: str | None = None
     """Set when Herald stopped the campaign itself because FCM refused it as misconfigured
     (``herald/domain/fcm_errors.py``): the campaign ends ``failed`` with this as its error,
@@ -172,6 +199,10 @@ class PauseRecord:
     and a paused chunk is not closed)."""
     resumed_at: datetime | None = None
     resumed_by: Actor | None = None
+    resume_id: str | None = None
+    """The decision that resumed it; the resumed campaign's pending chunks are offered again
+    by the dispatchers' sweep until ``offered_at`` says they were."""
+    offered_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +272,8 @@ class Campaign:
     dispatch: Dispatch = Dispatch()
     cancel: CancelRecord | None = None
     pause: PauseRecord | None = None
+    decision: Decision | None = None
+    """The latest decision about its sending (cancel, stop, pause, resume), if any."""
     rollout: Rollout | None = None
     rollout_progress: RolloutProgress | None = None
     error: str | None = None

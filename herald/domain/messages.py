@@ -22,8 +22,12 @@ class CancelCampaign(BaseModel):
 
     ``action`` says how: ``cancel`` (the default, what every version-1 publisher means) ends
     it; ``pause`` holds the rest back until a resume; ``resume`` is the api telling pods that a
-    campaign was resumed (a pod only reads the campaign's status again: a resume is decided by
-    the api alone, never by a message)."""
+    campaign was resumed (a resume is decided by the api alone, never by a message).
+
+    ``decision_id`` is set only by Herald: the message tells pods of a decision already made
+    (``herald/service_layer/stopping/``), and a pod acts only on the campaign's latest decision
+    as stored, so a late or repeated broadcast changes nothing. A message without one (any AMQP
+    tool) is a request, decided once by the first pod that sees it."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -31,6 +35,7 @@ class CancelCampaign(BaseModel):
     reason: str | None = Field(default=None, max_length=500)
     requested_by: str | None = Field(default=None, max_length=200)
     action: Literal["cancel", "pause", "resume"] = "cancel"
+    decision_id: str | None = Field(default=None, max_length=64)
     version: Literal[1] = 1
 
 

@@ -78,6 +78,13 @@ class RolloutProgress:
     failed: int = 0
     """Exact, from the records, when last checked: a rollout's chunks stay pending (and out of
     the live counts, which grow by closed chunks) until their last wave."""
+    judged_since: datetime | None = None
+    """Set by a resume of a campaign the gate halted (the operator's override): from then on the
+    gate judges only what was recorded since, the waves after the override."""
+    wave_figures: tuple[GateFigures, ...] = ()
+    """The gate's figures of each wave sent so far (what was recorded while it was open)."""
+    offered_wave: int = 0
+    """The last wave whose kept chunks were offered to the senders (wave 0's by paging)."""
 
 
 def wave_bucket(campaign_id: str, token: str) -> float:
@@ -118,6 +125,15 @@ def gate_figures(errors: Iterable[str | None]) -> GateFigures:
         attempted += 1
         failed += error is not None
     return GateFigures(failed=failed, attempted=attempted)
+
+
+def wave_share(cumulative: GateFigures, earlier: Iterable[GateFigures]) -> GateFigures:
+    """One wave's figures: the cumulative figures at its end less the earlier waves'."""
+    failed, attempted = cumulative.failed, cumulative.attempted
+    for figures in earlier:
+        failed -= figures.failed
+        attempted -= figures.attempted
+    return GateFigures(failed=max(0, failed), attempted=max(0, attempted))
 
 
 def trips(figures: GateFigures, halt_when: HaltWhen | None) -> bool:

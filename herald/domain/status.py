@@ -32,8 +32,7 @@ class Transition(StrEnum):
     FINALIZE = "finalize"  # every chunk is recorded
     COMPLETE = "complete"  # final counts are written
     FAIL = "fail"  # finished, but some recipients failed for reasons a retry could fix
-    CANCEL_AT_ONCE = "cancel_at_once"  # nothing was sent yet
-    BEGIN_CANCEL = "begin_cancel"  # work is in flight: stop it first
+    BEGIN_CANCEL = "begin_cancel"  # stop it: pods that may send acknowledge, then it is settled
     CONFIRM_CANCEL = "confirm_cancel"  # every pod has stopped
     CONFIRM_STOP = "confirm_stop"  # every pod has stopped a campaign FCM refused as misconfigured
     MISS = "miss"  # overdue beyond the misfire grace
@@ -50,10 +49,9 @@ TRANSITIONS: dict[Transition, tuple[frozenset[Status], Status]] = {
     Transition.FINALIZE: (frozenset({Status.IN_PROGRESS}), Status.FINALIZING),
     Transition.COMPLETE: (frozenset({Status.FINALIZING}), Status.COMPLETED),
     Transition.FAIL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING}), Status.FAILED),
-    Transition.CANCEL_AT_ONCE: (frozenset({Status.AWAITING_APPROVAL, Status.SCHEDULED,
-                                           Status.PENDING}), Status.CANCELLED),
-    Transition.BEGIN_CANCEL: (frozenset({Status.IN_PROGRESS, Status.FINALIZING, Status.PAUSED}),
-                              Status.CANCELLING),
+    Transition.BEGIN_CANCEL: (frozenset({Status.AWAITING_APPROVAL, Status.SCHEDULED,
+                                         Status.PENDING, Status.IN_PROGRESS, Status.FINALIZING,
+                                         Status.PAUSED}), Status.CANCELLING),
     Transition.CONFIRM_CANCEL: (frozenset({Status.CANCELLING}), Status.CANCELLED),
     Transition.CONFIRM_STOP: (frozenset({Status.CANCELLING}), Status.FAILED),
     Transition.MISS: (frozenset({Status.SCHEDULED}), Status.MISSED),
@@ -103,10 +101,14 @@ def apply(transition: Transition, current: Status) -> Status:
     return target
 
 
+NOTHING_SENDING = frozenset({Status.AWAITING_APPROVAL, Status.SCHEDULED, Status.PENDING})
+"""Statuses in which no pod can be sending the campaign: a cancel waits for nobody."""
+
+
 class CancelDecision(StrEnum):
     """What a cancel request means for a campaign in a given status."""
 
-    AT_ONCE = "at_once"  # awaiting_approval/scheduled/pending: nothing sent, cancelled at once
+    AT_ONCE = "at_once"  # awaiting_approval/scheduled/pending: nothing sent, settled at once
     STOP_PODS = "stop_pods"  # in_progress/finalizing/paused: broadcast, wait for pods to stop
     ALREADY = "already"  # cancelling/cancelled: idempotent, no second broadcast
     REFUSE = "refuse"  # completed/failed/missed: nothing left to stop
@@ -116,13 +118,31 @@ def decide_cancel(current: Status) -> CancelDecision:
     """How a cancel applies to a campaign in status ``current``: at once before anything is
     sent, by stopping every pod while sending, idempotently when already cancelling, never once
     finished."""
-    if current in sources_for(Transition.CANCEL_AT_ONCE):
+    if current in NOTHING_SENDING:
         return CancelDecision.AT_ONCE
     if current in sources_for(Transition.BEGIN_CANCEL):
         return CancelDecision.STOP_PODS
     if current in (Status.CANCELLING, Status.CANCELLED):
         return CancelDecision.ALREADY
     return CancelDecision.REFUSE
+
+
+class Verdict(StrEnum):
+    """The one question every sender, dispatcher and dead-chunk handler asks about a campaign
+    (``herald/service_layer/stopping/verdict.py``): may it send now?"""
+
+    SEND = "send"  # sending: go on
+    HOLD = "hold"  # not now (paused, waiting for approval or its time): keep what is not sent
+    STOP = "stop"  # never again (cancelling, or finished): leave the rest unsent
+
+
+def verdict_for(status: Status) -> Verdict:
+    """What a campaign's stored status says to a pod holding its work."""
+    if status in ACTIVE:
+        return Verdict.SEND
+    if status in (Status.PAUSED, *NOTHING_SENDING):
+        return Verdict.HOLD
+    return Verdict.STOP
 
 
 class PauseDecision(StrEnum):

@@ -15,6 +15,7 @@ import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import NoReturn
 
 import uvloop
@@ -31,10 +32,9 @@ from herald.runtime.resources import Resources
 from herald.runtime.tasks import Background
 from herald.runtime.tracking import WorkTracker
 from herald.service_layer.access import OperatorLog
-from herald.service_layer.cancel_watch import CancelWatch
-from herald.service_layer.cancellation import Cancellation
-from herald.service_layer.pausing import Pausing
+from herald.service_layer.rollout import RolloutDriver
 from herald.service_layer.sending.fence import Fence
+from herald.service_layer.stopping import Acknowledger, Decider, PodView, Settler
 from herald.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 MALFORMED_SEEN_TTL_S = 60
 """How long pods remember a malformed broadcast one of them dead-lettered (every pod receives it
 within milliseconds of the others)."""
+REQUEST_SEEN_TTL_S = 10
+"""How long pods remember an outside tool's request one of them decided: identical messages
+within it are one request (an AMQP ``message_id`` tells two apart)."""
 
 
 class Worker:
@@ -72,9 +75,10 @@ class PodParts:
     resources: Resources
     background: Background
     tracker: WorkTracker
-    watch: CancelWatch
-    cancellation: Cancellation
-    pausing: Pausing
+    view: PodView
+    decider: Decider
+    settler: Settler
+    rollouts: RolloutDriver
     heartbeat: Heartbeat
     fence: Fence
 
@@ -83,27 +87,35 @@ Compose = Callable[[PodParts], Worker]
 
 
 def build_parts(service: str, settings: Settings, *, acknowledges_cancels: bool) -> PodParts:
-    """The pod's connections and its part in the cancel protocol, its cancel queue registered."""
+    """The pod's connections and its part in the stopping protocol, its cancel queue
+    registered."""
     identity = PodIdentity.new(service)
     resources = Resources.build(service, settings)
     background, tracker = Background(), WorkTracker()
-    watch = CancelWatch(resources.flags)
-    cancellation = Cancellation(resources.stores, resources.flags, resources.registry,
-                                resources.bus, identity.id, spawn=background.spawn)
-    pausing = Pausing(resources.stores, resources.registry, resources.bus, identity.id,
+    stores = resources.stores
+    settler = Settler(stores, resources.registry, identity.id,
+                      stale_after=timedelta(seconds=settings.lease_s))
+    view = PodView(stores.campaigns, resources.flags)
+    operator_log = OperatorLog(stores.operator_log)
+    decider = Decider(stores, resources.flags, resources.registry, resources.bus, settler.settle,
                       spawn=background.spawn)
-    first_copies = FirstSightings(resources.redis, resources.keys, MALFORMED_SEEN_TTL_S)
-    listener = CancelListener(watch, cancellation, pausing, tracker, background,
-                              OperatorLog(resources.stores.operator_log), pod_id=identity.id,
-                              acknowledges=acknowledges_cancels, grace_s=settings.grace_period_s,
-                              first_copy=first_copies.first)
+    rollouts = RolloutDriver(stores, decider, resources.bus, operator_log)
+    decider.on_resume(rollouts.after_resume)
+    view.on_decision(Acknowledger(stores.campaigns, settler.settle, tracker, background.spawn,
+                                  pod_id=identity.id, grace_s=settings.grace_period_s,
+                                  acknowledges=acknowledges_cancels).decided)
+    listener = CancelListener(
+        view, decider, operator_log,
+        first_copy=FirstSightings(resources.redis, resources.keys, MALFORMED_SEEN_TTL_S).first,
+        first_request=FirstSightings(resources.redis, resources.keys, REQUEST_SEEN_TTL_S,
+                                     kind="request").first)
     rabbit.consume(resources.broker, rabbit.pod_cancel_queue(identity.id), listener.on_message,
                    exchange=rabbit.CANCEL_EXCHANGE, prefetch=rabbit.CANCEL_PREFETCH)
     fence = Fence(settings.heartbeat_ttl_s, settings.heartbeat_interval_s)
     heartbeat = Heartbeat(resources.registry, identity, tracker, settings.heartbeat_interval_s,
                           fence)
-    return PodParts(settings, identity, resources, background, tracker, watch, cancellation,
-                    pausing, heartbeat, fence)
+    return PodParts(settings, identity, resources, background, tracker, view, decider, settler,
+                    rollouts, heartbeat, fence)
 
 
 class StartTimedOut(Exception):

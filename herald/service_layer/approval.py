@@ -23,7 +23,7 @@ from herald.domain.approval import (
 from herald.domain.audience import Audience
 from herald.domain.documents import Approval, Campaign
 from herald.domain.status import Status
-from herald.service_layer.cancellation import CampaignNotFound
+from herald.service_layer.errors import CampaignNotFound
 from herald.service_layer.ports import CampaignApprovals, DeviceRepository
 
 

@@ -1,12 +1,21 @@
-"""Offering a campaign's pending chunks to the senders again, and opening a staged rollout's next
-wave: what a resume and the rollout's driver both do (``pausing.py``, ``rollout.py``)."""
+"""Offering a campaign's kept chunks to the senders again: after a resume (this module's
+``ResumeOffers.recover``, part of the dispatchers' sweep) and when a staged rollout opens its
+next wave (``rollout.py``).
+
+A resume changes only the store (``stopping/decide.py``); the chunks a pause kept (pending in
+MongoDB, nobody holding them) are published again here, once per resume: the write that marks
+them offered is conditional on the resume's decision, so of several sweeps one offers.
+"""
 
 from __future__ import annotations
 
-from herald.clock import utcnow
+import logging
+from datetime import datetime
+
 from herald.domain.documents import Campaign
-from herald.domain.rollout import RolloutProgress
 from herald.service_layer.ports import Bus, CampaignRecords
+
+log = logging.getLogger(__name__)
 
 
 async def offer_pending(stores: CampaignRecords, bus: Bus, campaign: Campaign) -> int:
@@ -22,13 +31,20 @@ async def offer_pending(stores: CampaignRecords, bus: Bus, campaign: Campaign) -
     return offered
 
 
-async def open_next_wave(stores: CampaignRecords, campaign: Campaign) -> Campaign | None:
-    """Move a staged rollout from the wave it holds to the next (conditional on the wave read:
-    of a resume and the driver doing it at once, one does); None if it has no next wave or
-    someone moved it first. The caller offers the pending chunks."""
-    rollout, progress = campaign.rollout, campaign.rollout_progress
-    if rollout is None or progress is None or progress.wave >= rollout.last_wave:
-        return None
-    moved = RolloutProgress(wave=progress.wave + 1, figures=progress.figures,
-                            checked_at=utcnow(), sent=progress.sent, failed=progress.failed)
-    return await stores.campaigns.update_rollout(campaign.id, progress.wave, moved)
+class ResumeOffers:
+    def __init__(self, stores: CampaignRecords, bus: Bus) -> None:
+        self._stores = stores
+        self._bus = bus
+
+    async def recover(self, now: datetime) -> None:
+        """Offer the kept chunks of every campaign resumed since the last sweep; one whose
+        paging was not over is paged on by any dispatcher (its lease was given up at the
+        pause)."""
+        for campaign in await self._stores.campaigns.resumed_unoffered():
+            pause = campaign.pause
+            if pause is None or pause.resume_id is None:
+                continue
+            if await self._stores.campaigns.mark_offered(campaign.id, pause.resume_id, now):
+                offered = await offer_pending(self._stores, self._bus, campaign)
+                log.info("campaign %s resumed: %d kept chunks offered again", campaign.id,
+                         offered)

@@ -15,7 +15,7 @@ from herald.domain.documents import CampaignContent, Device
 from herald.domain.payload import LONGEST_DEFAULT_KEY
 from herald.domain.rendering import DEFAULT_VARIANT, DeviceMessage, compile_content
 from herald.service_layer.campaigns import content_of
-from herald.service_layer.cancellation import CampaignNotFound
+from herald.service_layer.errors import CampaignNotFound
 from herald.service_layer.ports import CampaignLookup, DeviceRepository
 
 

@@ -12,7 +12,7 @@ from herald.domain.documents import Campaign, Outcome, Schedule
 from herald.domain.locales import LocaleMatcher
 from herald.domain.rendering import DEFAULT_VARIANT
 from herald.domain.status import Status
-from herald.service_layer.cancellation import CampaignNotFound
+from herald.service_layer.errors import CampaignNotFound
 from herald.service_layer.ports import (
     CampaignLookup,
     CampaignReads,

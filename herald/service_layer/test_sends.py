@@ -24,7 +24,7 @@ from herald.domain.documents import Device, TestOutcome, TestSend, new_id
 from herald.domain.fcm_errors import CONFIGURATION_ERRORS, FcmError, SendResult
 from herald.domain.rendering import CompiledContent
 from herald.domain.status import TESTABLE, Status
-from herald.service_layer.cancellation import CampaignNotFound
+from herald.service_layer.errors import CampaignNotFound
 from herald.service_layer.ports import CampaignLookup, DeviceRepository, Fcm, TestSendRepository
 from herald.service_layer.sending.campaigns import message_of
 

@@ -123,7 +123,7 @@ def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient) -> AppS
         creator=CampaignCreator(stores.campaigns, stores.idempotency, resources.bus, approvals),
         approvals=approvals,
         test_sender=TestSender(stores.campaigns, stores.devices, stores.test_sends, client),
-        cancellation=parts.cancellation, pausing=parts.pausing, registry=resources.registry,
+        decider=parts.decider, registry=resources.registry,
         readiness=readiness,
         background=parts.background, authenticator=Authenticator(resources.stores.api_keys),
         operator_log=OperatorLog(resources.stores.operator_log),

@@ -29,7 +29,7 @@ from herald.domain.access import Actor, ApiKey, Role
 from herald.domain.audience import Audience
 from herald.domain.documents import Campaign, Outcome, Schedule, UpsertCounts
 from herald.domain.pods import PodBeat
-from herald.domain.status import Status
+from herald.domain.status import CancelDecision, PauseDecision, Status
 from herald.runtime.tasks import Background
 from herald.service_layer import approval, queries, scheduling
 from herald.service_layer.access import (
@@ -42,9 +42,7 @@ from herald.service_layer.access import (
 from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaign_events import campaign_events
 from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
-from herald.service_layer.cancellation import Cancellation
 from herald.service_layer.devices import register_devices
-from herald.service_layer.pausing import Pausing
 from herald.service_layer.ports import (
     ApiKeyRepository,
     OperatorLogRepository,
@@ -54,6 +52,7 @@ from herald.service_layer.ports import (
 )
 from herald.service_layer.preview import preview
 from herald.service_layer.recipients import RecipientLine, variants_of
+from herald.service_layer.stopping import Decided, Decider
 from herald.service_layer.test_sends import TestSender
 from herald.settings import Settings
 from services.api.readiness import Readiness
@@ -68,8 +67,7 @@ class AppServices:
     settings: Settings
     stores: Stores
     creator: CampaignCreator
-    cancellation: Cancellation
-    pausing: Pausing
+    decider: Decider
     registry: PodRegistry
     readiness: Readiness
     background: Background
@@ -99,9 +97,12 @@ UrgentRoles = Annotated[frozenset[str], provided(lambda s: s.settings.urgent_rol
 """Roles whose keys may send in the urgent lane (``HERALD_URGENT_ROLES``)."""
 Creator = Annotated[CampaignCreator, provided(lambda s: s.creator)]
 """Create, retry, retarget, amend, correct."""
-CancelUseCase = Annotated[Cancellation, provided(lambda s: s.cancellation)]
-PauseUseCase = Annotated[Pausing, provided(lambda s: s.pausing)]
-"""Pause and resume."""
+CancelUseCase = Annotated[Callable[..., Awaitable[Decided[CancelDecision]]],
+                          provided(lambda s: s.decider.cancel)]
+PauseUseCase = Annotated[Callable[..., Awaitable[Decided[PauseDecision]]],
+                         provided(lambda s: s.decider.pause)]
+ResumeUseCase = Annotated[Callable[[str, Actor | None], Awaitable[Campaign]],
+                          provided(lambda s: s.decider.resume)]
 FindCampaign = Annotated[Callable[[str], Awaitable[Campaign]],
                          provided(lambda s: partial(queries.campaign, s.stores.campaigns))]
 ListCampaigns = Annotated[

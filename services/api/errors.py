@@ -36,11 +36,10 @@ from herald.service_layer.campaigns import (
     NotRetryable,
     SendAtInPast,
 )
-from herald.service_layer.cancellation import CampaignNotFound, CannotCancel
-from herald.service_layer.pausing import CannotPause, CannotResume
 from herald.service_layer.preview import DeviceNotFound
 from herald.service_layer.queries import ScheduleNotFound
 from herald.service_layer.scheduling import ScheduleEnded
+from herald.service_layer.stopping import CampaignNotFound, CannotCancel, CannotPause, CannotResume
 from herald.service_layer.test_sends import NotTestable, TooManyDevices
 
 log = logging.getLogger(__name__)

@@ -1,13 +1,16 @@
 """Composition root of the dispatcher: claims campaigns and pages them into chunks.
 
 Work arrives two ways: a ``herald.dispatch`` message (the fast path, right after a campaign is
-created or fired), and a periodic sweep of MongoDB that
-- claims pending campaigns nobody announced;
-- takes over campaigns whose dispatcher died: at once when its heartbeat is gone, or when its
-  lease runs out (a lease is renewed every third of its length while paging);
-- finishes cancels (and settles pauses) whose pods died before acknowledging;
-- moves staged rollouts on: holds a sent wave, asks the gate, opens the next wave;
-- finishes campaigns whose last chunk was closed but never counted.
+created or fired), and a periodic sweep of MongoDB. The sweep is a list of each protocol's
+``recover(now)``, in order:
+- paging (this module): claims pending campaigns nobody announced, urgent ones first, and takes
+  over campaigns whose dispatcher died (at once when its heartbeat is gone, or when its lease
+  runs out; a lease is renewed every third of its length while paging);
+- the rescue (``sending/rescue.py``): chunks held by a sender whose heartbeat expired;
+- the settler (``stopping/settle.py``): cancels and pauses whose pods died before
+  acknowledging, campaigns whose last chunk closed but was never counted;
+- staged rollouts (``rollout.py``): a sent wave held, the gate asked, the next wave opened;
+- resumes (``offers.py``): a resumed campaign's kept chunks offered again.
 Paging that fails (RabbitMQ or MongoDB away) is resumed from the checkpoint while the lease is
 still this dispatcher's.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,24 +29,21 @@ from herald.adapters import rabbit
 from herald.clock import utcnow
 from herald.domain.documents import Campaign
 from herald.domain.messages import DispatchCampaign
-from herald.domain.status import Status
 from herald.runtime.tasks import Background
 from herald.runtime.tracking import WorkTracker
 from herald.runtime.worker import PodParts, Worker
-from herald.service_layer.access import OperatorLog
-from herald.service_layer.cancellation import Cancellation
-from herald.service_layer.completion import complete, reconcile
-from herald.service_layer.pausing import Pausing
-from herald.service_layer.ports import Bus, CampaignRecords, PodRegistry
-from herald.service_layer.rollout import RolloutDriver
-from herald.service_layer.sending.rescue import rescue_chunks_of_dead_senders
+from herald.service_layer.offers import ResumeOffers
+from herald.service_layer.ports import CampaignRecords, PodRegistry
+from herald.service_layer.sending.rescue import ChunkRescue
 from services.dispatcher.backpressure import Backpressure
 from services.dispatcher.paging import Paging
 
 log = logging.getLogger(__name__)
 
 RETRY_PAUSE_S = 1.0
-RECONCILE_EVERY_SWEEPS = 10
+
+Recover = Callable[[datetime], Awaitable[object]]
+"""A protocol's part of the sweep."""
 
 
 @dataclass(frozen=True)
@@ -59,24 +59,18 @@ class DispatchPolicy:
 
 
 class Dispatcher(Worker):
-    def __init__(self, stores: CampaignRecords, registry: PodRegistry, cancellation: Cancellation,
-                 pausing: Pausing, rollouts: RolloutDriver, tracker: WorkTracker,
+    def __init__(self, stores: CampaignRecords, registry: PodRegistry, tracker: WorkTracker,
                  background: Background, paging: Paging, policy: DispatchPolicy,
-                 stopping: asyncio.Event, bus: Bus) -> None:
+                 stopping: asyncio.Event, recoveries: Sequence[Recover] = ()) -> None:
         self._stores = stores
-        self._bus = bus
-        self._rescued_at = 0.0
         self._registry = registry
-        self._cancellation = cancellation
-        self._pausing = pausing
-        self._rollouts = rollouts
+        self._recoveries = (self.recover, *recoveries)
         self._tracker = tracker
         self._background = background
         self._paging = paging
         self._policy = policy
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stopping = stopping
-        self._sweeps = 0
 
     async def start(self) -> None:
         self._background.spawn(self._sweep_loop(), "sweep")
@@ -162,39 +156,15 @@ class Dispatcher(Worker):
             await asyncio.sleep(self._policy.sweep_interval_s)
 
     async def _sweep(self) -> None:
+        for recover in self._recoveries:
+            await recover(utcnow())
+
+    async def recover(self, _now: datetime) -> None:
+        """Paging's part of the sweep: claim what nobody announced, take over what a dead
+        dispatcher held."""
         while len(self._running) < self._policy.max_campaigns and await self._claim(None):
             pass
         await self._take_over_from_dead_dispatchers()
-        await self._rescue_chunks_of_dead_senders()
-        for campaign in await self._stores.campaigns.with_status(Status.CANCELLING):
-            await self._cancellation.finish(campaign.id)
-        for campaign in await self._stores.campaigns.with_status(Status.PAUSED):
-            if campaign.pause is not None and campaign.pause.settled_at is None:
-                await self._pausing.settle(campaign.id)
-        await self._rollouts.advance_all()
-        self._sweeps += 1
-        if self._sweeps % RECONCILE_EVERY_SWEEPS == 0:
-            await self._finish_interrupted()
-
-    async def _rescue_chunks_of_dead_senders(self) -> None:
-        """At most twice per heartbeat TTL: chunks a stopped sender holds are taken over within
-        its heartbeat's life and one sweep, not when RabbitMQ drops its connection."""
-        now = time.monotonic()
-        if now - self._rescued_at < self._policy.heartbeat_ttl_s / 2:
-            return
-        self._rescued_at = now
-        await rescue_chunks_of_dead_senders(
-            self._stores.campaigns, self._stores.chunks, self._registry, self._bus, utcnow(),
-            offer_again_after=timedelta(seconds=2 * self._policy.heartbeat_ttl_s))
-
-    async def _finish_interrupted(self) -> None:
-        """Campaigns whose finishing a dead pod (or an outage) interrupted."""
-        for campaign in await self._stores.campaigns.paged_and_open():
-            await reconcile(self._stores, campaign)
-        stale = utcnow() - timedelta(seconds=self._policy.lease_s)
-        for campaign in await self._stores.campaigns.stuck_finalizing(stale):
-            log.warning("campaign %s was left finalizing; finishing it", campaign.id)
-            await complete(self._stores, campaign)
 
     async def _take_over_from_dead_dispatchers(self) -> None:
         live = {pod.id for pod in await self._registry.live(("dispatcher",))}
@@ -221,15 +191,18 @@ def compose(parts: PodParts) -> Dispatcher:
                             max_campaigns=settings.dispatch_max_campaigns)
     stopping = asyncio.Event()
     backpressure = Backpressure(resources.bus.chunks_ready, settings.dispatch_max_queued_chunks)
-    paging = Paging(resources.stores, resources.bus.send_chunk, parts.watch.is_cancelled,
+    paging = Paging(resources.stores, resources.bus.send_chunk, parts.view.verdict,
                     stopping.is_set, pod_id, settings.lease_s, backpressure,
-                    is_paused=parts.watch.is_paused,
-                    campaign_window=settings.dispatch_campaign_window)
-    rollouts = RolloutDriver(resources.stores, parts.pausing, resources.bus,
-                             OperatorLog(resources.stores.operator_log))
-    dispatcher = Dispatcher(resources.stores, resources.registry, parts.cancellation,
-                            parts.pausing, rollouts, parts.tracker, parts.background, paging,
-                            policy, stopping, resources.bus)
+                    campaign_window=settings.dispatch_campaign_window,
+                    settled=parts.settler.settled)
+    stores = resources.stores
+    rescue = ChunkRescue(stores.campaigns, stores.chunks, resources.registry, resources.bus,
+                         settings.heartbeat_ttl_s)
+    dispatcher = Dispatcher(stores, resources.registry, parts.tracker, parts.background, paging,
+                            policy, stopping,
+                            recoveries=(rescue.recover, parts.settler.recover,
+                                        parts.rollouts.recover,
+                                        ResumeOffers(stores, resources.bus).recover))
     rabbit.consume(resources.broker, rabbit.DISPATCH_QUEUE, dispatcher.on_dispatch,
                    prefetch=settings.dispatcher_prefetch)
     return dispatcher

@@ -28,10 +28,9 @@ from herald.clock import utcnow
 from herald.domain.documents import Campaign, Cursor
 from herald.domain.lanes import offer_window
 from herald.domain.messages import Recipient, SendChunk
-from herald.domain.status import Status
+from herald.domain.status import Status, Verdict
 from herald.domain.timing import Wave, local_time_waves
 from herald.observability import CHUNKS_PUBLISHED
-from herald.service_layer.completion import finalize
 from herald.service_layer.freezing import freeze_rest
 from herald.service_layer.ports import CampaignRecords
 from herald.service_layer.recipients import LocalTimeSource, RecipientSource, source_for
@@ -42,8 +41,12 @@ log = logging.getLogger(__name__)
 
 WINDOW_POLL_S = 0.05
 WINDOW_POLL_MAX_S = 5.0
-STATUS_CHECK_EVERY = 4
-"""Chunks between two reads of the campaign's status while paging."""
+Settled = Callable[[Campaign], Awaitable[Campaign | None]]
+"""The settler's ``settled``: a campaign whose paging ended is reported to it."""
+
+
+async def _no_settler(_campaign: Campaign) -> Campaign | None:
+    return None
 
 
 class StopPaging(Exception):
@@ -71,20 +74,18 @@ class Paging:
     """Pages campaigns for dispatcher ``pod_id``; one ``run`` per claimed campaign."""
 
     def __init__(self, stores: CampaignRecords, publish: Callable[[SendChunk], Awaitable[None]],
-                 is_cancelled: Callable[[str], Awaitable[bool]], is_stopping: Callable[[], bool],
+                 verdict: Callable[[str], Awaitable[Verdict]], is_stopping: Callable[[], bool],
                  pod_id: str, lease_s: float, backpressure: Backpressure | None = None,
-                 is_paused: Callable[[str], bool] = lambda _campaign_id: False,
-                 campaign_window: int = 12) -> None:
+                 campaign_window: int = 12, settled: Settled = _no_settler) -> None:
         self._stores = stores
         self._campaign_window = campaign_window
-        self._is_paused = is_paused
         self._publish_message = publish
-        self._is_cancelled = is_cancelled
+        self._verdict = verdict
+        self._settled = settled
         self._is_stopping = is_stopping
         self._pod_id = pod_id
         self._lease = timedelta(seconds=lease_s)
         self._backpressure = backpressure or unbounded()
-        self._checkpoints = 0
         self._closed: dict[str, int] = {}
         """Each campaign's count of closed chunks, as last read (``_within_offer_window``)."""
 
@@ -105,8 +106,7 @@ class Paging:
         finished = await campaigns.finish_dispatch(campaign.id, self._pod_id, utcnow())
         if finished is not None:
             log.info("paged %s: %d chunks", campaign.id, finished.progress.chunks_published)
-            if finished.all_chunks_finished:
-                await finalize(self._stores, campaign.id)
+            await self._settled(finished)  # its last chunk may have closed already
 
     async def _page_all(self, campaign: Campaign) -> None:
         campaign = await self._bound(campaign)
@@ -184,12 +184,7 @@ class Paging:
     async def _publish(self, campaign: Campaign, seq: int, recipients: list[Recipient],
                        cursor: Cursor) -> None:
         campaign_id = campaign.id
-        if self._is_stopping():
-            raise StopPaging("pod shutting down")
-        if await self._is_cancelled(campaign_id):
-            raise Cancelled("cancelled")
-        if self._is_paused(campaign_id):
-            raise Held("paused")
+        await self.may_go_on(campaign_id)
         waiting = _Paused(self, campaign_id)
         await self._within_offer_window(campaign, seq, waiting)
         async with self._backpressure.room(campaign.route, waiting.keep_going):
@@ -200,7 +195,17 @@ class Paging:
         if not await self._stores.campaigns.checkpoint(campaign_id, self._pod_id, seq,
                                                        chunk.state.size, now + self._lease):
             raise StopPaging("lease lost to another dispatcher")
-        await self._still_sending(campaign_id)
+
+    async def may_go_on(self, campaign_id: str) -> None:
+        """The pod's one question (``stopping/verdict.py``): stop paging on a shutdown, a
+        cancel (what is left is frozen) or a pause (the checkpoint stays for the resume)."""
+        if self._is_stopping():
+            raise StopPaging("pod shutting down")
+        verdict = await self._verdict(campaign_id)
+        if verdict is Verdict.STOP:
+            raise Cancelled("cancelled")
+        if verdict is Verdict.HOLD:
+            raise Held("paused")
 
     async def _within_offer_window(self, campaign: Campaign, seq: int, waiting: _Paused) -> None:
         """Wait until fewer than the campaign's offer window of its chunks are out (published,
@@ -221,17 +226,6 @@ class Paging:
             await waiting.keep_going()
             await asyncio.sleep(_window_poll_s(campaign))
 
-    async def _still_sending(self, campaign_id: str) -> None:
-        """A pause this dispatcher did not hear (its broadcast missed) is found in the status
-        at the next checkpoint, read every ``STATUS_CHECK_EVERY`` chunks."""
-        self._checkpoints += 1
-        if self._checkpoints % STATUS_CHECK_EVERY:
-            return
-        campaign = await self._stores.campaigns.get(campaign_id)
-        if campaign is not None and campaign.status is Status.PAUSED:
-            raise Held("paused (read from its status)")
-
-
 def _window_poll_s(campaign: Campaign) -> float:
     """How often a campaign whose offer window is full reads its count of closed chunks again:
     often for an uncapped one, about four times per chunk's sending for a capped one."""
@@ -251,12 +245,7 @@ class _Paused:
 
     async def keep_going(self) -> None:
         paging = self._paging
-        if paging._is_stopping():
-            raise StopPaging("pod shutting down")
-        if await paging._is_cancelled(self._campaign_id):
-            raise Cancelled("cancelled")
-        if paging._is_paused(self._campaign_id):
-            raise Held("paused")
+        await paging.may_go_on(self._campaign_id)
         if time.monotonic() - self._renewed_at >= paging._lease.total_seconds() / 3:
             self._renewed_at = time.monotonic()
             if not await paging._stores.campaigns.renew_lease(

@@ -15,11 +15,12 @@ from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.rate_limit import RedisRateLimits as RateLimits
 from herald.domain.lanes import Route
 from herald.domain.messages import SendChunk
+from herald.domain.status import Verdict
 from herald.observability import CHUNKS_DEFERRED
 from herald.runtime.worker import PodParts, Worker
 from herald.service_layer.ports import Bus
 from herald.service_layer.sending.campaigns import CampaignCache
-from herald.service_layer.sending.chunk import ChunkSender, SendingPolicy, Verdict
+from herald.service_layer.sending.chunk import ChunkSender, SendingPolicy, Settlement
 from herald.service_layer.sending.claims import ChunkClaims
 from herald.service_layer.sending.dead_chunks import DeadChunks
 from herald.service_layer.sending.lifecycle import ChunkLifecycle
@@ -63,10 +64,10 @@ class Sender(Worker):
         # reaches this process meanwhile waits, instead of taking a hold that the settling of
         # this delivery would then release under it.
         with self._claims.first_here(chunk.campaign_id, chunk.seq) as first:
-            verdict = await self._process(chunk, message) if first else Verdict.BUSY
+            verdict = await self._process(chunk, message) if first else Settlement.BUSY
             await self._settle(verdict, chunk, message)
 
-    async def _process(self, chunk: SendChunk, message: RabbitMessage) -> Verdict:
+    async def _process(self, chunk: SendChunk, message: RabbitMessage) -> Settlement:
         try:
             return await self._chunks.process(chunk, lambda: channel_closed(message))
         except asyncio.CancelledError:  # the channel closed under us: RabbitMQ redelivers
@@ -75,24 +76,24 @@ class Sender(Worker):
         except INFRASTRUCTURE_ERRORS as exc:
             log.warning("chunk %s:%d interrupted by an outage (%s); handing it back",
                         chunk.campaign_id, chunk.seq, type(exc).__name__)
-            return Verdict.HAND_BACK
+            return Settlement.HAND_BACK
         except Exception:
             log.exception("chunk %s:%d failed; handing it back", chunk.campaign_id, chunk.seq)
-            return Verdict.FAILED
+            return Settlement.FAILED
 
-    async def _settle(self, verdict: Verdict, chunk: SendChunk, message: RabbitMessage) -> None:
+    async def _settle(self, verdict: Settlement, chunk: SendChunk, message: RabbitMessage) -> None:
         try:
             if verdict in LET_GO:
-                await self._let_go(chunk, refund=verdict is not Verdict.POISON
-                                   and verdict is not Verdict.FAILED)
-            if verdict in (Verdict.ACK, Verdict.GONE, Verdict.HOLD):
+                await self._let_go(chunk, refund=verdict is not Settlement.POISON
+                                   and verdict is not Settlement.FAILED)
+            if verdict in (Settlement.ACK, Settlement.GONE, Settlement.HOLD):
                 await message.ack()
-            elif verdict is Verdict.POISON:
+            elif verdict is Settlement.POISON:
                 await message.reject(requeue=False)
-            elif verdict is Verdict.UNEXPLAINED:
+            elif verdict is Settlement.UNEXPLAINED:
                 await self._bus.dead_letter(message.body, names.DEAD_MESSAGES_ROUTING_KEY)
                 await message.ack()
-            elif verdict is not Verdict.ABORT:  # ABORT: RabbitMQ requeued it already
+            elif verdict is not Settlement.ABORT:  # ABORT: RabbitMQ requeued it already
                 await self._requeue(verdict, chunk, message)
         except INFRASTRUCTURE_ERRORS:
             # The channel went away after the chunk was recorded: RabbitMQ redelivers it, and
@@ -100,14 +101,14 @@ class Sender(Worker):
             log.warning("could not settle chunk %s:%d; it will be redelivered and skipped",
                         chunk.campaign_id, chunk.seq)
 
-    async def _requeue(self, verdict: Verdict, chunk: SendChunk, message: RabbitMessage) -> None:
+    async def _requeue(self, verdict: Settlement, chunk: SendChunk, message: RabbitMessage) -> None:
         """Queue a fresh copy and acknowledge this one, after a pause unless the chunk only ran
         out of time. Unlike a nack, this is not a failed delivery: quorum queues count every
         nack towards their delivery limit on RabbitMQ 3.10, and an outage must not dead-letter
         healthy chunks."""
-        if verdict is Verdict.BUSY:
+        if verdict is Settlement.BUSY:
             CHUNKS_DEFERRED.inc()
-        if verdict is not Verdict.REPUBLISH:
+        if verdict is not Settlement.REPUBLISH:
             await asyncio.sleep(rabbit.REDELIVERY_PAUSE_S)
         try:
             await self._bus.send_chunk(chunk)
@@ -132,8 +133,8 @@ class Sender(Worker):
             pause = min(RELEASE_RETRY_MAX_S, pause * 2)
 
 
-LET_GO = frozenset({Verdict.POISON, Verdict.REPUBLISH, Verdict.ABORT, Verdict.HAND_BACK,
-                    Verdict.FAILED, Verdict.HOLD})
+LET_GO = frozenset({Settlement.POISON, Settlement.REPUBLISH, Settlement.ABORT, Settlement.HAND_BACK,
+                    Settlement.FAILED, Settlement.HOLD})
 """Verdicts after which this pod gives the chunk's claim back."""
 
 
@@ -159,25 +160,29 @@ def compose(parts: PodParts) -> Sender:
                                              max_retries=settings.fcm_max_retries,
                                              is_outage=is_outage),
                         limits.project)
-    lifecycle = ChunkLifecycle(stores, pod_id)
+    lifecycle = ChunkLifecycle(stores, pod_id, settled=parts.settler.settled)
     claims = ChunkClaims(stores.chunks, resources.registry, pod_id,
                          settings.chunk_budget_s + settings.grace_period_s)
     policy = SendingPolicy(max_attempts=settings.chunk_max_attempts,
                            budget_s=settings.chunk_budget_s,
                            heartbeat_interval_s=settings.heartbeat_interval_s)
-    refusals = CampaignRefusals(parts.watch, parts.cancellation.stop_for_error,
+    refusals = CampaignRefusals(parts.view, parts.decider.stop_for_error,
                                 parts.background.spawn)
-    chunks = ChunkSender(lifecycle, CampaignCache(stores.campaigns, parts.watch), window, limits,
-                         claims, parts.tracker.working_on, parts.watch.event, policy, refusals,
-                         parts.fence)
+    chunks = ChunkSender(lifecycle, CampaignCache(stores.campaigns, parts.view), window, limits,
+                         claims, parts.tracker.working_on, policy, refusals, parts.fence,
+                         settle=parts.settler.settle)
     closing = contextlib.AsyncExitStack()
     closing.push_async_callback(session.close)
     closing.callback(client.close)
     if tokens is not None:
         closing.callback(tokens.close)
     sender = Sender(chunks, claims, resources.bus, closing)
-    dead = DeadChunkConsumer(DeadChunks(lifecycle, claims, parts.watch.is_cancelled),
-                             resources.bus.dead_letter)
+    view = parts.view
+
+    async def stopped(campaign_id: str) -> bool:
+        return await view.verdict(campaign_id) is Verdict.STOP
+
+    dead = DeadChunkConsumer(DeadChunks(lifecycle, claims, stopped), resources.bus.dead_letter)
     for route, queue in rabbit.CHUNK_QUEUES.items():
         # Each route on a channel of its own: an urgent chunk is delivered however many
         # standard, bulk or paced chunks this sender holds.

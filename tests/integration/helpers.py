@@ -9,11 +9,15 @@ from urllib.parse import unquote, urlsplit
 import httpx
 from fastapi import FastAPI
 
+from herald.adapters.redis import RedisCancelFlags, RedisPodRegistry
 from herald.clock import utcnow
 from herald.domain.access import Role
-from herald.domain.documents import CampaignCounts, Dispatch, Progress
+from herald.domain.documents import Campaign, CampaignCounts, Dispatch, Progress
 from herald.domain.status import Status
+from herald.names import RedisKeys
 from herald.service_layer.ports import Stores
+from herald.service_layer.stopping import Decider, Settler
+from herald.settings import Settings
 from tests.factories import at, campaign, recipients_of
 
 
@@ -48,3 +52,31 @@ async def last_chunk_pending(stores: Stores) -> str:
                                    None, now)
         await stores.deliveries.record(campaign_id, seq, "s", at([(0, None), (1, None)]), now)
     return campaign_id
+
+
+class Stopping:
+    """The decider and the settler of one pod on the real stores (no bus: the tests deliver
+    nothing; pods are registered in Redis by the tests that need them)."""
+
+    def __init__(self, stores: Stores, redis: Any, settings: Settings,
+                 pod_id: str = "test-pod") -> None:
+        keys = RedisKeys(settings.mongodb_database)
+        self.stores = stores
+        self.registry = RedisPodRegistry(redis, keys, 5)
+        self.settler = Settler(stores, self.registry, pod_id)
+        self.decider = Decider(stores, RedisCancelFlags(redis, keys, 60), self.registry, None,
+                               self.settler.settle)
+
+    async def finish(self, campaign_id: str) -> Campaign | None:
+        return await self.settler.settle(campaign_id)
+
+    async def chunk_finished(self, campaign_id: str, sent: int, failed: int, *,
+                             done: bool) -> Campaign | None:
+        """What a sender's close reports: the chunk counted, then its campaign settled."""
+        counted = await self.stores.campaigns.count_finished_chunk(campaign_id, sent, failed,
+                                                                   done=done)
+        return None if not done or counted is None else await self.settler.settled(counted)
+
+    async def reconcile(self, campaign: Campaign) -> Campaign | None:
+        """The sweep's report of a campaign paged and still open."""
+        return await self.settler.settled(campaign, count_closed=True)

@@ -111,9 +111,10 @@ async def test_due_scheduled_lists_only_due_campaigns_oldest_first(stores: Store
 
 
 async def test_cancel_acknowledgements_accumulate_once_per_pod(stores: Stores) -> None:
-    campaign_id = await insert(stores, **cancelling(expected_pods=["a", "b"]))
+    changes = cancelling(expected_pods=["a", "b"])
+    campaign_id = await insert(stores, **changes)
     for pod in ("a", "a", "b"):
-        await stores.campaigns.add_cancel_ack(campaign_id, pod)
+        await stores.campaigns.add_ack(campaign_id, changes["decision"], pod)
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None and stored.cancel is not None
     assert sorted(stored.cancel.acks) == ["a", "b"]

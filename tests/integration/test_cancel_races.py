@@ -9,41 +9,38 @@ from typing import Any
 
 import pytest
 
-from herald.adapters.redis import RedisCancelFlags, RedisPodRegistry
+from herald.adapters.redis import RedisPodRegistry
 from herald.clock import utcnow
 from herald.domain.documents import CampaignCounts, ChunkStatus, Dispatch, Outcome, Progress
 from herald.domain.messages import Recipient
 from herald.domain.pods import PodBeat
 from herald.domain.status import Status, Transition
 from herald.names import RedisKeys
-from herald.service_layer.cancellation import Cancellation, CannotCancel
-from herald.service_layer.completion import chunk_finished, complete, reconcile
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import audit, final_counts
+from herald.service_layer.stopping import CannotCancel
 from herald.settings import Settings
 from tests.factories import EVERYONE, actor, at, campaign, device, recipients_of
-from tests.integration.helpers import last_chunk_pending
+from tests.integration.helpers import Stopping, last_chunk_pending
 
 
 @pytest.fixture
-def cancellation(stores: Stores, redis: Any, settings: Settings) -> Cancellation:
-    keys = RedisKeys(settings.mongodb_database)
-    return Cancellation(stores, RedisCancelFlags(redis, keys, 60), RedisPodRegistry(redis, keys, 5),
-                        bus=None, pod_id="test-pod")
+def cancellation(stores: Stores, redis: Any, settings: Settings) -> Stopping:
+    return Stopping(stores, redis, settings)
 
 
 @pytest.mark.parametrize("delay_cancel_s", [0.0, 0.001, 0.003, 0.006, 0.01])
 async def test_cancel_racing_the_last_chunks_completion(
-        stores: Stores, cancellation: Cancellation, delay_cancel_s: float) -> None:
+        stores: Stores, cancellation: Stopping, delay_cancel_s: float) -> None:
     campaign_id = await last_chunk_pending(stores)
 
     async def cancel() -> None:
         await asyncio.sleep(delay_cancel_s)
         with contextlib.suppress(CannotCancel):
-            await cancellation.request(campaign_id, "race", actor("test"), broadcast=False)
+            await cancellation.decider.cancel(campaign_id, "race", actor("test"))
 
     async def finish_last_chunk() -> None:
-        await chunk_finished(stores, campaign_id, 2, 0, done=True)
+        await cancellation.chunk_finished(campaign_id, 2, 0, done=True)
 
     await asyncio.gather(cancel(), finish_last_chunk())
     await cancellation.finish(campaign_id)
@@ -55,12 +52,12 @@ async def test_cancel_racing_the_last_chunks_completion(
 
 
 async def test_many_cancels_at_once_write_one_cancel_record(
-        stores: Stores, cancellation: Cancellation) -> None:
+        stores: Stores, cancellation: Stopping) -> None:
     record = campaign(status=Status.IN_PROGRESS)
     await stores.campaigns.insert(record)
     campaign_id = record.id
     outcomes = await asyncio.gather(*(
-        cancellation.request(campaign_id, f"reason {i}", actor(f"user {i}"), broadcast=False)
+        cancellation.decider.cancel(campaign_id, f"reason {i}", actor(f"user {i}"))
         for i in range(20)))
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
@@ -72,9 +69,9 @@ async def test_many_cancels_at_once_write_one_cancel_record(
 
 
 async def test_a_cancelled_campaign_counts_exactly_what_was_recorded(
-        stores: Stores, cancellation: Cancellation) -> None:
+        stores: Stores, cancellation: Stopping) -> None:
     campaign_id = await last_chunk_pending(stores)
-    await cancellation.request(campaign_id, None, None, broadcast=False)
+    await cancellation.decider.cancel(campaign_id, None, None)
     cancelled = await cancellation.finish(campaign_id)
     assert cancelled is not None
     stored = await stores.campaigns.get(campaign_id)
@@ -85,7 +82,7 @@ async def test_a_cancelled_campaign_counts_exactly_what_was_recorded(
 
 
 async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
-        stores: Stores, cancellation: Cancellation) -> None:
+        stores: Stores, cancellation: Stopping) -> None:
     """The unpaged rest is written down as never-published chunks at the cancel, so the
     numbers and the unsent list stay equal even when devices change afterwards."""
     await stores.devices.upsert([device(i) for i in range(50)], utcnow())
@@ -97,7 +94,7 @@ async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
     await stores.chunks.create(campaign_id, 0, [Recipient(token=r.token) for _, r in everyone[:20]],
                                everyone[19][0], utcnow())
     await stores.deliveries.record(campaign_id, 0, "s", at([(p, None) for p in range(5)]), utcnow())
-    await cancellation.request(campaign_id, None, None, broadcast=False)
+    await cancellation.decider.cancel(campaign_id, None, None)
     cancelled = await cancellation.finish(campaign_id)
     assert cancelled is not None
     assert cancelled.counts == CampaignCounts(targeted=50, sent=5, failed=0)
@@ -114,11 +111,11 @@ async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
 
 
 async def test_a_live_pod_busy_with_the_campaign_delays_the_cancel_even_if_not_expected(
-        stores: Stores, cancellation: Cancellation, redis: Any, settings: Settings) -> None:
+        stores: Stores, cancellation: Stopping, redis: Any, settings: Settings) -> None:
     record = campaign(status=Status.IN_PROGRESS)
     await stores.campaigns.insert(record)
     campaign_id = record.id
-    await cancellation.request(campaign_id, None, None, broadcast=False)  # nobody alive yet
+    await cancellation.decider.cancel(campaign_id, None, None)  # nobody alive yet
     newcomer = RedisPodRegistry(redis, RedisKeys(settings.mongodb_database), 5)
     await newcomer.beat(PodBeat(id="late-sender", service="sender", host="h", pid=1, version="t",
                                 started_at=0.0, campaigns=[campaign_id]))
@@ -129,20 +126,20 @@ async def test_a_live_pod_busy_with_the_campaign_delays_the_cancel_even_if_not_e
 
 
 async def test_a_campaign_whose_finishing_was_interrupted_is_finished_by_the_sweep(
-        stores: Stores) -> None:
+        stores: Stores, cancellation: Stopping) -> None:
     counted = await last_chunk_pending(stores)  # its last chunk closed and counted, then...
     await chunk_finished_without_finalizing(stores, counted)
     stuck = await stores.campaigns.get(counted)
     assert stuck is not None
     assert stuck.status is Status.IN_PROGRESS
-    reconciled = await reconcile(stores, stuck)
+    reconciled = await cancellation.reconcile(stuck)
     assert reconciled is not None and reconciled.status is Status.COMPLETED
 
     finalizing = await last_chunk_pending(stores)
     await stores.campaigns.transition(finalizing, Transition.FINALIZE, utcnow())
     left = await stores.campaigns.get(finalizing)
     assert left is not None
-    finished = await complete(stores, left)
+    finished = await cancellation.settler.settled(left)
     assert finished is not None
     assert finished.status is Status.COMPLETED
     assert finished.counts == CampaignCounts(targeted=4, sent=4, failed=0)
@@ -173,14 +170,14 @@ async def closed_chunks(stores: Stores, published: int, closed: int, counted: in
 
 
 async def test_the_sweep_never_counts_a_chunk_its_sender_is_about_to_count(
-        stores: Stores) -> None:
+        stores: Stores, cancellation: Stopping) -> None:
     """Seen under load: the sweep counted a chunk closed a moment before, its sender then
     counted it too, and the campaign completed while its last chunk was still queued."""
     campaign_id = await closed_chunks(stores, published=3, closed=2, counted=1)
     paged = await stores.campaigns.get(campaign_id)
     assert paged is not None
-    assert await reconcile(stores, paged) is None
-    assert await chunk_finished(stores, campaign_id, 2, 0, done=True) is None  # chunk 1, late
+    assert await cancellation.reconcile(paged) is None
+    assert await cancellation.chunk_finished(campaign_id, 2, 0, done=True) is None  # chunk 1, late
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
     assert (stored.status, stored.progress.chunks_done) == (Status.IN_PROGRESS, 2)
@@ -188,22 +185,22 @@ async def test_the_sweep_never_counts_a_chunk_its_sender_is_about_to_count(
     await stores.deliveries.record(campaign_id, 2, "s", at([(0, None), (1, None)]), utcnow())
     assert await stores.chunks.finish(campaign_id, 2, ChunkStatus.DONE, 2, 0, utcnow(),
                                       owner=None)
-    finished = await chunk_finished(stores, campaign_id, 2, 0, done=True)
+    finished = await cancellation.chunk_finished(campaign_id, 2, 0, done=True)
     assert finished is not None
     assert (finished.status, finished.counts) == (
         Status.COMPLETED, CampaignCounts(targeted=6, sent=6, failed=0))
 
 
 async def test_a_chunk_counted_after_the_sweep_finished_its_campaign_changes_no_number(
-        stores: Stores) -> None:
+        stores: Stores, cancellation: Stopping) -> None:
     campaign_id = await closed_chunks(stores, published=2, closed=2, counted=1)
     paged = await stores.campaigns.get(campaign_id)
     assert paged is not None
-    finished = await reconcile(stores, paged)
+    finished = await cancellation.reconcile(paged)
     assert finished is not None
     assert (finished.status, finished.counts) == (
         Status.COMPLETED, CampaignCounts(targeted=4, sent=4, failed=0))
-    assert await chunk_finished(stores, campaign_id, 2, 0, done=True) is None  # its sender, late
+    assert await cancellation.chunk_finished(campaign_id, 2, 0, done=True) is None  # its sender, late
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None
     assert stored.counts == finished.counts

@@ -16,7 +16,7 @@ import pytest
 from devstack.broker_users import rabbitmqctl
 from devstack.isolation import broker_report
 from herald import names
-from herald.domain.status import Status
+from herald.domain.status import Status, Verdict
 from herald.runtime.worker import PodParts, running_pod
 from herald.settings import Settings
 from tests.factories import campaign
@@ -62,7 +62,7 @@ async def test_a_malformed_cancel_is_dead_lettered_and_logged_once_not_once_per_
     await publish(vhost, [b'{"campaign_id": "%s"}' % marker.id.encode()])
 
     async def everyone_saw_the_marker() -> bool:
-        return all(pod.watch.knows(marker.id) for pod in pods)
+        return all(pod.view.known(marker.id) is Verdict.STOP for pod in pods)
 
     await eventually(everyone_saw_the_marker, what="every pod to handle its queue")
     assert await eventually(lambda: _count_is(vhost, len(MALFORMED)), timeout_s=5)

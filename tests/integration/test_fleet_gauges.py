@@ -19,8 +19,8 @@ from herald.adapters.redis import RedisCancelFlags, RedisPodRegistry
 from herald.clock import utcnow
 from herald.domain.status import Status
 from herald.names import RedisKeys
-from herald.service_layer.cancellation import Cancellation
 from herald.service_layer.ports import Stores
+from herald.service_layer.stopping import Decider, Settler
 from herald.settings import Settings
 from tests.factories import actor, campaign
 
@@ -82,10 +82,10 @@ async def test_unfinished_campaigns_and_the_chunks_senders_owe(
 async def test_a_real_cancel_is_explained_and_aged_from_its_request(
         db: Database, stores: Stores, redis: Any, keys: RedisKeys) -> None:
     campaign_id = await insert(db, Status.IN_PROGRESS)
-    cancellation = Cancellation(stores, RedisCancelFlags(redis, keys, 60),
-                                RedisPodRegistry(redis, keys, 5), bus=None, pod_id="test-pod")
-    outcome = await cancellation.request(campaign_id, "broken link", actor("lead"),
-                                         broadcast=False)
+    registry = RedisPodRegistry(redis, keys, 5)
+    decider = Decider(stores, RedisCancelFlags(redis, keys, 60), registry, None,
+                      Settler(stores, registry, "test-pod").settle)
+    outcome = await decider.cancel(campaign_id, "broken link", actor("lead"))
     assert outcome.status is Status.CANCELLING
     assert await RedisCancelFlags(redis, keys, 60).is_raised(campaign_id)
 

@@ -13,11 +13,11 @@ from bson import ObjectId
 from herald import names
 from herald.adapters.mongo import Database
 from herald.clock import utcnow
-from herald.domain.documents import CancelRecord, new_id
+from herald.domain.documents import new_id
 from herald.domain.messages import Recipient
 from herald.domain.status import Status
 from herald.service_layer.ports import Stores
-from tests.factories import device, insert
+from tests.factories import begin_cancel, device, insert
 
 
 async def test_dates_and_flags_written_by_updates_keep_their_types(stores: Stores,
@@ -69,9 +69,9 @@ async def test_cancel_acknowledgements_go_into_an_array_created_with_the_record(
     """nx-27017's ``$addToSet`` does nothing on a missing field (MongoDB creates the array);
     the cancel record is written with ``acks: []`` so acknowledgements always land."""
     campaign_id = await insert(stores, status=Status.IN_PROGRESS)
-    await stores.campaigns.begin_cancel(
-        campaign_id, CancelRecord(requested_at=utcnow(), expected_pods=("p",)))
-    await stores.campaigns.add_cancel_ack(campaign_id, "p")
+    begun = await begin_cancel(stores, campaign_id, expected_pods=("p",))
+    assert begun is not None and begun.decision is not None
+    await stores.campaigns.add_ack(campaign_id, begun.decision, "p")
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None and stored.cancel is not None
     assert stored.cancel.acks == ("p",)
@@ -139,7 +139,7 @@ async def test_a_claim_with_an_or_condition_keeps_its_other_conditions(stores: S
     the same way. Two cancels: the second campaign's finalization is not the first's."""
     ids = [await insert(stores, status=Status.IN_PROGRESS) for _ in range(2)]
     for campaign_id in ids:
-        await stores.campaigns.begin_cancel(campaign_id, CancelRecord(requested_at=utcnow()))
+        await begin_cancel(stores, campaign_id)
     past = utcnow() - timedelta(seconds=5)
     assert await stores.campaigns.claim_cancel_finalization(ids[0], "a", past, past)  # expired
     assert await stores.campaigns.claim_cancel_finalization(ids[1], "b", utcnow(),

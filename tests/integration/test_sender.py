@@ -18,7 +18,7 @@ from herald.domain.documents import Campaign, CampaignCounts, ChunkStatus
 from herald.domain.messages import Recipient, SendChunk
 from herald.domain.payload import web_push_topic
 from herald.domain.pods import PodBeat
-from herald.domain.status import Status
+from herald.domain.status import Status, Verdict
 from herald.observability import CHUNKS, CHUNKS_DEFERRED
 from herald.runtime.worker import PodParts, running_pod
 from herald.service_layer.sending.dead_chunks import DEAD_LETTERED
@@ -146,7 +146,7 @@ async def test_a_redelivered_chunk_of_a_campaign_cancelled_while_this_pod_was_aw
     await publish_chunks(sender.resources.bus, document, chunks)
 
     async def learned() -> bool:
-        return sender.watch.knows(document.id)
+        return sender.view.known(document.id) is Verdict.STOP
 
     await eventually(learned)
     assert emulator.received() == []

@@ -53,6 +53,8 @@ from herald.domain.documents import (
     ChunkState,
     ChunkStatus,
     Cursor,
+    Decision,
+    DecisionKind,
     Delivery,
     Device,
     IdempotencyBinding,
@@ -171,6 +173,17 @@ class FakeCampaigns:
         moved = self._transition(campaign_id, transition, now, {})
         return None if moved is None else self._store(change(moved))
 
+    def _decide(self, campaign_id: str, transition: Transition, decision: Decision,
+                after: Decision | None, change: Callable[[Campaign], Campaign]
+                ) -> Campaign | None:
+        """A decision's transition, only while ``after`` is the campaign's latest decision."""
+        current = self._rows.get(campaign_id)
+        latest = None if current is None or current.decision is None else current.decision.id
+        if latest != (None if after is None else after.id):
+            return None
+        return self._apply(campaign_id, transition, decision.at,
+                           lambda c: replace(change(c), decision=decision))
+
     async def fire(self, campaign_id: str, now: datetime, fired_by: str) -> Campaign | None:
         await _round_trip()
         return self._apply(campaign_id, Transition.FIRE, now,
@@ -187,17 +200,14 @@ class FakeCampaigns:
         return self._apply(campaign_id, transition, now,
                            lambda c: replace(c, counts=counts, finished_at=now, error=error))
 
-    async def cancel_at_once(self, campaign_id: str, record: CancelRecord) -> Campaign | None:
+    async def begin_cancel(self, campaign_id: str, record: CancelRecord, decision: Decision,
+                           *, after: Decision | None, status: Status) -> Campaign | None:
         await _round_trip()
-        now = record.requested_at
-        acknowledged = replace(record, acknowledged_at=now)
-        return self._apply(campaign_id, Transition.CANCEL_AT_ONCE, now,
-                           lambda c: replace(c, cancel=acknowledged, finished_at=now))
-
-    async def begin_cancel(self, campaign_id: str, record: CancelRecord) -> Campaign | None:
-        await _round_trip()
-        return self._apply(campaign_id, Transition.BEGIN_CANCEL, record.requested_at,
-                           lambda c: replace(c, cancel=record))
+        current = self._rows.get(campaign_id)
+        if current is None or current.status is not status:
+            return None
+        return self._decide(campaign_id, Transition.BEGIN_CANCEL, decision, after,
+                            lambda c: replace(c, cancel=record))
 
     async def confirm_cancel(self, campaign_id: str, counts: CampaignCounts, now: datetime,
                              error: str | None = None) -> Campaign | None:
@@ -401,15 +411,38 @@ class FakeCampaigns:
         return self._update(campaign_id, claimable, lambda c: _with_fields(
             c, {"cancel.finalizer": pod_id, "cancel.finalizer_until": until}))
 
-    async def add_cancel_ack(self, campaign_id: str, pod_id: str) -> None:
+    async def add_ack(self, campaign_id: str, decision: Decision, pod_id: str) -> None:
         await _round_trip()
 
         def acknowledged(c: Campaign) -> Campaign:
+            if decision.kind is DecisionKind.PAUSE:
+                assert c.pause is not None
+                acks = c.pause.acks if pod_id in c.pause.acks else (*c.pause.acks, pod_id)
+                return replace(c, pause=replace(c.pause, acks=acks))
             assert c.cancel is not None
             acks = c.cancel.acks if pod_id in c.cancel.acks else (*c.cancel.acks, pod_id)
             return replace(c, cancel=replace(c.cancel, acks=acks))
 
-        self._update(campaign_id, lambda c: c.status is Status.CANCELLING, acknowledged)
+        self._update(campaign_id, lambda c: c.decision is not None
+                     and c.decision.id == decision.id, acknowledged)
+
+    async def mark_offered(self, campaign_id: str, resume_id: str, now: datetime) -> bool:
+        await _round_trip()
+        return self._update(
+            campaign_id, lambda c: c.pause is not None and c.pause.resume_id == resume_id
+            and c.pause.offered_at is None,
+            lambda c: replace(c, pause=c.pause and replace(c.pause, offered_at=now)))
+
+    async def resumed_unoffered(self) -> list[Campaign]:
+        await _round_trip()
+        return self._where(lambda c: c.status is Status.IN_PROGRESS and c.decision is not None
+                           and c.decision.kind is DecisionKind.RESUME and c.pause is not None
+                           and c.pause.offered_at is None)
+
+    async def with_rollout(self) -> list[Campaign]:
+        await _round_trip()
+        return self._where(lambda c: c.status is Status.IN_PROGRESS
+                           and c.rollout_progress is not None)
 
     async def set_rate(self, campaign_id: str, rate_per_s: int | None, by: Actor, now: datetime,
                        *, among: Iterable[Status]) -> Campaign | None:
@@ -431,20 +464,11 @@ class FakeCampaigns:
                                lambda c: replace(c, rollout_progress=progress))
         return self._rows[campaign_id] if changed else None
 
-    async def begin_pause(self, campaign_id: str, record: PauseRecord) -> Campaign | None:
+    async def begin_pause(self, campaign_id: str, record: PauseRecord, decision: Decision,
+                          *, after: Decision | None) -> Campaign | None:
         await _round_trip()
-        return self._apply(campaign_id, Transition.PAUSE, record.requested_at,
-                           lambda c: replace(c, pause=record))
-
-    async def add_pause_ack(self, campaign_id: str, pause_id: str, pod_id: str) -> None:
-        await _round_trip()
-
-        def acknowledged(c: Campaign) -> Campaign:
-            assert c.pause is not None
-            acks = c.pause.acks if pod_id in c.pause.acks else (*c.pause.acks, pod_id)
-            return replace(c, pause=replace(c.pause, acks=acks))
-
-        self._update(campaign_id, lambda c: _pausing(c, pause_id), acknowledged)
+        return self._decide(campaign_id, Transition.PAUSE, decision, after,
+                            lambda c: replace(c, pause=record))
 
     async def settle_pause(self, campaign_id: str, pause_id: str, counts: CampaignCounts,
                            now: datetime) -> Campaign | None:
@@ -459,14 +483,16 @@ class FakeCampaigns:
                                and c.pause is not None and c.pause.settled_at is None, settled)
         return self._rows[campaign_id] if changed else None
 
-    async def resume(self, campaign_id: str, by: Actor | None, now: datetime) -> Campaign | None:
+    async def resume(self, campaign_id: str, by: Actor | None, decision: Decision,
+                     *, after: Decision | None) -> Campaign | None:
         await _round_trip()
 
         def resumed(c: Campaign) -> Campaign:
-            pause = c.pause and replace(c.pause, resumed_at=now, resumed_by=by)
+            pause = c.pause and replace(c.pause, resumed_at=decision.at, resumed_by=by,
+                                        resume_id=decision.id, offered_at=None)
             return replace(c, pause=pause)
 
-        return self._apply(campaign_id, Transition.RESUME, now, resumed)
+        return self._decide(campaign_id, Transition.RESUME, decision, after, resumed)
 
     async def link_amendment(self, campaign_id: str, amend_id: str) -> None:
         await _round_trip()
@@ -589,6 +615,11 @@ class FakeChunks:
         await _round_trip()
         return [c.state for key, c in sorted(self._rows.items())
                 if key[0] == campaign_id and c.state.status is ChunkStatus.PENDING]
+
+    async def pending_everywhere(self) -> list[ChunkState]:
+        await _round_trip()
+        return [c.state for _, c in sorted(self._rows.items())
+                if c.state.status is ChunkStatus.PENDING]
 
     async def mark_wave_sent(self, campaign_id: str, seq: int, wave: int) -> None:
         await _round_trip()

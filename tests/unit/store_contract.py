@@ -24,8 +24,11 @@ from herald.domain.documents import (
     CancelRecord,
     ChunkState,
     ChunkStatus,
+    Decision,
+    DecisionKind,
     Dispatch,
     IdempotencyBinding,
+    PauseRecord,
     ScheduleRunRecord,
     ScheduleState,
     new_id,
@@ -33,7 +36,18 @@ from herald.domain.documents import (
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
 from herald.service_layer.ports import Stores
-from tests.factories import EVERYONE, actor, at, cancelling, device, insert, paged, recipients, schedule
+from tests.factories import (
+    EVERYONE,
+    actor,
+    at,
+    begin_cancel,
+    cancelling,
+    device,
+    insert,
+    paged,
+    recipients,
+    schedule,
+)
 from tests.factories import campaign as new_campaign
 
 LEASE = timedelta(seconds=30)
@@ -128,23 +142,57 @@ class CampaignContract:
         assert (finished.status, finished.counts, finished.error, finished.finished_at) == (
             target_of(transition), counts, error, now)
 
-    async def test_a_cancel_at_once_is_acknowledged_and_finished_when_asked(
-            self, stores: Stores) -> None:
-        campaign_id = await insert(stores)
-        record = CancelRecord(requested_at=utcnow(), reason="oops", requested_by=actor("ops"))
-        cancelled = await stores.campaigns.cancel_at_once(campaign_id, record)
-        assert cancelled is not None and cancelled.status is Status.CANCELLED
-        assert cancelled.cancel == replace(record, acknowledged_at=record.requested_at)
-        assert cancelled.finished_at == record.requested_at
-
-    async def test_a_begun_cancel_records_the_request_and_the_pods_to_wait_for(
+    async def test_a_begun_cancel_records_the_request_the_decision_and_the_pods_to_wait_for(
             self, stores: Stores) -> None:
         campaign_id = await insert(stores, status=Status.IN_PROGRESS)
-        record = CancelRecord(requested_at=utcnow(), reason="oops", expected_pods=("a", "b"))
-        cancelling_now = await stores.campaigns.begin_cancel(campaign_id, record)
+        decision = Decision(id=new_id(), kind=DecisionKind.CANCEL, at=utcnow())
+        record = CancelRecord(requested_at=decision.at, reason="oops", expected_pods=("a", "b"),
+                              decision_id=decision.id, requested_by=actor("ops"))
+        cancelling_now = await stores.campaigns.begin_cancel(campaign_id, record, decision,
+                                                             after=None, status=Status.IN_PROGRESS)
         assert cancelling_now is not None and cancelling_now.status is Status.CANCELLING
-        assert cancelling_now.cancel == record
+        assert (cancelling_now.cancel, cancelling_now.decision) == (record, decision)
         assert cancelling_now.finished_at is None
+
+    @pytest.mark.parametrize("status", [Status.SCHEDULED, Status.PENDING,
+                                        Status.AWAITING_APPROVAL, Status.PAUSED])
+    async def test_a_cancel_before_anything_sends_is_begun_the_same_way(
+            self, stores: Stores, status: Status) -> None:
+        campaign_id = await insert(stores, status=status)
+        begun = await begin_cancel(stores, campaign_id)
+        assert begun is not None and begun.status is Status.CANCELLING
+
+    async def test_a_decision_is_written_only_after_the_one_it_read(self, stores: Stores) -> None:
+        """Of a cancel and a resume (or two pauses) decided on the same reading, one stands."""
+        campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+        first = await begin_cancel(stores, campaign_id)
+        assert first is not None and first.decision is not None
+        stale = Decision(id=new_id(), kind=DecisionKind.PAUSE, at=utcnow())
+        pause = PauseRecord(pause_id=stale.id, requested_at=stale.at)
+        assert await stores.campaigns.begin_pause(campaign_id, pause, stale, after=None) is None
+        again = Decision(id=new_id(), kind=DecisionKind.CANCEL, at=utcnow())
+        assert await stores.campaigns.begin_cancel(
+            campaign_id, CancelRecord(requested_at=again.at), again, after=None,
+            status=Status.IN_PROGRESS) is None
+        later = await stores.campaigns.begin_cancel(
+            campaign_id, CancelRecord(requested_at=again.at), again, after=first.decision,
+            status=Status.CANCELLING)
+        assert later is None  # cancelling is not a source of another cancel
+        current = await stores.campaigns.get(campaign_id)
+        assert current is not None and current.decision == first.decision
+
+    async def test_acknowledgements_land_only_for_the_latest_decision(
+            self, stores: Stores) -> None:
+        campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+        begun = await begin_cancel(stores, campaign_id, expected_pods=("a", "b"))
+        assert begun is not None and begun.decision is not None
+        await stores.campaigns.add_ack(campaign_id, begun.decision, "a")
+        await stores.campaigns.add_ack(campaign_id, begun.decision, "a")
+        old = Decision(id=new_id(), kind=DecisionKind.CANCEL, at=utcnow())
+        await stores.campaigns.add_ack(campaign_id, old, "b")
+        current = await stores.campaigns.get(campaign_id)
+        assert current is not None and current.cancel is not None
+        assert current.cancel.acks == ("a",)
 
     async def test_confirming_a_cancel_writes_the_counts_and_the_acknowledgement(
             self, stores: Stores) -> None:
@@ -416,9 +464,10 @@ class CampaignContract:
                                                                     now + LEASE)
 
     async def test_cancel_acknowledgements_accumulate_once_per_pod(self, stores: Stores) -> None:
-        campaign_id = await insert(stores, **cancelling(["a", "b"]))
+        changes = cancelling(["a", "b"])
+        campaign_id = await insert(stores, **changes)
         for pod_id in ("a", "a", "b"):
-            await stores.campaigns.add_cancel_ack(campaign_id, pod_id)
+            await stores.campaigns.add_ack(campaign_id, changes["decision"], pod_id)
         assert sorted((await cancel_of(stores, campaign_id)).acks) == ["a", "b"]
 
     # --- follow-ups ------------------------------------------------------------------------------

@@ -37,10 +37,10 @@ from herald.service_layer.campaigns import (
     NothingToCorrect,
     NotRetargetable,
 )
-from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import audit, final_counts, source_for
 from herald.service_layer.sending.campaigns import CampaignCache
+from herald.service_layer.stopping import PodView
 from tests.factories import ACTOR, actor, at, cancelled_paged_campaign, insert
 from tests.unit.fakes import FakeBus, FakeCampaigns, FakeFlags, fake_stores
 
@@ -137,7 +137,7 @@ async def test_the_sender_sends_an_amend_with_the_originals_key_on_every_platfor
     assert amend is not None
     now = utcnow()
     assert await stores.campaigns.claim_for_dispatch(amend.id, "d", now, now + LEASE)
-    info = await CampaignCache(stores.campaigns, CancelWatch(flags)).get(amend.id)
+    info = await CampaignCache(stores.campaigns, PodView(stores.campaigns, flags)).get(amend.id)
     assert info is not None
     device = RecipientDevice(None, None, None, "android")
     message = orjson.loads(info.content.message_for("tok", device).body or b"")["message"]

@@ -18,7 +18,7 @@ from herald.service_layer.campaign_events import (
     KeepAlive,
     campaign_events,
 )
-from herald.service_layer.cancellation import CampaignNotFound
+from herald.service_layer.errors import CampaignNotFound
 from herald.service_layer.ports import Stores
 from tests.factories import campaign, paged
 

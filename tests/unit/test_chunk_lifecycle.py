@@ -10,13 +10,15 @@ from herald.domain.outcomes import dead_tokens
 from herald.domain.status import Status
 from herald.service_layer.ports import Stores
 from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
+from herald.service_layer.stopping import Settler
 from tests.factories import at, device, sending_campaign
-from tests.unit.fakes import FakeClock
+from tests.unit.fakes import FakeClock, FakeRegistry
 
 
 @pytest.fixture
 def lifecycle(stores: Stores, clock: FakeClock) -> ChunkLifecycle:
-    return ChunkLifecycle(stores, "s1", clock)
+    return ChunkLifecycle(stores, "s1", clock,
+                          settled=Settler(stores, FakeRegistry(), "s1").settled)
 
 
 async def held(stores: Stores, tokens: list[list[str]]) -> Campaign:

@@ -16,7 +16,6 @@ from herald.clock import utcnow
 from herald.domain.documents import (
     Campaign,
     CampaignCounts,
-    CancelRecord,
     ChunkState,
     ChunkStatus,
     new_id,
@@ -24,16 +23,24 @@ from herald.domain.documents import (
 from herald.domain.messages import SendChunk
 from herald.domain.rollout import Rollout, RolloutProgress, RolloutWave, wave_bucket
 from herald.domain.status import Status, Transition
+from herald.domain.status import Verdict as May
 from herald.runtime.tracking import WorkTracker
-from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.ports import Stores
 from herald.service_layer.sending.campaigns import CampaignCache
-from herald.service_layer.sending.chunk import UNFENCED, ChunkSender, SendingPolicy, Verdict
+from herald.service_layer.sending.chunk import UNFENCED, ChunkSender, SendingPolicy, Settlement
 from herald.service_layer.sending.claims import ChunkClaims
 from herald.service_layer.sending.fence import Fence
 from herald.service_layer.sending.lifecycle import ChunkLifecycle
 from herald.service_layer.sending.window import SendWindow, WindowPolicy
-from tests.factories import at, device, pod_beat, recipients_of, sending_campaign
+from herald.service_layer.stopping import PodView, Settler
+from tests.factories import (
+    at,
+    begin_cancel,
+    device,
+    pod_beat,
+    recipients_of,
+    sending_campaign,
+)
 from tests.unit.fakes import (
     FakeCampaigns,
     FakeClock,
@@ -60,7 +67,7 @@ class Rig:
     flags: FakeFlags
     registry: FakeRegistry
     clock: FakeClock
-    watch: CancelWatch
+    view: PodView
     fcm: FakeFcm = field(default_factory=FakeFcm)
     claims: ChunkClaims | None = None
 
@@ -72,17 +79,18 @@ class Rig:
         self.claims = ChunkClaims(self.stores.chunks, self.registry, POD, 60.0, self.clock)
         window = SendWindow(self.fcm, WindowPolicy(connections=1, unrecorded=2, max_retries=0),
                             UnlimitedBucket())
+        settler = Settler(self.stores, self.registry, POD)
         return ChunkSender(
-            ChunkLifecycle(self.stores, POD, self.clock),
-            CampaignCache(self.stores.campaigns, self.watch), window, UnlimitedLimits(),
-            self.claims, WorkTracker().working_on, self.watch.event,
+            ChunkLifecycle(self.stores, POD, self.clock, settled=settler.settled),
+            CampaignCache(self.stores.campaigns, self.view), window, UnlimitedLimits(),
+            self.claims, WorkTracker().working_on,
             SendingPolicy(max_attempts=MAX_ATTEMPTS, budget_s=budget_s,
-                          heartbeat_interval_s=0.05), fence=fence)
+                          heartbeat_interval_s=0.05), fence=fence, settle=settler.settle)
 
 
 @pytest.fixture
 def rig(stores: Stores, flags: FakeFlags, registry: FakeRegistry, clock: FakeClock) -> Rig:
-    return Rig(stores, flags, registry, clock, CancelWatch(flags))
+    return Rig(stores, flags, registry, clock, PodView(stores.campaigns, flags))
 
 
 def open_channel() -> bool:
@@ -121,7 +129,7 @@ async def test_a_chunk_is_sent_recorded_in_groups_closed_and_completes_its_campa
     done = await stored(rig, campaign.id)
     deliveries = [d async for d in rig.stores.deliveries.in_order(campaign.id)]
     dead = await rig.stores.devices.find_by_token("unregistered-2")
-    assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS
+    assert verdict is Settlement.ACK and rig.fcm.sent == TOKENS
     assert [len(d.sent) + len(d.failed) for d in deliveries] == [1] * 5  # groups of 2 // 4 → 1
     assert (state.status, state.sent, state.failed, state.owner) == (ChunkStatus.DONE, 4, 1,
                                                                      None)
@@ -135,7 +143,7 @@ async def test_a_redelivered_chunk_sends_only_what_was_not_recorded(rig: Rig) ->
     await rig.stores.chunks.claim(campaign.id, 0, "dead", None, rig.clock())
     await rig.stores.deliveries.record(campaign.id, 0, "dead", at([(0, None), (1, None)]), utcnow())
     verdict = await rig.sender().process(message(campaign.id), open_channel)
-    assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS[2:]
+    assert verdict is Settlement.ACK and rig.fcm.sent == TOKENS[2:]
     assert (await stored(rig, campaign.id)).counts == CampaignCounts(targeted=5, sent=4, failed=1)
 
 
@@ -144,7 +152,7 @@ async def test_a_chunk_recorded_whole_by_a_sender_that_died_is_only_closed(rig: 
     await rig.stores.deliveries.record(campaign.id, 0, "dead",
                                        at([(p, None) for p in range(len(TOKENS))]), utcnow())
     verdict = await rig.sender().process(message(campaign.id), open_channel)
-    assert verdict is Verdict.ACK and rig.fcm.sent == []
+    assert verdict is Settlement.ACK and rig.fcm.sent == []
     assert (await chunk_state(rig, campaign.id)).status is ChunkStatus.DONE
     assert (await stored(rig, campaign.id)).status is Status.COMPLETED
 
@@ -155,30 +163,34 @@ async def test_a_chunk_of_a_cancelled_campaign_is_dropped_untouched(rig: Rig) ->
     await rig.flags.raise_flag(campaign.id)
     verdict = await rig.sender().process(message(campaign.id), open_channel)
     state = await chunk_state(rig, campaign.id)
-    assert verdict is Verdict.ACK and rig.fcm.sent == []
+    assert verdict is Settlement.ACK and rig.fcm.sent == []
     assert (state.status, state.attempts, state.owner) == (ChunkStatus.PENDING, 0, None)
 
 
 async def test_a_chunk_of_a_campaign_found_cancelling_is_dropped_and_the_cancel_learned(
         rig: Rig) -> None:
-    """No broadcast reached this pod and no flag is raised: the campaign's status tells."""
-    campaign = await campaign_of(rig, Status.CANCELLING)
-    learned: list[str] = []
-    rig.watch.on_learned(learned.append)
+    """No broadcast reached this pod and no flag is raised: the campaign's status tells, and
+    its decision is passed on to be acknowledged."""
+    campaign = await campaign_of(rig)
+    begun = await begin_cancel(rig.stores, campaign.id)
+    assert begun is not None and begun.decision is not None
+    learned: list[tuple[str, str]] = []
+    rig.view.on_decision(lambda campaign_id, decision: learned.append((campaign_id, decision.id)))
     verdict = await rig.sender().process(message(campaign.id), open_channel)
-    assert verdict is Verdict.ACK and rig.fcm.sent == []
-    assert rig.watch.knows(campaign.id) and learned == [campaign.id]
+    assert verdict is Settlement.ACK and rig.fcm.sent == []
+    assert rig.view.known(campaign.id) is May.STOP
+    assert learned == [(campaign.id, begun.decision.id)]
 
 
 @pytest.mark.parametrize("status", [Status.COMPLETED, Status.CANCELLED, Status.PENDING])
 async def test_a_chunk_of_a_campaign_not_sending_is_dropped(rig: Rig, status: Status) -> None:
     campaign = await campaign_of(rig, status)
-    assert await rig.sender().process(message(campaign.id), open_channel) is Verdict.ACK
+    assert await rig.sender().process(message(campaign.id), open_channel) is Settlement.ACK
     assert rig.fcm.sent == []
 
 
 async def test_a_chunk_of_an_unknown_campaign_is_dead_lettered(rig: Rig) -> None:
-    assert await rig.sender().process(message(new_id()), open_channel) is Verdict.UNEXPLAINED
+    assert await rig.sender().process(message(new_id()), open_channel) is Settlement.UNEXPLAINED
     assert rig.fcm.sent == []
 
 
@@ -186,7 +198,7 @@ async def test_a_chunk_with_a_sequence_its_campaign_never_wrote_is_dead_lettered
         rig: Rig) -> None:
     campaign = await campaign_of(rig)
     forged = SendChunk(campaign_id=campaign.id, seq=7, recipients=recipients_of(TOKENS))
-    assert await rig.sender().process(forged, open_channel) is Verdict.UNEXPLAINED
+    assert await rig.sender().process(forged, open_channel) is Settlement.UNEXPLAINED
     assert rig.fcm.sent == []
 
 
@@ -194,7 +206,7 @@ async def test_a_chunk_whose_recipients_are_not_those_written_is_dead_lettered(
         rig: Rig) -> None:
     campaign = await campaign_of(rig)
     forged = SendChunk(campaign_id=campaign.id, seq=0, recipients=recipients_of(["x", "y"]))
-    assert await rig.sender().process(forged, open_channel) is Verdict.UNEXPLAINED
+    assert await rig.sender().process(forged, open_channel) is Settlement.UNEXPLAINED
     assert rig.fcm.sent == []
 
 
@@ -202,7 +214,7 @@ async def test_a_chunk_already_closed_is_only_acknowledged(rig: Rig) -> None:
     campaign = await campaign_of(rig)
     await rig.stores.chunks.claim(campaign.id, 0, "s2", None, rig.clock())
     await rig.stores.chunks.finish(campaign.id, 0, ChunkStatus.DONE, 5, 0, utcnow(), "s2")
-    assert await rig.sender().process(message(campaign.id), open_channel) is Verdict.ACK
+    assert await rig.sender().process(message(campaign.id), open_channel) is Settlement.ACK
     assert rig.fcm.sent == []
 
 
@@ -211,14 +223,14 @@ async def test_a_chunk_another_live_sender_holds_is_busy(rig: Rig) -> None:
     campaign = await campaign_of(rig)
     await rig.registry.beat(pod_beat("s2"))
     await rig.stores.chunks.claim(campaign.id, 0, "s2", None, rig.clock() + HELD)
-    assert await rig.sender().process(message(campaign.id), open_channel) is Verdict.BUSY
+    assert await rig.sender().process(message(campaign.id), open_channel) is Settlement.BUSY
     assert rig.fcm.sent == [] and (await chunk_state(rig, campaign.id)).owner == "s2"
 
 
 async def test_a_chunk_a_dead_sender_held_is_taken_over_and_sent(rig: Rig) -> None:
     campaign = await campaign_of(rig)
     await rig.stores.chunks.claim(campaign.id, 0, "dead", None, rig.clock() + HELD)
-    assert await rig.sender().process(message(campaign.id), open_channel) is Verdict.ACK
+    assert await rig.sender().process(message(campaign.id), open_channel) is Settlement.ACK
     assert rig.fcm.sent == TOKENS and (await chunk_state(rig, campaign.id)).attempts == 2
 
 
@@ -227,7 +239,7 @@ async def test_a_chunk_that_failed_too_often_is_poison(rig: Rig) -> None:
     for _ in range(MAX_ATTEMPTS):
         await rig.stores.chunks.claim(campaign.id, 0, "dead", None, rig.clock())
         await rig.stores.chunks.release(campaign.id, 0, "dead", refund=False)
-    assert await rig.sender().process(message(campaign.id), open_channel) is Verdict.POISON
+    assert await rig.sender().process(message(campaign.id), open_channel) is Settlement.POISON
     assert rig.fcm.sent == []
 
 
@@ -236,12 +248,12 @@ async def test_a_stopping_sender_finishes_its_batch_and_hands_the_rest_on(rig: R
     sender = rig.sender(on_request=lambda _token: sender.stop())
     verdict = await sender.process(message(campaign.id), open_channel)
     state = await chunk_state(rig, campaign.id)
-    assert verdict is Verdict.REPUBLISH and rig.fcm.sent == TOKENS[:2]
+    assert verdict is Settlement.REPUBLISH and rig.fcm.sent == TOKENS[:2]
     assert await rig.stores.deliveries.recorded(campaign.id, 0) == {0: None, 1: None}
     assert state.status is ChunkStatus.PENDING  # the next delivery carries on
     assert rig.claims is not None
     await rig.claims.release(campaign.id, 0, refund=True)  # what settling REPUBLISH does
-    assert await rig.sender().process(message(campaign.id), open_channel) is Verdict.ACK
+    assert await rig.sender().process(message(campaign.id), open_channel) is Settlement.ACK
     assert rig.fcm.sent == TOKENS[2:]
     assert (await chunk_state(rig, campaign.id)).attempts == 1
 
@@ -250,7 +262,7 @@ async def test_a_chunk_over_its_time_budget_is_handed_on_before_its_next_batch(
         rig: Rig) -> None:
     campaign = await campaign_of(rig)
     verdict = await rig.sender(budget_s=-1.0).process(message(campaign.id), open_channel)
-    assert verdict is Verdict.REPUBLISH and rig.fcm.sent == []
+    assert verdict is Settlement.REPUBLISH and rig.fcm.sent == []
 
 
 async def test_a_closed_channel_aborts_before_the_next_batch(rig: Rig) -> None:
@@ -258,7 +270,7 @@ async def test_a_closed_channel_aborts_before_the_next_batch(rig: Rig) -> None:
     closed: list[str] = []
     sender = rig.sender(on_request=closed.append)
     verdict = await sender.process(message(campaign.id), lambda: bool(closed))
-    assert verdict is Verdict.ABORT and rig.fcm.sent == TOKENS[:2]
+    assert verdict is Settlement.ABORT and rig.fcm.sent == TOKENS[:2]
     assert await rig.stores.deliveries.recorded(campaign.id, 0) == {0: None, 1: None}
     assert (await chunk_state(rig, campaign.id)).status is ChunkStatus.PENDING
 
@@ -272,13 +284,13 @@ async def test_a_cancel_mid_chunk_stops_before_the_next_request_and_closes_the_c
 
     def broadcast_during_the_third(token: str) -> None:
         if token == TOKENS[2]:
-            rig.watch.mark(campaign.id)
+            rig.view.stop_here(campaign.id)
 
     sender = rig.sender(on_request=broadcast_during_the_third)
     verdict = await sender.process(message(campaign.id), open_channel)
     state = await chunk_state(rig, campaign.id)
     after = await stored(rig, campaign.id)
-    assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS[:3]
+    assert verdict is Settlement.ACK and rig.fcm.sent == TOKENS[:3]
     assert (state.status, state.sent, state.failed) == (ChunkStatus.CANCELLED, 2, 1)
     assert (after.counts.sent, after.counts.failed, after.progress.chunks_done) == (2, 1, 0)
     assert after.status is Status.IN_PROGRESS  # the cancel, not the chunk, finishes it
@@ -291,26 +303,26 @@ async def test_a_pause_mid_chunk_stops_before_the_next_request_and_keeps_the_chu
     campaign = await campaign_of(rig)
 
     def pause_during_the_third(token: str) -> None:
-        if token == TOKENS[2]:
-            rig.watch.pause(campaign.id)
+        if token == TOKENS[2]:  # as a pause broadcast, once its campaign is read
+            rig.view.learn(replace(campaign, status=Status.PAUSED))
 
     sender = rig.sender(on_request=pause_during_the_third)
     verdict = await sender.process(message(campaign.id), open_channel)
-    assert verdict is Verdict.HOLD and rig.fcm.sent == TOKENS[:3]
+    assert verdict is Settlement.HOLD and rig.fcm.sent == TOKENS[:3]
     await rig.stores.campaigns.transition(campaign.id, Transition.PAUSE, utcnow())
     assert rig.claims is not None
     await rig.claims.release(campaign.id, 0, refund=True)  # what the consumer does on HOLD
     state = await chunk_state(rig, campaign.id)
     assert (state.status, state.owner, state.attempts) == (ChunkStatus.PENDING, None, 0)
     again = await sender.process(message(campaign.id), open_channel)
-    assert again is Verdict.ACK and rig.fcm.sent == TOKENS[:3], "held: not claimed, not sent"
+    assert again is Settlement.ACK and rig.fcm.sent == TOKENS[:3], "held: not claimed, not sent"
 
     await rig.stores.campaigns.transition(campaign.id, Transition.RESUME, utcnow())
     resumed = await sender.process(message(campaign.id), open_channel)
     state = await chunk_state(rig, campaign.id)
-    assert resumed is Verdict.ACK and rig.fcm.sent == TOKENS, "the rest, nobody twice"
+    assert resumed is Settlement.ACK and rig.fcm.sent == TOKENS, "the rest, nobody twice"
     assert (state.status, state.sent, state.failed) == (ChunkStatus.DONE, 4, 1)
-    assert not rig.watch.is_paused(campaign.id)
+    assert rig.view.known(campaign.id) is May.SEND
 
 
 async def test_a_rollout_sends_the_open_waves_recipients_and_keeps_the_rest_pending(
@@ -325,7 +337,7 @@ async def test_a_rollout_sends_the_open_waves_recipients_and_keeps_the_rest_pend
     assert 0 < len(first) < len(tokens)
     sender = rig.sender()
     chunk = SendChunk(campaign_id=campaign.id, seq=0, recipients=recipients_of(tokens))
-    assert await sender.process(chunk, open_channel) is Verdict.HOLD
+    assert await sender.process(chunk, open_channel) is Settlement.HOLD
     assert sorted(rig.fcm.sent) == sorted(first)
     assert rig.claims is not None
     await rig.claims.release(campaign.id, 0, refund=True)
@@ -333,7 +345,7 @@ async def test_a_rollout_sends_the_open_waves_recipients_and_keeps_the_rest_pend
     assert (state.status, state.wave_sent) == (ChunkStatus.PENDING, 0)
 
     await rig.stores.campaigns.update_rollout(campaign.id, 0, RolloutProgress(wave=1))
-    assert await sender.process(chunk, open_channel) is Verdict.ACK
+    assert await sender.process(chunk, open_channel) is Settlement.ACK
     assert sorted(rig.fcm.sent) == sorted(tokens), "each once"
     assert (await chunk_state(rig, campaign.id)).status is ChunkStatus.DONE
 
@@ -341,25 +353,27 @@ async def test_a_rollout_sends_the_open_waves_recipients_and_keeps_the_rest_pend
 class BroadcastOnRead(FakeCampaigns):
     """The cancel broadcast arrives just as the sender reads the campaign."""
 
-    def __init__(self, watch: CancelWatch) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._watch = watch
+        self.view: PodView | None = None
 
     async def get(self, campaign_id: str) -> Campaign | None:
         found = await super().get(campaign_id)
-        self._watch.mark(campaign_id)
+        if self.view is not None:
+            self.view.stop_here(campaign_id)
         return found
 
 
 async def test_a_cancel_heard_before_the_first_batch_sends_nothing_and_closes_nothing(
         flags: FakeFlags, registry: FakeRegistry, clock: FakeClock) -> None:
-    watch = CancelWatch(flags)
-    rig = Rig(replace(fake_stores(), campaigns=BroadcastOnRead(watch)), flags, registry, clock,
-              watch)
+    campaigns = BroadcastOnRead()
+    stores = replace(fake_stores(), campaigns=campaigns)
+    rig = Rig(stores, flags, registry, clock, PodView(campaigns, flags))
     campaign = await campaign_of(rig)
+    campaigns.view = rig.view
     verdict = await rig.sender().process(message(campaign.id), open_channel)
     state = await chunk_state(rig, campaign.id)
-    assert verdict is Verdict.ACK and rig.fcm.sent == []
+    assert verdict is Settlement.ACK and rig.fcm.sent == []
     assert (state.status, state.sent) == (ChunkStatus.PENDING, 0)  # its recipients stay unsent
     assert (await stored(rig, campaign.id)).counts.sent == 0
 
@@ -372,13 +386,13 @@ async def test_a_cancel_during_the_last_request_closes_the_chunk_cancelled_not_d
 
     def broadcast_during_the_last(token: str) -> None:
         if token == TOKENS[-1]:
-            rig.watch.mark(campaign.id)
+            rig.view.stop_here(campaign.id)
 
     verdict = await rig.sender(on_request=broadcast_during_the_last).process(
         message(campaign.id), open_channel)
     state = await chunk_state(rig, campaign.id)
     after = await stored(rig, campaign.id)
-    assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS
+    assert verdict is Settlement.ACK and rig.fcm.sent == TOKENS
     assert (state.status, state.sent, state.failed) == (ChunkStatus.CANCELLED, 4, 1)
     assert (after.status, after.progress.chunks_done) == (Status.IN_PROGRESS, 0)
 
@@ -388,11 +402,11 @@ async def test_a_cancel_between_batches_stops_before_the_next_batch(rig: Rig) ->
 
     def broadcast_at_the_end_of_the_first_batch(token: str) -> None:
         if token == TOKENS[1]:
-            rig.watch.mark(campaign.id)
+            rig.view.stop_here(campaign.id)
 
     sender = rig.sender(on_request=broadcast_at_the_end_of_the_first_batch)
     verdict = await sender.process(message(campaign.id), open_channel)
-    assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS[:2]
+    assert verdict is Settlement.ACK and rig.fcm.sent == TOKENS[:2]
     assert (await chunk_state(rig, campaign.id)).status is ChunkStatus.CANCELLED
 
 
@@ -442,7 +456,7 @@ async def test_a_pod_back_from_a_freeze_that_lost_its_chunk_sends_nothing_more(
 
     sender = rig.sender(fence=away.fence, on_request=frozen_after(away, 2, take_over))
     verdict = await sender.process(message(campaign.id), open_channel)
-    assert verdict is Verdict.GONE
+    assert verdict is Settlement.GONE
     assert rig.fcm.sent == TOKENS[:2]  # the one on the wire at the freeze, and none after
     assert await rig.stores.deliveries.recorded(campaign.id, 0) == {0: None, 1: None}
     state = await chunk_state(rig, campaign.id)
@@ -455,7 +469,7 @@ async def test_a_pod_back_from_a_freeze_that_still_holds_its_chunk_goes_on(rig: 
     sender = rig.sender(fence=away.fence, on_request=frozen_after(away, 2))
     verdict = await sender.process(message(campaign.id), open_channel)
     state = await chunk_state(rig, campaign.id)
-    assert verdict is Verdict.ACK and rig.fcm.sent == TOKENS
+    assert verdict is Settlement.ACK and rig.fcm.sent == TOKENS
     assert (state.status, state.sent, state.failed) == (ChunkStatus.DONE, 4, 1)
 
 
@@ -472,7 +486,7 @@ async def test_a_pod_back_after_its_campaign_was_cancelled_sends_nothing_and_rec
                         on_request=frozen_after(away, 2, cancelled_and_confirmed))
     verdict = await sender.process(message(campaign.id), open_channel)
     done = await stored(rig, campaign.id)
-    assert verdict is Verdict.GONE and rig.fcm.sent == TOKENS[:2]
+    assert verdict is Settlement.GONE and rig.fcm.sent == TOKENS[:2]
     assert done.status is Status.CANCELLED
     assert (done.counts.sent, done.counts.unsent) == (2, 3)  # recounted with the late answers
 
@@ -480,5 +494,5 @@ async def test_a_pod_back_after_its_campaign_was_cancelled_sends_nothing_and_rec
 async def confirm_cancel(rig: Rig, campaign_id: str) -> None:
     """A cancel confirmed by the others while this pod was away (its answers not yet in)."""
     now = utcnow()
-    await rig.stores.campaigns.begin_cancel(campaign_id, CancelRecord(requested_at=now))
+    await begin_cancel(rig.stores, campaign_id)
     await rig.stores.campaigns.confirm_cancel(campaign_id, CampaignCounts(targeted=5), now)

@@ -14,7 +14,6 @@ from herald.domain.audience import Audience
 from herald.domain.documents import (
     Campaign,
     CampaignCounts,
-    CancelRecord,
     ChunkStatus,
     Dispatch,
     FollowUp,
@@ -23,15 +22,16 @@ from herald.domain.documents import (
 )
 from herald.domain.lanes import Route
 from herald.domain.messages import SendChunk
-from herald.domain.status import Status, Transition
+from herald.domain.status import Status, Transition, Verdict
 from herald.service_layer.freezing import freeze_unpaged
 from herald.service_layer.ports import Stores
 from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
+from herald.service_layer.stopping import Settler
 from services.dispatcher.backpressure import Backpressure, shares_of
 from services.dispatcher.paging import Paging
-from tests.factories import EVERYONE, at, device, insert, recipients_of
+from tests.factories import EVERYONE, at, begin_cancel, device, insert, recipients_of
 from tests.support import eventually
-from tests.unit.fakes import FakeBus
+from tests.unit.fakes import FakeBus, FakeRegistry
 
 LEASE_S = 30.0
 LEASE = timedelta(seconds=LEASE_S)
@@ -56,13 +56,15 @@ class Dispatcher:
         if self.after_publish is not None:
             await self.after_publish(message)
 
-    async def is_cancelled(self, campaign_id: str) -> bool:
-        return campaign_id in self.cancelled
+    async def verdict(self, campaign_id: str) -> Verdict:
+        if campaign_id in self.cancelled:
+            return Verdict.STOP
+        return Verdict.HOLD if campaign_id in self.paused else Verdict.SEND
 
     def paging(self) -> Paging:
-        return Paging(self.stores, self.publish, self.is_cancelled, lambda: self.stopping,
-                      self.pod_id, self.lease_s, self.backpressure,
-                      is_paused=lambda campaign_id: campaign_id in self.paused)
+        settler = Settler(self.stores, FakeRegistry(), self.pod_id)
+        return Paging(self.stores, self.publish, self.verdict, lambda: self.stopping,
+                      self.pod_id, self.lease_s, self.backpressure, settled=settler.settled)
 
     async def claim(self, campaign_id: str, later_s: float = 0.0) -> Campaign:
         now = utcnow() + timedelta(seconds=later_s)
@@ -220,7 +222,7 @@ async def test_a_stopping_dispatcher_stops_at_a_chunk_boundary_and_lets_its_leas
 
 async def send_at_once(stores: Stores, message: SendChunk) -> None:
     """A sender that takes, sends and closes each chunk the moment it is published."""
-    lifecycle = ChunkLifecycle(stores, "s1")
+    lifecycle = ChunkLifecycle(stores, "s1", settled=Settler(stores, FakeRegistry(), "s1").settled)
     await stores.chunks.claim(message.campaign_id, message.seq, "s1", None, utcnow() + LEASE)
     tally = Tally()
     await lifecycle.record(message.campaign_id, message.seq,
@@ -372,7 +374,7 @@ async def test_a_dispatcher_paused_by_a_cancel_freezes_the_rest_from_its_own_cur
     campaign_id = await insert(stores, chunk_size=3)
     paging = asyncio.create_task(bounded(dispatcher, bus).run(campaign_id))
     await eventually(lambda: queue_full(bus), timeout_s=5, what="a full queue")
-    await stores.campaigns.begin_cancel(campaign_id, CancelRecord(requested_at=utcnow()))
+    await begin_cancel(stores, campaign_id)
     dispatcher.cancelled.add(campaign_id)
     await asyncio.wait_for(paging, timeout=5)
     frozen = await stored(stores, campaign_id)

@@ -9,7 +9,7 @@ from herald.domain.audience import Audience, Platform
 from herald.domain.documents import CampaignCounts, Dispatch, Outcome, new_id
 from herald.domain.status import Status
 from herald.service_layer import queries
-from herald.service_layer.cancellation import CampaignNotFound
+from herald.service_layer.errors import CampaignNotFound
 from herald.service_layer.ports import Stores
 from tests.factories import at, device, insert, recipients, schedule
 

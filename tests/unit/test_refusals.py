@@ -10,21 +10,37 @@ from collections.abc import Awaitable
 
 import pytest
 
+from herald.domain.documents import Campaign
 from herald.domain.fcm_errors import WRONG_PROJECT_MIN_ANSWERS, FcmError
 from herald.domain.outcomes import RecipientOutcome, Target
-from herald.service_layer.cancel_watch import CancelWatch
+from herald.domain.status import Verdict
 from herald.service_layer.sending.refusals import CampaignRefusals, reason_for
-from tests.unit.fakes import FakeFlags
+from herald.service_layer.stopping import PodView
+from tests.unit.fakes import FakeCampaigns, FakeFlags
+
+
+class ReadCampaigns(FakeCampaigns):
+    """Remembers which campaigns were read (a pod learning a decision reads it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: list[str] = []
+
+    async def get(self, campaign_id: str) -> Campaign | None:
+        self.read.append(campaign_id)
+        return await super().get(campaign_id)
 
 
 class Rig:
     def __init__(self) -> None:
-        self.watch = CancelWatch(FakeFlags())
-        self.learned: list[str] = []
-        self.watch.on_learned(self.learned.append)
+        self.campaigns = ReadCampaigns()
+        self.view = PodView(self.campaigns, FakeFlags())
         self.stops: list[tuple[str, str]] = []
         self.tasks: list[asyncio.Task[None]] = []
-        self.refusals = CampaignRefusals(self.watch, self._stop_for_error, self._spawn)
+        self.refusals = CampaignRefusals(self.view, self._stop_for_error, self._spawn)
+
+    def stopped_here(self, campaign_id: str) -> bool:
+        return self.view.known(campaign_id) is Verdict.STOP
 
     async def _stop_for_error(self, campaign_id: str, reason: str) -> str | None:
         self.stops.append((campaign_id, reason))
@@ -45,11 +61,11 @@ async def test_the_first_refusal_stops_the_campaign_here_and_everywhere_once(
     with caplog.at_level(logging.ERROR):
         for _ in range(5):
             rig.refusals.stop("c1", FcmError.INVALID_PAYLOAD, "Message is too big")
-        assert rig.watch.knows("c1")  # stopped here at once
+        assert rig.stopped_here("c1")  # stopped here at once
         await rig.settle()
     reason = reason_for(FcmError.INVALID_PAYLOAD, "Message is too big")
     assert rig.stops == [("c1", reason)]
-    assert rig.learned == ["c1"]  # then it takes part in the stop like any pod: it acknowledges
+    assert rig.campaigns.read == ["c1"]  # then it reads the decision, to acknowledge it
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "Message is too big" in errors[0].getMessage()
 
@@ -67,13 +83,13 @@ async def test_a_few_mismatched_tokens_are_retired_once_the_answers_say_they_are
     assert released == ["m0", "m1"]
     assert rig.refusals.mismatched_to_retire(
         "c1", [RecipientOutcome(Target(9, "m9"), FcmError.SENDER_ID_MISMATCH)]) == ["m9"]
-    assert not rig.watch.knows("c1")
+    assert not rig.stopped_here("c1")
 
 
 async def test_mostly_mismatched_tokens_mean_a_wrong_project_retire_nothing_and_stop() -> None:
     rig = Rig()
     assert rig.refusals.mismatched_to_retire("c1", answers(WRONG_PROJECT_MIN_ANSWERS, 3)) == []
-    assert rig.watch.knows("c1")
+    assert rig.stopped_here("c1")
     await rig.settle()
     [(campaign_id, reason)] = rig.stops
     assert campaign_id == "c1" and "SENDER_ID_MISMATCH" in reason and "project" in reason

@@ -20,11 +20,13 @@ from herald.domain.status import (
     PauseDecision,
     Status,
     Transition,
+    Verdict,
     apply,
     decide_cancel,
     decide_pause,
     sources_for,
     target_of,
+    verdict_for,
 )
 
 S = Status
@@ -36,8 +38,8 @@ EXPECTED: dict[Transition, tuple[set[Status], Status]] = {
     T.FINALIZE: ({S.IN_PROGRESS}, S.FINALIZING),
     T.COMPLETE: ({S.FINALIZING}, S.COMPLETED),
     T.FAIL: ({S.IN_PROGRESS, S.FINALIZING}, S.FAILED),
-    T.CANCEL_AT_ONCE: ({S.AWAITING_APPROVAL, S.SCHEDULED, S.PENDING}, S.CANCELLED),
-    T.BEGIN_CANCEL: ({S.IN_PROGRESS, S.FINALIZING, S.PAUSED}, S.CANCELLING),
+    T.BEGIN_CANCEL: ({S.AWAITING_APPROVAL, S.SCHEDULED, S.PENDING, S.IN_PROGRESS,
+                      S.FINALIZING, S.PAUSED}, S.CANCELLING),
     T.CONFIRM_CANCEL: ({S.CANCELLING}, S.CANCELLED),
     T.CONFIRM_STOP: ({S.CANCELLING}, S.FAILED),
     T.MISS: ({S.SCHEDULED}, S.MISSED),
@@ -97,14 +99,19 @@ def test_active_campaign_cancels_through_cancelling(active: Status) -> None:
 
 
 @pytest.mark.parametrize("idle", [S.AWAITING_APPROVAL, S.SCHEDULED, S.PENDING])
-def test_idle_campaign_cancels_at_once(idle: Status) -> None:
-    assert apply(T.CANCEL_AT_ONCE, idle) is S.CANCELLED
+def test_idle_campaign_cancels_through_cancelling_with_nobody_to_wait_for(idle: Status) -> None:
+    """The settler writes ``cancelled``, whatever the cancel stopped: one writer of it."""
+    assert _run(idle, T.BEGIN_CANCEL, T.CONFIRM_CANCEL) == [idle, S.CANCELLING, S.CANCELLED]
 
 
-@pytest.mark.parametrize("idle", [S.AWAITING_APPROVAL, S.SCHEDULED, S.PENDING])
-def test_idle_campaign_cannot_begin_a_pod_stopping_cancel(idle: Status) -> None:
-    with pytest.raises(InvalidTransition):
-        apply(T.BEGIN_CANCEL, idle)
+@pytest.mark.parametrize("status", list(Status))
+def test_the_verdict_of_every_status(status: Status) -> None:
+    """The one question pods ask: sending statuses send, those that may send later hold, the
+    rest stop for good."""
+    expected = (Verdict.SEND if status in (S.IN_PROGRESS, S.FINALIZING) else
+                Verdict.HOLD if status in (S.PAUSED, S.AWAITING_APPROVAL, S.SCHEDULED, S.PENDING)
+                else Verdict.STOP)
+    assert verdict_for(status) is expected
 
 
 @pytest.mark.parametrize("final", [S.COMPLETED, S.FAILED, S.CANCELLED, S.MISSED])
@@ -161,14 +168,11 @@ def test_decide_cancel(current: Status, decision: CancelDecision) -> None:
 @pytest.mark.parametrize("current", list(Status))
 def test_cancel_decision_matches_the_transition_it_will_use(current: Status) -> None:
     decision = decide_cancel(current)
-    if decision is CancelDecision.AT_ONCE:
-        assert apply(T.CANCEL_AT_ONCE, current) is S.CANCELLED
-    elif decision is CancelDecision.STOP_PODS:
+    if decision in (CancelDecision.AT_ONCE, CancelDecision.STOP_PODS):
         assert apply(T.BEGIN_CANCEL, current) is S.CANCELLING
     else:
-        for transition in (T.CANCEL_AT_ONCE, T.BEGIN_CANCEL):
-            with pytest.raises(InvalidTransition):
-                apply(transition, current)
+        with pytest.raises(InvalidTransition):
+            apply(T.BEGIN_CANCEL, current)
 
 
 def test_an_approved_campaign_sends_or_waits_for_its_time() -> None:
@@ -179,7 +183,7 @@ def test_an_approved_campaign_sends_or_waits_for_its_time() -> None:
 
 
 def test_nothing_awaiting_approval_is_claimed_fired_or_missed() -> None:
-    for transition in (T.CLAIM, T.FIRE, T.MISS, T.FINALIZE, T.BEGIN_CANCEL, T.PAUSE):
+    for transition in (T.CLAIM, T.FIRE, T.MISS, T.FINALIZE, T.PAUSE):
         with pytest.raises(InvalidTransition):
             apply(transition, S.AWAITING_APPROVAL)
 

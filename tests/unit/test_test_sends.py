@@ -15,9 +15,9 @@ from herald.domain.fcm_errors import FcmError, SendResult
 from herald.domain.payload import ClickActions, SendOptions
 from herald.domain.rendering import Translation
 from herald.domain.status import TESTABLE, Status
-from herald.service_layer.cancel_watch import CancelWatch
 from herald.service_layer.ports import Stores
 from herald.service_layer.sending.campaigns import CampaignCache, CampaignInfo
+from herald.service_layer.stopping import PodView
 from herald.service_layer.test_sends import (
     FcmMisconfigured,
     NotTestable,
@@ -52,7 +52,7 @@ async def test_the_body_is_the_one_the_senders_send_to_that_device() -> None:
                                                options=OPTIONS, translations={"es": hola}))
     await stores.campaigns.insert(sending)
     record = await sender.send(sending.id, ["tok-2", "tok-ana"], None, WHO)
-    info = await CampaignCache(stores.campaigns, CancelWatch(FakeFlags())).get(sending.id)
+    info = await CampaignCache(stores.campaigns, PodView(stores.campaigns, FakeFlags())).get(sending.id)
     assert isinstance(info, CampaignInfo)
     expected = [info.content.message_for(token, device).body for token, device in [
         (t, await stores.devices.find_by_token(t)) for t in ("tok-2", "tok-ana")] if device]

@@ -1,14 +1,15 @@
 """What a sender needs to know about the campaigns whose chunks it receives, cached.
 
 A campaign's content never changes once it is sending, so it is read from MongoDB once per pod.
-Whether it was cancelled is answered from memory (the broadcast), and, at most once a second per
-campaign, from its Redis flag, for the cancel this pod might have missed. Its status and rate are
-read again every ``STATUS_REFRESH_S`` while it sends: a pause this pod missed stops it there,
-and a rate changed by ``PATCH`` takes effect across the fleet within that and one token block.
+Whether it may send is the pod's one question (``stopping/verdict.py``); every read of the
+campaign made here tells the pod's view what its status says. Its rate and wave are read again
+every ``STATUS_REFRESH_S`` while it sends: a rate changed by ``PATCH`` takes effect across the
+fleet within that and one token block.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -19,11 +20,10 @@ from herald.domain.documents import Campaign
 from herald.domain.lanes import Lane
 from herald.domain.rendering import CompiledContent, compile_content
 from herald.domain.rollout import Rollout, in_waves_up_to
-from herald.domain.status import ACTIVE, Status
+from herald.domain.status import ACTIVE, Verdict
 from herald.observability import FIRST_REQUEST_SECONDS
-from herald.service_layer.cancel_watch import CancelWatch
-from herald.service_layer.cancellation import FLAG_REFRESH_S
 from herald.service_layer.ports import CampaignRepository
+from herald.service_layer.stopping import PodView
 
 CACHE_SIZE = 1000
 STATUS_REFRESH_S = 0.25
@@ -35,7 +35,6 @@ class CampaignInfo:
     content: CompiledContent
     """Compiled once per pod: the shared message, or each variant's texts and parts."""
     rate_per_s: int | None
-    flag_checked_at: float = field(default_factory=time.monotonic)
     status_read_at: float = field(default_factory=time.monotonic)
     rollout: Rollout | None = None
     lane: Lane = Lane.STANDARD
@@ -69,9 +68,9 @@ def message_of(campaign: Campaign, now_s: float) -> CompiledContent:
 
 
 class CampaignCache:
-    def __init__(self, campaigns: CampaignRepository, watch: CancelWatch) -> None:
+    def __init__(self, campaigns: CampaignRepository, view: PodView) -> None:
         self._campaigns = campaigns
-        self._watch = watch
+        self._view = view
         self._entries: OrderedDict[str, CampaignInfo] = OrderedDict()
 
     async def get(self, campaign_id: str) -> CampaignInfo | str | None:
@@ -84,7 +83,7 @@ class CampaignCache:
         campaign = await self._campaigns.get(campaign_id)
         if campaign is None:
             return UNKNOWN
-        self._learn_status(campaign_id, campaign.status)
+        self._view.learn(campaign)
         if campaign.status not in ACTIVE:
             return None
         info = CampaignInfo(message_of(campaign, time.time()), campaign.rate_per_s,
@@ -107,22 +106,21 @@ class CampaignCache:
             FIRST_REQUEST_SECONDS.labels(info.lane.value).observe(
                 max(0.0, (now - info.due_since).total_seconds()))
 
-    async def still_sending(self, campaign_id: str) -> bool:
-        """Whether the campaign is still sending, read from the store (not from memory)."""
-        campaign = await self._campaigns.get(campaign_id)
-        if campaign is not None:
-            self._learn_status(campaign_id, campaign.status)
-        return campaign is not None and campaign.status in ACTIVE
+    async def verdict(self, campaign_id: str) -> Verdict:
+        """May the campaign send now (its rate and wave read again first when old)?"""
+        await self.refresh(campaign_id)
+        return await self._view.verdict(campaign_id)
 
-    def _learn_status(self, campaign_id: str, status: Status) -> None:
-        """What the stored status says this pod must do: stop for a cancel, hold for a pause,
-        send again after a resume."""
-        if status in (Status.CANCELLING, Status.CANCELLED):
-            self._watch.learn(campaign_id)
-        elif status is Status.PAUSED:
-            self._watch.pause(campaign_id)
-        elif self._watch.is_paused(campaign_id):
-            self._watch.resume(campaign_id)
+    async def verdict_from_store(self, campaign_id: str) -> Verdict:
+        """The same, read from the store now, not from memory."""
+        return await self._view.read(campaign_id)
+
+    def event(self, campaign_id: str) -> asyncio.Event:
+        """Set while the campaign may not send here (checked before every request)."""
+        return self._view.event(campaign_id)
+
+    def known(self, campaign_id: str) -> Verdict | None:
+        return self._view.known(campaign_id)
 
     async def refresh(self, campaign_id: str, *, now: bool = False) -> None:
         """Read the campaign's status, rate and wave again if they are older than
@@ -136,28 +134,4 @@ class CampaignCache:
         if campaign is not None:
             info.rate_per_s = campaign.rate_per_s
             info.wave = _wave(campaign)
-            self._learn_status(campaign_id, campaign.status)
-
-    def held_here(self, campaign_id: str) -> bool:
-        """Held by a pause, as this pod knows (memory only)."""
-        return self._watch.is_paused(campaign_id)
-
-    async def is_held(self, campaign_id: str) -> bool:
-        """Held by a pause, confirmed from the store when memory says so (the resume may have
-        reached the store before this pod)."""
-        if not self._watch.is_paused(campaign_id):
-            return False
-        await self.still_sending(campaign_id)  # learns the status: resumed, paused or cancelled
-        return self._watch.is_paused(campaign_id)
-
-    async def is_cancelled(self, campaign_id: str) -> bool:
-        """Known cancelled here, or flagged in Redis (read at most once a second)."""
-        if self._watch.knows(campaign_id):
-            return True
-        info = self._entries.get(campaign_id)
-        now = time.monotonic()
-        if info is not None and now - info.flag_checked_at < FLAG_REFRESH_S:
-            return False
-        if info is not None:
-            info.flag_checked_at = now
-        return await self._watch.is_cancelled(campaign_id)
+            self._view.learn(campaign)

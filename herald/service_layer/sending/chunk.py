@@ -13,7 +13,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import Enum
@@ -23,6 +23,7 @@ from herald.domain.fcm_errors import FcmError, SendResult
 from herald.domain.messages import Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome, Target, dead_tokens
 from herald.domain.rendering import CompiledContent
+from herald.domain.status import Verdict as May
 from herald.observability import CHUNKS
 from herald.service_layer.ports import RateLimits
 from herald.service_layer.sending.campaigns import UNKNOWN, CampaignCache, CampaignInfo
@@ -34,11 +35,18 @@ from herald.service_layer.sending.window import SendWindow
 
 WorkingOn = Callable[[str], AbstractAsyncContextManager[None]]
 """Marks this pod busy with a campaign while the block runs (its heartbeat says so)."""
+Settle = Callable[[str], Awaitable[object]]
+"""Report a campaign to the settler (``stopping/settle.py``)."""
+
+
+async def _no_settler(_campaign_id: str) -> None:
+    return None
+
 
 log = logging.getLogger(__name__)
 
 
-class Verdict(Enum):
+class Settlement(Enum):
     ACK = "ack"  # recorded, or nothing to do: the message is settled
     ABORT = "abort"  # the delivery's channel died: RabbitMQ redelivers, nothing to settle
     POISON = "poison"  # failed too often: dead-letter it
@@ -74,8 +82,8 @@ class _Hold:
 class ChunkSender:
     def __init__(self, lifecycle: ChunkLifecycle, cache: CampaignCache, window: SendWindow,
                  limits: RateLimits, claims: ChunkClaims, working_on: WorkingOn,
-                 cancelled_event: Callable[[str], asyncio.Event], policy: SendingPolicy,
-                 refusals: CampaignRefusals | None = None, fence: Fence = UNFENCED) -> None:
+                 policy: SendingPolicy, refusals: CampaignRefusals | None = None,
+                 fence: Fence = UNFENCED, settle: Settle = _no_settler) -> None:
         self._lifecycle = lifecycle
         self._fence = fence
         self._refusals = refusals
@@ -84,22 +92,21 @@ class ChunkSender:
         self._limits = limits
         self._claims = claims
         self._working_on = working_on
-        self._cancelled_event = cancelled_event
+        self._settle = settle
         self._policy = policy
         self._stopping = False
 
-    async def process(self, chunk: SendChunk, channel_closed: Callable[[], bool]) -> Verdict:
+    async def process(self, chunk: SendChunk, channel_closed: Callable[[], bool]) -> Settlement:
         campaign_id = chunk.campaign_id
-        if await self._cache.is_cancelled(campaign_id):
-            CHUNKS.labels("dropped").inc()
-            return Verdict.ACK
-        if await self._cache.is_held(campaign_id):
-            CHUNKS.labels("held").inc()
-            return Verdict.ACK  # never claimed: it stays pending, the resume offers it again
         info = await self._cache.get(campaign_id)
-        if info == UNKNOWN or info is None:
-            return _unexplained(chunk, "no such campaign") if info == UNKNOWN else _dropped()
-        assert isinstance(info, CampaignInfo)
+        if info == UNKNOWN:
+            return _unexplained(chunk, "no such campaign")
+        may = await self._cache.verdict(campaign_id)
+        if may is May.HOLD:  # a chunk offered for a held campaign: was it resumed meanwhile?
+            may = await self._cache.verdict_from_store(campaign_id)
+        if may is not May.SEND or not isinstance(info, CampaignInfo):
+            CHUNKS.labels("held" if may is May.HOLD else "dropped").inc()
+            return Settlement.ACK  # never claimed: a held chunk stays pending, offered again later
         if info.rollout is not None:  # the wave may have moved on since it was read
             await self._cache.refresh(campaign_id, now=True)
         hold = _Hold(0, self._fence.epoch)  # read before the claim: a gap after it trips
@@ -112,7 +119,7 @@ class ChunkSender:
         if before.attempts >= self._policy.max_attempts:
             log.error("chunk %s:%d failed %d times; dead-lettering it", campaign_id, chunk.seq,
                       before.attempts)
-            return Verdict.POISON
+            return Settlement.POISON
         hold.token = before.fence + 1
         async with self._working_on(campaign_id):
             return await self._send(chunk, info, channel_closed, hold)
@@ -122,7 +129,7 @@ class ChunkSender:
         self._stopping = True
 
     async def _send(self, chunk: SendChunk, info: CampaignInfo,
-                    channel_closed: Callable[[], bool], hold: _Hold) -> Verdict:
+                    channel_closed: Callable[[], bool], hold: _Hold) -> Settlement:
         recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
         tally = Tally.of(recorded)
         tally.lane = info.lane
@@ -137,17 +144,17 @@ class ChunkSender:
             if self._fence.holds(hold.epoch):
                 break
             if not await self._come_back(chunk, hold):  # away: established again, or gone
-                return Verdict.GONE
+                return Settlement.GONE
             recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
-        if verdict is not Verdict.ACK or (tally.stopped and not tally.recorded_now):
+        if verdict is not Settlement.ACK or (tally.stopped and not tally.recorded_now):
             return verdict  # a cancel before this delivery sent anything: nothing to close
         if not tally.stopped and tally.sent + tally.failed < len(chunk.recipients):
             return await self._not_all_sent(chunk, info, wave, tally)
         await self._lifecycle.close(chunk.campaign_id, chunk.seq, tally.status, tally)
-        return Verdict.ACK
+        return Settlement.ACK
 
     async def _not_all_sent(self, chunk: SendChunk, info: CampaignInfo, wave: int,
-                            tally: Tally) -> Verdict:
+                            tally: Tally) -> Settlement:
         """A chunk is never closed with recipients that have no outcome. Those of a staged
         rollout's later waves wait, the chunk pending, for their wave (it offers every pending
         chunk again); any other (a pause lifted before this delivery stopped) goes on as a new
@@ -155,8 +162,8 @@ class ChunkSender:
         admitted = sum(info.admits(chunk.campaign_id, r.token, wave) for r in chunk.recipients)
         if tally.sent + tally.failed >= admitted:
             await self._lifecycle.wave_sent(chunk.campaign_id, chunk.seq, wave)
-            return Verdict.HOLD
-        return Verdict.REPUBLISH
+            return Settlement.HOLD
+        return Settlement.REPUBLISH
 
     async def _come_back(self, chunk: SendChunk, hold: _Hold) -> bool:
         """This pod was away longer than its heartbeat lives (frozen, or cut off from the
@@ -171,19 +178,19 @@ class ChunkSender:
             raise ConnectionError("this pod's heartbeat does not reach the registry")
         epoch = self._fence.epoch
         token = await self._claims.renew(campaign_id, chunk.seq, hold.token)
-        if token is None or not await self._cache.still_sending(campaign_id):
+        if token is None or await self._cache.verdict_from_store(campaign_id) is not May.SEND:
             log.warning("chunk %s:%d: %s; sending nothing more of it", campaign_id, chunk.seq,
                         "taken over by another pod" if token is None else "campaign not sending")
-            await self._lifecycle.recount_if_finished(campaign_id)
+            await self._settle(campaign_id)  # answers it recorded late may change final counts
             return False
         hold.token, hold.epoch = token, epoch
         return True
 
     async def _send_window(self, chunk: SendChunk, info: CampaignInfo, todo: list[Target],
                            tally: Tally, channel_closed: Callable[[], bool],
-                           hold: _Hold) -> Verdict:
+                           hold: _Hold) -> Settlement:
         gate = _Gate(self, chunk, channel_closed, tally)
-        cancelled = self._cancelled_event(chunk.campaign_id)
+        cancelled = self._cache.event(chunk.campaign_id)
 
         async def record(outcomes: list[RecipientOutcome]) -> None:
             await self._record(chunk, outcomes, tally)
@@ -199,27 +206,25 @@ class ChunkSender:
                      *self._limits.for_lane(info.lane)),
             record=record, stop=stop, fenced=lambda: not fence.holds(epoch), lane=info.lane)
         if gate.verdict is None and cancelled.is_set():
-            if self._cache.held_here(chunk.campaign_id):
-                return Verdict.HOLD  # paused while sending: the rest waits for the resume
+            if self._cache.known(chunk.campaign_id) is May.HOLD:
+                return Settlement.HOLD  # paused while sending: the rest waits for the resume
             # Heard while sending: the chunk closes cancelled even if every request got its
             # answer, or it would count as done for a campaign that is being cancelled.
             tally.stopped = True
-        return gate.verdict or Verdict.ACK
+        return gate.verdict or Settlement.ACK
 
     async def before_request(self, chunk: SendChunk, channel_closed: Callable[[], bool],
-                             started: float, tally: Tally) -> Verdict | None:
+                             started: float, tally: Tally) -> Settlement | None:
         """Whether this chunk may start another request; the verdict if it must stop here."""
         if channel_closed():
-            return Verdict.ABORT
+            return Settlement.ABORT
         if self._stopping or time.monotonic() - started > self._policy.budget_s:
-            return Verdict.REPUBLISH
-        await self._cache.refresh(chunk.campaign_id)
-        if await self._cache.is_cancelled(chunk.campaign_id):
+            return Settlement.REPUBLISH
+        may = await self._cache.verdict(chunk.campaign_id)
+        if may is May.STOP:
             tally.stopped = True
-            return Verdict.ACK
-        if self._cache.held_here(chunk.campaign_id):
-            return Verdict.HOLD
-        return None
+            return Settlement.ACK
+        return Settlement.HOLD if may is May.HOLD else None
 
     async def _record(self, chunk: SendChunk, outcomes: list[RecipientOutcome],
                       tally: Tally) -> None:
@@ -302,7 +307,7 @@ class _Gate:
         self._channel_closed = channel_closed
         self._tally = tally
         self._started = time.monotonic()
-        self.verdict: Verdict | None = None
+        self.verdict: Settlement | None = None
 
     async def may_start(self) -> bool:
         if self.verdict is None:
@@ -311,17 +316,12 @@ class _Gate:
         return self.verdict is None
 
 
-def _dropped() -> Verdict:
-    CHUNKS.labels("dropped").inc()
-    return Verdict.ACK
-
-
-def _not_taken(chunk: SendChunk, why: NotTaken) -> Verdict:
+def _not_taken(chunk: SendChunk, why: NotTaken) -> Settlement:
     if why is NotTaken.UNKNOWN:
         return _unexplained(chunk, f"its campaign has no chunk {chunk.seq}")
-    return Verdict.BUSY if why is NotTaken.BUSY else Verdict.ACK
+    return Settlement.BUSY if why is NotTaken.BUSY else Settlement.ACK
 
 
-def _unexplained(chunk: SendChunk, why: str) -> Verdict:
+def _unexplained(chunk: SendChunk, why: str) -> Settlement:
     log.warning("chunk message %s:%d dead-lettered: %s", chunk.campaign_id, chunk.seq, why)
-    return Verdict.UNEXPLAINED
+    return Settlement.UNEXPLAINED

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from herald.clock import utcnow
-from herald.domain.documents import CHUNK_CLOSED_FOR_GOOD, ChunkStatus, Outcome, Recorded
+from herald.domain.documents import (
+    CHUNK_CLOSED_FOR_GOOD,
+    Campaign,
+    ChunkStatus,
+    Outcome,
+    Recorded,
+)
 from herald.domain.lanes import Lane
 from herald.domain.outcomes import RecipientOutcome
-from herald.domain.status import TERMINAL
 from herald.observability import CHUNKS, MESSAGES
-from herald.service_layer.completion import chunk_finished
 from herald.service_layer.ports import Stores
-from herald.service_layer.recipients import final_counts
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +60,21 @@ class Tally:
         return ChunkStatus.CANCELLED if self.stopped else ChunkStatus.DONE
 
 
+Settled = Callable[[Campaign], Awaitable[Campaign | None]]
+"""The settler's ``settled``: where a closed chunk's campaign is reported."""
+
+
+async def _no_settler(_campaign: Campaign) -> Campaign | None:
+    return None
+
+
 class ChunkLifecycle:
     def __init__(self, stores: Stores, pod_id: str,
-                 clock: Callable[[], datetime] = utcnow) -> None:
+                 clock: Callable[[], datetime] = utcnow, *, settled: Settled = _no_settler) -> None:
         self._stores = stores
         self._pod_id = pod_id
         self._clock = clock
+        self._settled = settled
 
     async def recorded(self, campaign_id: str, seq: int) -> Recorded:
         """What earlier deliveries of the chunk recorded (they crashed, were cut off, or
@@ -84,13 +96,18 @@ class ChunkLifecycle:
         count_outcomes((o.code for o in outcomes), tally.lane)
 
     async def close(self, campaign_id: str, seq: int, status: ChunkStatus, tally: Tally) -> bool:
-        """Close the chunk this pod holds and count it; False if it was closed already."""
+        """Close the chunk this pod holds and count it towards its campaign, then report the
+        campaign to the settler (it may have been the last chunk); False if it was closed
+        already. A chunk a cancel cut short counts its outcomes but finishes nothing."""
         closed = await self._stores.chunks.finish(campaign_id, seq, status, tally.sent,
                                                   tally.failed, self._clock(), owner=self._pod_id)
         if closed:
             CHUNKS.labels(status.value).inc()
-            await chunk_finished(self._stores, campaign_id, tally.sent, tally.failed,
-                                 done=status in CHUNK_CLOSED_FOR_GOOD)
+            done = status in CHUNK_CLOSED_FOR_GOOD
+            campaign = await self._stores.campaigns.count_finished_chunk(
+                campaign_id, tally.sent, tally.failed, done=done)
+            if done and campaign is not None:
+                await self._settled(campaign)
         return closed
 
 
@@ -98,21 +115,6 @@ class ChunkLifecycle:
         """Every recipient of the chunk in a staged rollout's waves up to ``wave`` has an
         outcome: the rollout's driver counts the wave as sent once every chunk says so."""
         await self._stores.chunks.mark_wave_sent(campaign_id, seq, wave)
-
-    async def recount_if_finished(self, campaign_id: str) -> None:
-        """A pod back from being away recorded answers to requests it had on the wire: if the
-        campaign finished meanwhile (a cancel confirmed without it), its final counts are
-        computed again from the records, so they keep agreeing with the audit."""
-        campaign = await self._stores.campaigns.get(campaign_id)
-        if campaign is None or campaign.status not in TERMINAL:
-            return
-        counts = (await final_counts(self._stores, campaign)).counts
-        if counts != campaign.counts and await self._stores.campaigns.recount(campaign_id, counts):
-            log.warning("campaign %s: %d answers recorded after it finished (a pod that was "
-                        "away); final counts now sent %d, failed %d of %d", campaign_id,
-                        counts.sent + counts.failed - campaign.counts.sent
-                        - campaign.counts.failed, counts.sent, counts.failed, counts.targeted)
-
 
 def count_outcomes(errors: Iterable[str | None], lane: Lane = Lane.STANDARD) -> None:
     """Add recorded outcomes to ``herald_messages_total{outcome, error, lane}``."""

@@ -4,7 +4,7 @@ A payload, permission, credentials or project error (``herald/domain/fcm_errors.
 answered to every recipient alike. The first such answer stops the campaign in this pod at once
 (its cancel event: nothing more of it starts here, so at most the requests already on the wire
 follow), logs one ERROR line with Google's message, and asks the fleet to stop it too
-(``Cancellation.stop_for_error``: the campaign ends ``failed`` with that reason). No token is
+(``Decider.stop_for_error``: the campaign ends ``failed`` with that reason). No token is
 retired for it.
 
 ``SENDER_ID_MISMATCH`` is a recipient's answer (its token belongs to another project), unless
@@ -28,7 +28,7 @@ from herald.domain.fcm_errors import (
 )
 from herald.domain.outcomes import RecipientOutcome
 from herald.observability import CAMPAIGNS_STOPPED
-from herald.service_layer.cancel_watch import CancelWatch
+from herald.service_layer.stopping import PodView
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ REMEMBERED = 1000
 """Campaigns whose answers a pod keeps count of (the oldest are forgotten)."""
 
 StopForError = Callable[[str, str], Awaitable[object]]
-"""Stop a campaign fleet-wide with a reason (``Cancellation.stop_for_error``)."""
+"""Stop a campaign fleet-wide with a reason (``Decider.stop_for_error``)."""
 Spawn = Callable[[Awaitable[None], str], None]
 
 
@@ -58,8 +58,8 @@ class _Answers:
 class CampaignRefusals:
     """This pod's view of the FCM answers to each campaign it sends."""
 
-    def __init__(self, watch: CancelWatch, stop_for_error: StopForError, spawn: Spawn) -> None:
-        self._watch = watch
+    def __init__(self, view: PodView, stop_for_error: StopForError, spawn: Spawn) -> None:
+        self._view = view
         self._stop_for_error = stop_for_error
         self._spawn = spawn
         self._campaigns: OrderedDict[str, _Answers] = OrderedDict()
@@ -70,7 +70,7 @@ class CampaignRefusals:
         if answers.stopped:
             return
         answers.stopped = True
-        self._watch.stop_here(campaign_id)
+        self._view.stop_here(campaign_id)
         reason = reason_for(code, message)
         CAMPAIGNS_STOPPED.labels(code.value).inc()
         log.info("campaign %s: no more requests from this pod: %s", campaign_id, reason)
@@ -112,7 +112,7 @@ class CampaignRefusals:
         else:
             if decided is not None:  # the one ERROR line of the fleet: the pod that decided
                 log.error("campaign %s stopped: %s", campaign_id, reason)
-        self._watch.learn(campaign_id)
+            await self._view.read(campaign_id)  # the decision, to acknowledge it
 
     def _answers(self, campaign_id: str) -> _Answers:
         answers = self._campaigns.get(campaign_id)

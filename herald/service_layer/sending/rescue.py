@@ -18,34 +18,68 @@ publishes a copy of
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 
 from herald.domain.documents import Campaign, ChunkState
+from herald.domain.lanes import Route
 from herald.domain.status import ACTIVE
 from herald.service_layer.ports import Bus, CampaignRepository, ChunkRepository, PodRegistry
 
 log = logging.getLogger(__name__)
 
+class ChunkRescue:
+    """The rescue's part of the dispatchers' sweep: ``recover(now)`` at most twice per
+    heartbeat TTL, so that chunks a stopped sender holds are taken over within its heartbeat's
+    life and one sweep, not when RabbitMQ drops its connection."""
+
+    def __init__(self, campaigns: CampaignRepository, chunks: ChunkRepository,
+                 registry: PodRegistry, bus: Bus, heartbeat_ttl_s: float) -> None:
+        self._campaigns = campaigns
+        self._chunks = chunks
+        self._registry = registry
+        self._bus = bus
+        self._every_s = heartbeat_ttl_s / 2
+        self._offer_again_after = timedelta(seconds=2 * heartbeat_ttl_s)
+        self._rescued_at = 0.0
+
+    async def recover(self, now: datetime) -> int:
+        at = time.monotonic()
+        if at - self._rescued_at < self._every_s:
+            return 0
+        self._rescued_at = at
+        return await rescue_chunks_of_dead_senders(self._campaigns, self._chunks, self._registry,
+                                                   self._bus, now, self._offer_again_after)
+
+
 async def rescue_chunks_of_dead_senders(campaigns: CampaignRepository, chunks: ChunkRepository,
                                         registry: PodRegistry, bus: Bus, now: datetime,
                                         offer_again_after: timedelta) -> int:
     """Offer every chunk held by a sender without a heartbeat again; how many were offered.
+    One read of every pending chunk, then the campaigns they belong to, each once.
 
     A copy not taken by ``offer_again_after`` is offered again: RabbitMQ may have handed it to
     the stopped sender itself, whose connection is still open (a consumer with room in its
     prefetch); once that is full, copies go to the live ones."""
     live = {pod.id for pod in await registry.live(("sender",))}
-    nothing_ready = await bus.chunks_ready() == 0
+    waited_since = now - offer_again_after
+    seen: dict[str, Campaign | None] = {}
+    ready: dict[Route, int] = {}
     offered = 0
-    for status in sorted(ACTIVE):
-        for campaign in await campaigns.with_status(status):
-            for state in await chunks.pending(campaign.id):
-                if _waits_for_its_wave(campaign, state):
-                    continue
-                why = _stuck(state, live, nothing_ready, now - offer_again_after)
-                if why and await chunks.mark_rescued(state, now,
-                                                     not_since=now - offer_again_after):
-                    offered += await _offer(chunks, bus, campaign, state, why)
+    for state in await chunks.pending_everywhere():
+        if _stuck(state, live, True, waited_since) is None:
+            continue
+        if state.campaign_id not in seen:
+            seen[state.campaign_id] = await campaigns.get(state.campaign_id)
+        campaign = seen[state.campaign_id]
+        if campaign is None or campaign.status not in ACTIVE or \
+                _waits_for_its_wave(campaign, state):
+            continue
+        if campaign.route not in ready:
+            ready[campaign.route] = await bus.chunks_ready(campaign.route)
+        why = _stuck(state, live, ready[campaign.route] == 0, waited_since)
+        if why and await chunks.mark_rescued(state, now, not_since=waited_since):
+            offered += await _offer(chunks, bus, campaign, state, why)
     return offered
 
 
@@ -64,7 +98,7 @@ def _stuck(state: ChunkState, live: set[str], nothing_ready: bool,
         return None if state.owner in live else \
             f"is held by {state.owner}, whose heartbeat expired"
     if nothing_ready and state.created_at < waited_since:
-        return "has waited unclaimed while nothing is ready in herald.chunks (its message is " \
+        return "has waited unclaimed while nothing is ready in its queue (its message is " \
                "with a consumer that stopped before claiming it)"
     return None
 

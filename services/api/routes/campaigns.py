@@ -52,6 +52,7 @@ from services.api.deps import (
     ListCampaigns,
     PauseUseCase,
     PreviewMessage,
+    ResumeUseCase,
     SendTest,
     TestSends,
     UrgentRoles,
@@ -178,14 +179,13 @@ async def list_recipients(
              responses={202: {"model": CancelResult, "description": "Pods are stopping"}},
              openapi_extra=logged("campaign.cancel"))
 async def cancel_campaign(
-    campaign_id: CampaignId, cancellation: CancelUseCase, response: Response, caller: Canceller,
+    campaign_id: CampaignId, cancel: CancelUseCase, response: Response, caller: Canceller,
     body: CancelRequest | None = None,
 ) -> CancelResult:
     """Stop the campaign everywhere. The actor is the calling key; an ``X-Requested-By`` header
     is kept only as information (``on_behalf_of``)."""
-    outcome = await cancellation.request(
-        campaign_id, body.reason if body else None, caller.actor, broadcast=True,
-        on_behalf_of=caller.on_behalf_of)
+    outcome = await cancel(campaign_id, body.reason if body else None, caller.actor,
+                           on_behalf_of=caller.on_behalf_of)
     response.status_code = 200 if outcome.status is Status.CANCELLED else 202
     view = campaign_view(outcome.campaign)
     return CancelResult(id=view.id, status=view.status, counts=view.counts, cancel=view.cancel)
@@ -194,24 +194,23 @@ async def cancel_campaign(
 @router.post("/{campaign_id}/pause", response_model=PauseResult,
              responses={202: {"model": PauseResult, "description": "Pods are stopping"}},
              openapi_extra=logged("campaign.pause"))
-async def pause_campaign(campaign_id: CampaignId, pausing: PauseUseCase, response: Response,
+async def pause_campaign(campaign_id: CampaignId, pause: PauseUseCase, response: Response,
                          caller: Canceller, body: PauseRequest | None = None) -> PauseResult:
     """Hold a sending campaign: every sender stops before its next FCM request, what was in
     flight is recorded, and the chunks not sent are kept for ``resume``. 202 while pods
     stop (``pause.settled_at`` null), 200 if it was paused already; 409 ``not_pausable``
     unless it is ``in_progress``. Who may: the responder role and up, like a cancel."""
-    outcome = await pausing.request(campaign_id, body.reason if body else None, caller.actor,
-                                    broadcast=True)
-    return _paused(outcome.campaign, response, already=outcome.decision is PauseDecision.ALREADY)
+    outcome = await pause(campaign_id, body.reason if body else None, caller.actor)
+    return _paused(outcome.campaign, response, already=outcome.meaning is PauseDecision.ALREADY)
 
 
 @router.post("/{campaign_id}/resume", response_model=PauseResult,
              openapi_extra=logged("campaign.resume"))
-async def resume_campaign(campaign_id: CampaignId, pausing: PauseUseCase, response: Response,
+async def resume_campaign(campaign_id: CampaignId, resume: ResumeUseCase, response: Response,
                           caller: Sender) -> PauseResult:
     """Send the rest of a ``paused`` campaign: exactly the recipients not sent yet (409
     ``not_paused`` otherwise). Who may: the operator role and up."""
-    return _paused(await pausing.resume(campaign_id, caller.actor), response, already=True)
+    return _paused(await resume(campaign_id, caller.actor), response, already=True)
 
 
 def _paused(campaign: Campaign, response: Response, *, already: bool) -> PauseResult:

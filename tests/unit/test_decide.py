@@ -1,4 +1,5 @@
-"""The cancellation protocol: what a request decides, who must stop, and when a cancel is done."""
+"""The stopping protocol's cancel (``herald/service_layer/stopping/``): what a request decides,
+who must stop, and when the settler writes ``cancelled``."""
 
 from __future__ import annotations
 
@@ -13,22 +14,25 @@ from herald.domain.documents import (
     CampaignCounts,
     CancelRecord,
     ChunkStatus,
+    Decision,
+    DecisionKind,
     Dispatch,
     Outcome,
     Progress,
     new_id,
 )
 from herald.domain.status import CancelDecision, Status
-from herald.service_layer.cancellation import (
-    FCM_REFUSED,
-    FINALIZER_LEASE,
-    FLAG_REFRESH_S,
-    CampaignNotFound,
-    Cancellation,
-    CannotCancel,
-)
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import audit
+from herald.service_layer.stopping import (
+    FCM_REFUSED,
+    FLAG_REFRESH_S,
+    CampaignNotFound,
+    CannotCancel,
+    Decider,
+    Settler,
+)
+from herald.service_layer.stopping.settle import FINALIZER_LEASE
 from tests.factories import EVERYONE, actor, at, device, insert, pod_beat, recipients
 from tests.unit.fakes import (
     FakeBus,
@@ -40,10 +44,30 @@ from tests.unit.fakes import (
 )
 
 
+class Stopping:
+    """The decider and the settler of one api pod, as the cancel uses them."""
+
+    def __init__(self, stores: Stores, flags: FakeFlags, registry: FakeRegistry,
+                 bus: FakeBus) -> None:
+        self.stores = stores
+        self.settler = Settler(stores, registry, "api-1")
+        self.decider = Decider(stores, flags, registry, bus, self.settler.settle)
+
+    async def finish(self, campaign_id: str) -> Campaign | None:
+        return await self.settler.settle(campaign_id)
+
+    async def acknowledge(self, campaign_id: str, pod_id: str) -> None:
+        """What a pod's acknowledge path does once idle: its ack, then a report."""
+        campaign = await stored(self.stores, campaign_id)
+        assert campaign.decision is not None
+        await self.stores.campaigns.add_ack(campaign_id, campaign.decision, pod_id)
+        await self.settler.settle(campaign_id)
+
+
 @pytest.fixture
 def cancellation(stores: Stores, flags: FakeFlags, registry: FakeRegistry,
-                 bus: FakeBus) -> Cancellation:
-    return Cancellation(stores, flags, registry, bus, pod_id="api-1")
+                 bus: FakeBus) -> Stopping:
+    return Stopping(stores, flags, registry, bus)
 
 
 async def stored(stores: Stores, campaign_id: str) -> Campaign:
@@ -52,13 +76,13 @@ async def stored(stores: Stores, campaign_id: str) -> Campaign:
     return found
 
 
-async def sending(stores: Stores, registry: FakeRegistry, cancellation: Cancellation,
+async def sending(stores: Stores, registry: FakeRegistry, cancellation: Stopping,
                   *busy_pods: str) -> str:
     """A campaign being sent by ``busy_pods``, whose cancel was just asked for."""
     campaign_id = await insert(stores, status=Status.IN_PROGRESS)
     for pod_id in busy_pods:
         await registry.beat(pod_beat(pod_id, campaigns=[campaign_id]))
-    await cancellation.request(campaign_id, "oops", actor("ops"), broadcast=True)
+    await cancellation.decider.cancel(campaign_id, "oops", actor("ops"))
     return campaign_id
 
 
@@ -73,29 +97,30 @@ async def beat_idle_after_the_request(stores: Stores, registry: FakeRegistry, cl
 # --- asking ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("status", [Status.SCHEDULED, Status.PENDING])
 async def test_a_campaign_not_sending_yet_is_cancelled_at_once_and_flagged(
-        stores: Stores, cancellation: Cancellation, flags: FakeFlags, bus: FakeBus,
+        stores: Stores, cancellation: Stopping, flags: FakeFlags, bus: FakeBus,
         status: Status) -> None:
     campaign_id = await insert(stores, status=status)
-    outcome = await cancellation.request(campaign_id, "oops", actor("ops"), broadcast=True)
+    outcome = await cancellation.decider.cancel(campaign_id, "oops", actor("ops"))
     cancel = outcome.campaign.cancel
-    assert (outcome.decision, outcome.status) == (CancelDecision.AT_ONCE, Status.CANCELLED)
+    assert (outcome.meaning, outcome.status) == (CancelDecision.AT_ONCE, Status.CANCELLED)
     assert cancel is not None and (cancel.reason, cancel.requested_by) == ("oops", actor("ops"))
-    assert cancel.acknowledged_at == cancel.requested_at == outcome.campaign.finished_at
+    assert cancel.expected_pods == ()  # nothing is sending it: settled before the answer
+    assert cancel.acknowledged_at == outcome.campaign.finished_at
+    assert outcome.campaign.counts == CampaignCounts()
     assert flags.raised == {campaign_id}
-    assert bus.cancels == []  # nothing is sending it: no pod to stop
 
 
 @pytest.mark.parametrize("status", [Status.IN_PROGRESS, Status.FINALIZING])
 async def test_a_sending_campaign_starts_cancelling_and_every_pod_is_told(
-        stores: Stores, cancellation: Cancellation, flags: FakeFlags, bus: FakeBus,
+        stores: Stores, cancellation: Stopping, flags: FakeFlags, bus: FakeBus,
         registry: FakeRegistry, status: Status) -> None:
     for pod_id, service in (("s1", "sender"), ("d1", "dispatcher"), ("a1", "api"),
                             ("c1", "scheduler")):
         await registry.beat(pod_beat(pod_id, service))
     campaign_id = await insert(stores, status=status)
-    outcome = await cancellation.request(campaign_id, "oops", actor("ops"), broadcast=True)
+    outcome = await cancellation.decider.cancel(campaign_id, "oops", actor("ops"))
     cancel = outcome.campaign.cancel
-    assert (outcome.decision, outcome.status) == (CancelDecision.STOP_PODS, Status.CANCELLING)
+    assert (outcome.meaning, outcome.status) == (CancelDecision.STOP_PODS, Status.CANCELLING)
     assert cancel is not None and cancel.expected_pods == ("d1", "s1")
     assert cancel.acknowledged_at is None and outcome.campaign.finished_at is None
     assert flags.raised == {campaign_id}
@@ -106,10 +131,13 @@ async def test_a_sending_campaign_starts_cancelling_and_every_pod_is_told(
 class ClaimedWhileCancelled(FakeCampaigns):
     """A dispatcher claims the campaign between the cancel's read and its conditional write."""
 
-    async def cancel_at_once(self, campaign_id: str, record: CancelRecord) -> Campaign | None:
+    async def begin_cancel(self, campaign_id: str, record: CancelRecord, decision: Decision,
+                           *, after: Decision | None, status: Status) -> Campaign | None:
         now = utcnow()
-        await self.claim_for_dispatch(campaign_id, "d1", now, now + FINALIZER_LEASE)
-        return await super().cancel_at_once(campaign_id, record)
+        if record.expected_pods == ():  # the first try, decided on the pending campaign
+            await self.claim_for_dispatch(campaign_id, "d1", now, now + FINALIZER_LEASE)
+        return await super().begin_cancel(campaign_id, record, decision, after=after,
+                                          status=status)
 
 
 async def test_a_campaign_claimed_while_being_cancelled_has_its_pods_stopped(
@@ -117,60 +145,62 @@ async def test_a_campaign_claimed_while_being_cancelled_has_its_pods_stopped(
     stores = replace(fake_stores(), campaigns=ClaimedWhileCancelled())
     campaign_id = await insert(stores)
     await registry.beat(pod_beat("d1", "dispatcher"))
-    outcome = await Cancellation(stores, flags, registry, bus, "api-1").request(
-        campaign_id, None, None, broadcast=True)
-    assert (outcome.decision, outcome.status) == (CancelDecision.STOP_PODS, Status.CANCELLING)
+    outcome = await Stopping(stores, flags, registry, bus).decider.cancel(campaign_id, None, None)
+    assert (outcome.meaning, outcome.status) == (CancelDecision.STOP_PODS, Status.CANCELLING)
     assert outcome.campaign.cancel is not None
     assert outcome.campaign.cancel.expected_pods == ("d1",)
     assert [m.campaign_id for m in bus.cancels] == [campaign_id]
 
 
-async def test_a_cancel_heard_on_the_broadcast_is_not_broadcast_again(
-        stores: Stores, cancellation: Cancellation, bus: FakeBus, flags: FakeFlags) -> None:
+async def test_a_broadcast_names_the_decision_it_tells(
+        stores: Stores, cancellation: Stopping, bus: FakeBus) -> None:
     campaign_id = await insert(stores, status=Status.IN_PROGRESS)
-    outcome = await cancellation.request(campaign_id, None, None, broadcast=False)
-    assert outcome.status is Status.CANCELLING
-    assert bus.cancels == [] and flags.raised == {campaign_id}
+    outcome = await cancellation.decider.cancel(campaign_id, None, None)
+    decision = outcome.campaign.decision
+    assert decision is not None and decision.kind is DecisionKind.CANCEL
+    assert outcome.campaign.cancel is not None
+    assert outcome.campaign.cancel.decision_id == decision.id
+    assert [(m.action, m.decision_id) for m in bus.cancels] == [("cancel", decision.id)]
 
 
 async def test_repeated_cancels_change_nothing_and_broadcast_once(
-        stores: Stores, cancellation: Cancellation, bus: FakeBus) -> None:
+        stores: Stores, cancellation: Stopping, bus: FakeBus) -> None:
     campaign_id = await insert(stores, status=Status.IN_PROGRESS)
-    first = await cancellation.request(campaign_id, "first", actor("a"), broadcast=True)
-    again = await cancellation.request(campaign_id, "second", actor("b"), broadcast=True)
-    assert (again.decision, again.campaign) == (CancelDecision.ALREADY, first.campaign)
+    first = await cancellation.decider.cancel(campaign_id, "first", actor("a"))
+    again = await cancellation.decider.cancel(campaign_id, "second", actor("b"))
+    assert (again.meaning, again.campaign) == (CancelDecision.ALREADY, first.campaign)
     assert len(bus.cancels) == 1
 
 
 async def test_cancelling_a_cancelled_campaign_is_idempotent(
-        stores: Stores, cancellation: Cancellation) -> None:
+        stores: Stores, cancellation: Stopping) -> None:
     campaign_id = await insert(stores)
-    await cancellation.request(campaign_id, None, None, broadcast=True)
-    again = await cancellation.request(campaign_id, None, None, broadcast=True)
-    assert (again.decision, again.status) == (CancelDecision.ALREADY, Status.CANCELLED)
+    await cancellation.decider.cancel(campaign_id, None, None)
+    again = await cancellation.decider.cancel(campaign_id, None, None)
+    assert (again.meaning, again.status) == (CancelDecision.ALREADY, Status.CANCELLED)
 
 
 @pytest.mark.parametrize("status", [Status.COMPLETED, Status.FAILED, Status.MISSED])
-async def test_a_finished_campaign_refuses_a_cancel(stores: Stores, cancellation: Cancellation,
+async def test_a_finished_campaign_refuses_a_cancel(stores: Stores, cancellation: Stopping,
                                                     flags: FakeFlags, status: Status) -> None:
     campaign_id = await insert(stores, status=status)
     with pytest.raises(CannotCancel) as refused:
-        await cancellation.request(campaign_id, None, None, broadcast=True)
+        await cancellation.decider.cancel(campaign_id, None, None)
     assert refused.value.status is status
     assert (await stored(stores, campaign_id)).status is status and flags.raised == set()
 
 
-async def test_an_unknown_campaign_is_not_found(cancellation: Cancellation) -> None:
+async def test_an_unknown_campaign_is_not_found(cancellation: Stopping) -> None:
     with pytest.raises(CampaignNotFound):
-        await cancellation.request(new_id(), None, None, broadcast=True)
+        await cancellation.decider.cancel(new_id(), None, None)
 
 
 async def test_with_redis_away_a_cancel_still_starts_and_waits_for_every_live_pod(
-        stores: Stores, cancellation: Cancellation, flags: FakeFlags,
+        stores: Stores, cancellation: Stopping, flags: FakeFlags,
         registry: FakeRegistry) -> None:
     campaign_id = await insert(stores, status=Status.IN_PROGRESS)
     registry.away = flags.away = True
-    outcome = await cancellation.request(campaign_id, None, None, broadcast=True)
+    outcome = await cancellation.decider.cancel(campaign_id, None, None)
     assert outcome.status is Status.CANCELLING and outcome.campaign.cancel is not None
     assert outcome.campaign.cancel.expected_pods is None
     registry.away = flags.away = False
@@ -184,16 +214,16 @@ async def test_with_redis_away_a_cancel_still_starts_and_waits_for_every_live_po
 
 
 async def test_with_rabbitmq_away_a_cancel_still_starts_and_the_flag_tells_the_pods(
-        stores: Stores, cancellation: Cancellation, flags: FakeFlags, bus: FakeBus) -> None:
+        stores: Stores, cancellation: Stopping, flags: FakeFlags, bus: FakeBus) -> None:
     campaign_id = await insert(stores, status=Status.IN_PROGRESS)
     bus.away = True
-    outcome = await cancellation.request(campaign_id, None, None, broadcast=True)
+    outcome = await cancellation.decider.cancel(campaign_id, None, None)
     assert outcome.status is Status.CANCELLING and flags.raised == {campaign_id}
 
 
 # --- finishing -------------------------------------------------------------------------------------
 async def test_the_cancel_is_done_once_every_expected_pod_acknowledged(
-        stores: Stores, cancellation: Cancellation, registry: FakeRegistry) -> None:
+        stores: Stores, cancellation: Stopping, registry: FakeRegistry) -> None:
     campaign_id = await sending(stores, registry, cancellation, "s1", "s2")
     await cancellation.acknowledge(campaign_id, "s1")
     halfway = await stored(stores, campaign_id)
@@ -206,14 +236,14 @@ async def test_the_cancel_is_done_once_every_expected_pod_acknowledged(
 
 
 async def test_the_cancel_waits_for_an_expected_pod_that_is_alive_and_busy(
-        stores: Stores, cancellation: Cancellation, registry: FakeRegistry) -> None:
+        stores: Stores, cancellation: Stopping, registry: FakeRegistry) -> None:
     campaign_id = await sending(stores, registry, cancellation, "s1")
     assert await cancellation.finish(campaign_id) is None
     assert (await stored(stores, campaign_id)).status is Status.CANCELLING
 
 
 async def test_a_pod_whose_heartbeat_stopped_is_not_waited_for(
-        stores: Stores, cancellation: Cancellation, registry: FakeRegistry) -> None:
+        stores: Stores, cancellation: Stopping, registry: FakeRegistry) -> None:
     campaign_id = await sending(stores, registry, cancellation, "s1", "s2")
     await cancellation.acknowledge(campaign_id, "s1")
     await registry.remove("s2")  # its heartbeat expired: it died
@@ -222,7 +252,7 @@ async def test_a_pod_whose_heartbeat_stopped_is_not_waited_for(
 
 
 async def test_a_pod_seen_idle_after_the_request_is_not_waited_for(
-        stores: Stores, cancellation: Cancellation, registry: FakeRegistry,
+        stores: Stores, cancellation: Stopping, registry: FakeRegistry,
         clock: FakeClock) -> None:
     campaign_id = await sending(stores, registry, cancellation, "s1")
     await beat_idle_after_the_request(stores, registry, clock, campaign_id, "s1",
@@ -232,7 +262,7 @@ async def test_a_pod_seen_idle_after_the_request_is_not_waited_for(
 
 
 async def test_an_idle_beat_within_a_second_of_the_request_proves_nothing(
-        stores: Stores, cancellation: Cancellation, registry: FakeRegistry,
+        stores: Stores, cancellation: Stopping, registry: FakeRegistry,
         clock: FakeClock) -> None:
     """It may predate the chunk the pod took just before it heard of the cancel."""
     campaign_id = await sending(stores, registry, cancellation, "s1")
@@ -242,7 +272,7 @@ async def test_an_idle_beat_within_a_second_of_the_request_proves_nothing(
 
 
 async def test_a_pod_that_started_sending_after_the_request_is_waited_for(
-        stores: Stores, cancellation: Cancellation, registry: FakeRegistry,
+        stores: Stores, cancellation: Stopping, registry: FakeRegistry,
         clock: FakeClock) -> None:
     campaign_id = await sending(stores, registry, cancellation)
     await registry.beat(pod_beat("newcomer", campaigns=[campaign_id]))
@@ -254,7 +284,7 @@ async def test_a_pod_that_started_sending_after_the_request_is_waited_for(
 
 
 async def test_only_one_pod_writes_the_final_counts(
-        stores: Stores, cancellation: Cancellation, registry: FakeRegistry) -> None:
+        stores: Stores, cancellation: Stopping, registry: FakeRegistry) -> None:
     campaign_id = await sending(stores, registry, cancellation)
     now = utcnow()
     assert await stores.campaigns.claim_cancel_finalization(campaign_id, "other", now,
@@ -264,7 +294,7 @@ async def test_only_one_pod_writes_the_final_counts(
 
 
 async def test_a_campaign_that_is_not_cancelling_is_not_finalized(
-        stores: Stores, cancellation: Cancellation) -> None:
+        stores: Stores, cancellation: Stopping) -> None:
     campaign_id = await insert(stores, status=Status.IN_PROGRESS)
     assert await cancellation.finish(campaign_id) is None
     assert await cancellation.finish(new_id()) is None
@@ -273,7 +303,7 @@ async def test_a_campaign_that_is_not_cancelling_is_not_finalized(
 
 @pytest.mark.usefixtures("frozen_like_sent")
 async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unpaged_rest(
-        stores: Stores, cancellation: Cancellation) -> None:
+        stores: Stores, cancellation: Stopping) -> None:
     """Paging stopped after one chunk of five: two sent, one failed. The seven devices never
     paged are frozen into chunks, so the audit and a retarget see them, whatever happens to
     the devices afterwards."""
@@ -287,7 +317,7 @@ async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unp
     await stores.chunks.create(campaign_id, 0, recipients, ids[4], utcnow())
     await stores.deliveries.record(campaign_id, 0, "s1", at([(0, None), (1, None),
                                                           (2, "UNREGISTERED")]), utcnow())
-    await cancellation.request(campaign_id, None, None, broadcast=True)
+    await cancellation.decider.cancel(campaign_id, None, None)
     cancelled = await cancellation.finish(campaign_id)
     await stores.devices.mark_invalid(["tok-00006"], "UNREGISTERED", utcnow())
     unsent = [line.token async for line in audit(stores, await stored(stores, campaign_id),
@@ -303,14 +333,14 @@ async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unp
 
 @pytest.mark.usefixtures("frozen_like_sent")
 async def test_a_finalizer_that_died_mid_freeze_is_finished_by_the_next_one(
-        stores: Stores, cancellation: Cancellation) -> None:
+        stores: Stores, cancellation: Stopping) -> None:
     """A finalizer froze chunk 0 and died before counting it; its claim expires, and the next
     one counts that chunk once and goes on from there."""
     await stores.devices.upsert([device(i) for i in range(6)], utcnow())
     ids = [i async for i, _ in stores.devices.stream(EVERYONE, None, None)]
     campaign_id = await insert(stores, status=Status.IN_PROGRESS, chunk_size=2,
                                dispatch=Dispatch(owner="d1", until=ids[-1], next_seq=0))
-    await cancellation.request(campaign_id, None, None, broadcast=True)
+    await cancellation.decider.cancel(campaign_id, None, None)
     earlier = utcnow() - 2 * FINALIZER_LEASE
     await stores.campaigns.claim_cancel_finalization(campaign_id, "dead", earlier, earlier)
     firsts = [r async for _, r in stores.devices.stream(EVERYONE, None, ids[1])]
@@ -322,25 +352,25 @@ async def test_a_finalizer_that_died_mid_freeze_is_finished_by_the_next_one(
 
 
 async def test_final_counts_of_a_cancel_come_from_the_records_not_the_live_counters(
-        stores: Stores, cancellation: Cancellation) -> None:
+        stores: Stores, cancellation: Stopping) -> None:
     campaign_id = await insert(stores, status=Status.IN_PROGRESS,
                                dispatch=Dispatch(owner="d1", next_seq=1, done=True),
                                counts=CampaignCounts(targeted=2, sent=99))
     await stores.chunks.create(campaign_id, 0, recipients(0, 2), None, utcnow())
     await stores.deliveries.record(campaign_id, 0, "s1", at([(0, None)]), utcnow())
-    await cancellation.request(campaign_id, None, None, broadcast=True)
+    await cancellation.decider.cancel(campaign_id, None, None)
     cancelled = await cancellation.finish(campaign_id)
     assert cancelled is not None and cancelled.counts == CampaignCounts(targeted=2, sent=1, failed=0)
 
 
 # --- a campaign FCM refused as misconfigured ---------------------------------------------------------
 async def test_a_campaign_fcm_refuses_is_stopped_like_a_cancel_and_ends_failed_with_the_reason(
-        stores: Stores, cancellation: Cancellation, registry: FakeRegistry, flags: FakeFlags,
+        stores: Stores, cancellation: Stopping, registry: FakeRegistry, flags: FakeFlags,
         bus: FakeBus) -> None:
     campaign_id = await insert(stores, status=Status.IN_PROGRESS)
     await registry.beat(pod_beat("s1", campaigns=[campaign_id]))
     reason = "FCM refused the campaign: PERMISSION_DENIED: Permission denied"
-    stopping = await cancellation.stop_for_error(campaign_id, reason)
+    stopping = await cancellation.decider.stop_for_error(campaign_id, reason)
     assert stopping is not None and stopping.status is Status.CANCELLING
     assert stopping.cancel is not None and stopping.cancel.requested_by == FCM_REFUSED
     assert flags.raised == {campaign_id} and len(bus.cancels) == 1
@@ -352,17 +382,17 @@ async def test_a_campaign_fcm_refuses_is_stopped_like_a_cancel_and_ends_failed_w
 
 @pytest.mark.parametrize("status", [Status.CANCELLING, Status.COMPLETED, Status.PENDING])
 async def test_a_campaign_not_sending_is_left_as_it_is_by_a_stop(
-        stores: Stores, cancellation: Cancellation, status: Status) -> None:
+        stores: Stores, cancellation: Stopping, status: Status) -> None:
     campaign_id = await insert(stores, status=status)
-    assert await cancellation.stop_for_error(campaign_id, "r") is None
+    assert await cancellation.decider.stop_for_error(campaign_id, "r") is None
     assert (await stored(stores, campaign_id)).status is status
 
 
 async def test_a_users_cancel_during_a_stop_keeps_the_stop_and_its_failure(
-        stores: Stores, cancellation: Cancellation) -> None:
+        stores: Stores, cancellation: Stopping) -> None:
     campaign_id = await insert(stores, status=Status.IN_PROGRESS)
-    await cancellation.stop_for_error(campaign_id, "r")
-    outcome = await cancellation.request(campaign_id, "also", actor("ops"), broadcast=True)
-    assert outcome.decision is CancelDecision.ALREADY
+    await cancellation.decider.stop_for_error(campaign_id, "r")
+    outcome = await cancellation.decider.cancel(campaign_id, "also", actor("ops"))
+    assert outcome.meaning is CancelDecision.ALREADY
     await cancellation.finish(campaign_id)
     assert (await stored(stores, campaign_id)).status is Status.FAILED

@@ -1,4 +1,5 @@
-"""A campaign completes exactly once, when its last chunk is counted and paging is over."""
+"""The settler (``stopping/settle.py``) writes every end of a campaign once: here, completion,
+when its last chunk is counted and paging is over, however the reports arrive."""
 
 from __future__ import annotations
 
@@ -10,9 +11,37 @@ from herald.clock import utcnow
 from herald.domain.documents import Campaign, CampaignCounts, ChunkStatus, Dispatch, Progress
 from herald.domain.status import Status
 from herald.observability import CAMPAIGNS_FINISHED
-from herald.service_layer.completion import chunk_finished, complete, finalize, reconcile
 from herald.service_layer.ports import Stores
+from herald.service_layer.stopping import Settler
 from tests.factories import at, insert, paged, sending_campaign
+from tests.unit.fakes import FakeRegistry
+
+
+def settler(stores: Stores) -> Settler:
+    return Settler(stores, FakeRegistry(), "s1")
+
+
+async def chunk_finished(stores: Stores, campaign_id: str, sent: int, failed: int, *,
+                         done: bool) -> Campaign | None:
+    """What a sender's close reports: the chunk counted, then the campaign settled."""
+    counted = await stores.campaigns.count_finished_chunk(campaign_id, sent, failed, done=done)
+    if not done or counted is None:
+        return None
+    return await settler(stores).settled(counted)
+
+
+async def finalize(stores: Stores, campaign_id: str) -> Campaign | None:
+    """A report to the settler by someone who saw every chunk closed (counting them)."""
+    return await settler(stores).settled(await stored(stores, campaign_id), count_closed=True)
+
+
+async def complete(stores: Stores, campaign: Campaign) -> Campaign | None:
+    return await settler(stores).settled(campaign)
+
+
+async def reconcile(stores: Stores, campaign: Campaign) -> Campaign | None:
+    """The sweep's report of a campaign paged and still open."""
+    return await settler(stores).settled(campaign, count_closed=True)
 
 
 async def stored(stores: Stores, campaign_id: str) -> Campaign:
@@ -74,6 +103,7 @@ async def test_a_cancelling_campaign_is_never_completed_by_its_last_chunk(
 async def test_a_campaign_is_finalized_exactly_once_however_many_try(stores: Stores) -> None:
     campaign = await sending_campaign(stores, [["a"]])
     await stores.deliveries.record(campaign.id, 0, "s1", at([(0, None)]), utcnow())
+    await close(stores, campaign.id, 0)
     completed_before = finished_total(Status.COMPLETED)
     results = await asyncio.gather(*(finalize(stores, campaign.id) for _ in range(4)))
     assert sum(r is not None for r in results) == 1
@@ -92,9 +122,7 @@ async def test_the_last_chunk_and_the_end_of_paging_complete_the_campaign_once_i
 
     async def dispatcher() -> Campaign | None:
         finished = await stores.campaigns.finish_dispatch(campaign_id, "d1", utcnow())
-        if finished is not None and finished.all_chunks_finished:
-            return await finalize(stores, campaign_id)
-        return None
+        return None if finished is None else await settler(stores).settled(finished)
 
     order = (dispatcher(), sender()) if dispatcher_first else (sender(), dispatcher())
     results = await asyncio.gather(*order)
@@ -107,6 +135,7 @@ async def test_recipients_failing_only_for_dead_tokens_still_complete(stores: St
     await stores.deliveries.record(campaign.id, 0, "s1",
                                    at([(0, "UNREGISTERED"), (1, "INVALID_ARGUMENT"), (2, None)]),
                                    utcnow())
+    await close(stores, campaign.id, 0)
     done = await finalize(stores, campaign.id)
     assert done is not None and done.status is Status.COMPLETED and done.error is None
     assert done.counts == CampaignCounts(targeted=3, sent=1, failed=2)
@@ -118,6 +147,7 @@ async def test_recipients_failing_for_other_reasons_fail_the_campaign_retryably(
     campaign = await sending_campaign(stores, [["a", "b", "c"]])
     await stores.deliveries.record(campaign.id, 0, "s1",
                                    at([(0, error), (1, "UNREGISTERED"), (2, None)]), utcnow())
+    await close(stores, campaign.id, 0)
     failed = await finalize(stores, campaign.id)
     assert failed is not None and failed.status is Status.FAILED
     assert failed.counts == CampaignCounts(targeted=3, sent=1, failed=2)
