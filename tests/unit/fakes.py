@@ -170,15 +170,25 @@ class FakeCampaigns:
         moved = self._transition(campaign_id, transition, now, {})
         return None if moved is None else self._store(change(moved))
 
-    async def fire(self, campaign_id: str, now: datetime, fired_by: str) -> Campaign | None:
+    async def fire(self, campaign_id: str, now: datetime, fired_by: str, *,
+                   due_at: datetime) -> Campaign | None:
         await _round_trip()
+        if not self._due_at(campaign_id, due_at):
+            return None
         return self._apply(campaign_id, Transition.FIRE, now,
                            lambda c: replace(c, fired_at=now, fired_by=fired_by))
 
-    async def miss(self, campaign_id: str, reason: str, now: datetime) -> Campaign | None:
+    async def miss(self, campaign_id: str, reason: str, now: datetime, *,
+                   due_at: datetime) -> Campaign | None:
         await _round_trip()
+        if not self._due_at(campaign_id, due_at):
+            return None
         return self._apply(campaign_id, Transition.MISS, now,
                            lambda c: replace(c, error=reason, finished_at=now))
+
+    def _due_at(self, campaign_id: str, due_at: datetime) -> bool:
+        current = self._rows.get(campaign_id)
+        return current is not None and current.due_at == due_at
 
     async def finish(self, campaign_id: str, transition: Transition, counts: CampaignCounts,
                      error: str | None, now: datetime) -> Campaign | None:
