@@ -174,8 +174,8 @@ def compose(parts: PodParts) -> Sender:
     if tokens is not None:
         closing.callback(tokens.close)
     sender = Sender(chunks, claims, resources.bus, closing)
-    dead = DeadChunkConsumer(DeadChunks(lifecycle, claims, parts.watch.is_cancelled),
-                             resources.bus.dead_letter)
+    dead = DeadChunkConsumer(DeadChunks(lifecycle, claims, parts.watch.is_cancelled,
+                                        stores.campaigns), resources.bus.dead_letter)
     rabbit.consume(broker, rabbit.CHUNKS_QUEUE, sender.on_chunk, prefetch=settings.sender_prefetch)
     rabbit.consume(broker, rabbit.DEAD_CHUNKS_QUEUE, dead.handle,
                    prefetch=rabbit.DEAD_LETTER_PREFETCH)

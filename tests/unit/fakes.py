@@ -597,6 +597,16 @@ class FakeChunks:
         if held is not None:
             self._set_state(replace(held, wave_sent=wave))
 
+    async def wait_for_next_wave(self, campaign_id: str, seq: int, pod_id: str,
+                                 wave: int) -> bool:
+        await _round_trip()
+        held = self._state_if(campaign_id, seq, lambda s: (s.status is ChunkStatus.PENDING
+                                                           and s.owner == pod_id))
+        if held is None:
+            return False
+        self._set_state(replace(held, owner=None, wave_sent=wave, attempts=0))
+        return True
+
     async def mark_rescued(self, held: ChunkState, now: datetime, not_since: datetime) -> bool:
         await _round_trip()
         current = self._state_if(held.campaign_id, held.seq, lambda s: (

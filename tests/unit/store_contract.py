@@ -516,6 +516,22 @@ class ChunkContract:
         assert refunded is not None and (refunded.owner, refunded.attempts) == (None, 0)
         assert counted is not None and (counted.owner, counted.attempts) == (None, 1)
 
+    async def test_a_chunk_waiting_for_its_next_wave_is_given_back_with_attempts_afresh(
+            self, stores: Stores) -> None:
+        """Issue 30: a staged rollout's dead-lettered chunk waits, pending, for its next wave."""
+        campaign_id, now = new_id(), utcnow()
+        await stores.chunks.create(campaign_id, 0, recipients(0, 3), None, now)
+        for _ in range(3):
+            await stores.chunks.claim(campaign_id, 0, "a", None, now + LEASE)
+            await stores.chunks.release(campaign_id, 0, "a", refund=False)
+        await stores.chunks.claim(campaign_id, 0, "a", None, now + LEASE)
+        assert not await stores.chunks.wait_for_next_wave(campaign_id, 0, "b", 0)  # not b's
+        assert await stores.chunks.wait_for_next_wave(campaign_id, 0, "a", 0)
+        waiting = await chunk_state(stores, campaign_id, 0)
+        assert (waiting.status, waiting.owner, waiting.wave_sent, waiting.attempts) == (
+            ChunkStatus.PENDING, None, 0, 0)
+        assert not await stores.chunks.wait_for_next_wave(campaign_id, 0, "a", 1)  # let go
+
     async def test_a_chunk_is_closed_once_and_only_by_its_holder(self, stores: Stores) -> None:
         campaign_id, now = new_id(), utcnow()
         await stores.chunks.create(campaign_id, 0, recipients(0, 3), None, now)
