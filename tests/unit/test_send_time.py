@@ -112,8 +112,10 @@ def test_no_text_of_the_campaigns_can_take_the_expirys_place(title: str, value: 
                                                              now_s: float) -> None:
     """The expiry is found by its JSON key; a title or a data value that spells that key (or
     looks like an expiry) is escaped in JSON and never mistaken for it."""
-    tricky = {"k": value + '"apns-expiration":"1"', "k2": '","apns-expiration":"'}
-    title = title.replace("{", "(").replace("\r", " ") + '"apns-expiration":"'
+    def plain(text: str) -> str:  # no template syntax; a template sends breaks as \n
+        return text.replace("{", "(").replace("\r", " ")
+    tricky = {"k": plain(value) + '"apns-expiration":"1"', "k2": '","apns-expiration":"'}
+    title = plain(title) + '"apns-expiration":"'
     template = MessageTemplate(build_payload(title, "b", tricky, replace_key=KEY, options=TTL), 30)
     content = compile_content(title + " {{ platform }}", "b", tricky, {}, options=TTL,
                               replace_key=KEY)
