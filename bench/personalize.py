@@ -19,6 +19,10 @@ locales spread over the translations and others, two attributes) go through each
   (its own, or the shared one's ``body_for``): what the sender does per recipient before the
   request, plain against placeholders and translations.
 
+``--ttl-s`` gives every row's content a TTL, so each body carries an APNs expiry counted from
+the moment the body is made for the wire (issue 30): the shared message's and every rendered
+one's expiry spliced in per request, as the window does (``WireBody.at``, ``body_for``).
+
 The rows alternate ``--runs`` times in one process pinned to one CPU; CPU time is the process's
 own (``time.process_time``), so other work on the machine changes it little. The table has the
 median per row, its range and the ratio to the baseline; the machine's load average before and
@@ -38,7 +42,13 @@ from typing import Any, NamedTuple
 
 from bench.common import format_table, machine, results_path, source_version, write_json
 from herald.domain.messages import Profile, ProfileNeed, Recipient, SendChunk
-from herald.domain.payload import MessageTemplate, build_payload, default_replace_key
+from herald.domain.payload import (
+    MessageTemplate,
+    SendOptions,
+    build_payload,
+    default_replace_key,
+    expires_after_s,
+)
 from herald.domain.rendering import CompiledContent, Translation, compile_content
 from herald.service_layer.sending.chunk import targets
 
@@ -88,17 +98,21 @@ def devices(count: int) -> list[Device]:
             for i in range(count)]
 
 
-def content(words: tuple[str, str], translations: dict[str, Translation]) -> CompiledContent:
-    return compile_content(*words, DATA, translations, replace_key=REPLACE_KEY,
-                           now_s=time.time())
+def content(words: tuple[str, str], translations: dict[str, Translation],
+            options: SendOptions | None) -> CompiledContent:
+    return compile_content(*words, DATA, translations, replace_key=REPLACE_KEY, options=options)
 
 
 Row = Callable[[list[Device]], int]
 
 
-def baseline(recipients: list[Device]) -> int:
-    template = MessageTemplate(build_payload(*PLAIN, DATA, replace_key=REPLACE_KEY))
-    return sum(len(template.body_for(device.token)) for device in recipients)
+def baseline_row(options: SendOptions | None) -> Row:
+    template = MessageTemplate(build_payload(*PLAIN, DATA, replace_key=REPLACE_KEY,
+                                             options=options), expires_after_s(options))
+
+    def row(recipients: list[Device]) -> int:
+        return sum(len(template.body_for(device.token, time.time())) for device in recipients)
+    return row
 
 
 def compiled_row(compiled: CompiledContent) -> Row:
@@ -106,7 +120,7 @@ def compiled_row(compiled: CompiledContent) -> Row:
         sent = 0
         for device in recipients:
             body = compiled.message_for(device.token, device).body
-            sent += len(body) if body is not None else 0
+            sent += len(body.at(time.time())) if body is not None else 0
         return sent
     return row
 
@@ -138,20 +152,22 @@ def sender_row(compiled: CompiledContent, need: ProfileNeed | None) -> Row:
         shared, sent = compiled.shared, 0
         for chunk in messages:
             for target in targets(chunk, {}, compiled)[0]:
-                body = target.body if target.body is not None else shared.body_for(target.token)  # type: ignore[union-attr]
+                now_s = time.time()  # as the window dates each request
+                body = (target.body.at(now_s) if target.body is not None
+                        else shared.body_for(target.token, now_s))  # type: ignore[union-attr]
                 sent += len(body)
         return sent
     return row
 
 
-def rows() -> dict[str, Row]:
+def rows(options: SendOptions | None = None) -> dict[str, Row]:
     """Each row's campaign is compiled outside the timing: a sender does it once per campaign
     (and the chunk messages are parsed outside it: that cost is RabbitMQ's row in the pipeline)."""
-    personal = content(PERSONAL, PERSONAL_TRANSLATIONS)
-    return {"MessageTemplate.body_for (baseline)": baseline,
-            "plain, 2 translations": compiled_row(content(PLAIN, PLAIN_TRANSLATIONS)),
+    personal = content(PERSONAL, PERSONAL_TRANSLATIONS, options)
+    return {"MessageTemplate.body_for (baseline)": baseline_row(options),
+            "plain, 2 translations": compiled_row(content(PLAIN, PLAIN_TRANSLATIONS, options)),
             "placeholders 2+2, 2 translations": compiled_row(personal),
-            "sender's targets(), plain": sender_row(content(PLAIN, {}), None),
+            "sender's targets(), plain": sender_row(content(PLAIN, {}, options), None),
             "sender's targets(), placeholders 2+2, 2 translations": sender_row(
                 personal, ProfileNeed(personal.attribute_names))}
 
@@ -162,8 +178,9 @@ def cpu_us_per_recipient(row: Row, recipients: list[Device]) -> float:
     return 1e6 * (time.process_time() - started) / len(recipients)
 
 
-def measure(recipients: list[Device], runs: int) -> dict[str, list[float]]:
-    every = rows()
+def measure(recipients: list[Device], runs: int,
+            options: SendOptions | None = None) -> dict[str, list[float]]:
+    every = rows(options)
     measured: dict[str, list[float]] = {name: [] for name in every}
     for row in every.values():  # warm-up: the locales remembered, Jinja2's code paths warm
         row(recipients[:1000])
@@ -186,12 +203,15 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--cpu", type=int, default=0, help="the CPU the bench is pinned to")
+    parser.add_argument("--ttl-s", type=int, default=None,
+                        help="give the content this TTL: each body carries its own APNs expiry")
     parser.add_argument("--output", type=Path, default=results_path("personalize.json"))
     args = parser.parse_args()
     os.sched_setaffinity(0, {args.cpu})
     recipients = devices(args.devices)
     load_before = os.getloadavg()
-    results = report(measure(recipients, args.runs))
+    options = None if args.ttl_s is None else SendOptions(ttl_s=args.ttl_s)
+    results = report(measure(recipients, args.runs, options))
     load_after = os.getloadavg()
     print(format_table(
         ["row", "CPU µs / recipient", "range", "x baseline"],
@@ -199,10 +219,11 @@ def main() -> None:
           f"{r['ratio']:.1f}") for r in results]))
     print(f"\n{args.devices:,} recipients, {args.runs} runs per row, pinned to CPU {args.cpu}; "
           f"load average (1, 5, 15 min) before {_load(load_before)}, after {_load(load_after)}, "
-          f"on {os.cpu_count()} CPUs")
+          f"on {os.cpu_count()} CPUs; TTL {args.ttl_s} s")
     write_json(args.output, {
         "bench": "personalize", "at": datetime.now(UTC).isoformat(), "commit": source_version(),
         "machine": machine(["jinja2", "orjson"]), "recipients": args.devices, "runs": args.runs,
+        "ttl_s": args.ttl_s,
         "load_average": {"before": load_before, "after": load_after}, "rows": results})
 
 

@@ -102,13 +102,20 @@ class CampaignStore:
             query, update, return_document=ReturnDocument.AFTER))
 
     # --- named transitions, each with what it records --------------------------------------------
-    async def fire(self, campaign_id: str, now: datetime, fired_by: str) -> Campaign | None:
+    async def fire(self, campaign_id: str, now: datetime, fired_by: str, *,
+                   due_at: datetime) -> Campaign | None:
+        """Fire the campaign if it is still scheduled at the ``due_at`` the scheduler read (a
+        ``PATCH`` that moved it since wins; the next round reads its new time)."""
         return await self.transition(campaign_id, Transition.FIRE, now,
-                                     also_set={"fired_at": now, "fired_by": fired_by})
+                                     also_set={"fired_at": now, "fired_by": fired_by},
+                                     where={"due_at": due_at})
 
-    async def miss(self, campaign_id: str, reason: str, now: datetime) -> Campaign | None:
+    async def miss(self, campaign_id: str, reason: str, now: datetime, *,
+                   due_at: datetime) -> Campaign | None:
+        """Mark the campaign missed if it is still scheduled at the ``due_at`` read."""
         return await self.transition(campaign_id, Transition.MISS, now,
-                                     also_set={"error": reason, "finished_at": now})
+                                     also_set={"error": reason, "finished_at": now},
+                                     where={"due_at": due_at})
 
     async def finish(self, campaign_id: str, transition: Transition, counts: CampaignCounts,
                      error: str | None, now: datetime) -> Campaign | None:

@@ -147,6 +147,16 @@ class ChunkStore:
         await self._chunks.update_one({"_id": chunk_id(campaign_id, seq)},
                                       {"$set": {"wave_sent": wave}})
 
+    async def wait_for_next_wave(self, campaign_id: str, seq: int, pod_id: str,
+                                 wave: int) -> bool:
+        """Give back a pending chunk ``pod_id`` holds with ``wave_sent`` = ``wave`` and no
+        attempts counted (one write): its later waves' recipients wait for their wave."""
+        result = await self._chunks.update_one(
+            {"_id": chunk_id(campaign_id, seq), "status": ChunkStatus.PENDING.value,
+             "owner": pod_id},
+            {"$set": {"owner": None, "wave_sent": wave, "attempts": 0}})
+        return result.modified_count == 1
+
     async def mark_rescued(self, held: ChunkState, now: datetime, not_since: datetime) -> bool:
         """Note that the sweep offers ``held`` to the live senders: True once per holder and
         token, and again only after ``not_since`` (the copy may have been lost)."""

@@ -649,7 +649,22 @@ class PauseResult(BaseModel):
     pause: PauseInfo | None
 
 
-class RetargetRequest(Strict):
+FOLLOW_UP_ROLLOUT = ("Omitted: the original's staged rollout and its gate, if it had one (in "
+                     "waves of the follow-up's own recipients); null: none, every recipient "
+                     "at once; a rollout: that one instead")
+
+
+class RetryRequest(Strict):
+    """What a retry may change; omitted: as the original."""
+
+    rollout: RolloutIn | None = Field(default=None, description=FOLLOW_UP_ROLLOUT)
+
+    def keeps_rollout(self) -> bool:
+        """Whether the follow-up keeps the original's rollout (``rollout`` omitted, not null)."""
+        return "rollout" not in self.model_fields_set
+
+
+class RetargetRequest(RetryRequest):
     """Optional new content for the follow-up; what is omitted is copied from the original."""
 
     title: str | None = Field(default=None, min_length=1, max_length=1000)

@@ -30,6 +30,7 @@ token is retired for it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -111,20 +112,70 @@ def token_is_unusable(error: str | None) -> bool:
     return error in TOKEN_UNUSABLE
 
 
-WRONG_PROJECT_MIN_ANSWERS = 20
-WRONG_PROJECT_SHARE = 0.5
+# --- "another Firebase project": a token's, or the credentials'? ------------------------------------
+WRONG_PROJECT_SHARE = 0.9
+"""The share of mismatches above which the credentials, not the tokens, are of another project."""
+WRONG_PROJECT_Z = 3.09
+"""One-sided normal quantile of the Wilson bounds: 99.9% confidence."""
+WRONG_PROJECT_MIN_ANSWERS = 50
+"""No decision either way before this many telling answers (the bound alone needs 86 to stop)."""
+
+
+def wilson_bounds(hits: int, trials: int, z: float = WRONG_PROJECT_Z) -> tuple[float, float]:
+    """The Wilson score interval of a proportion, ``hits`` of ``trials`` ((0, 1) for none):
+    each bound one-sided at the confidence ``z`` gives."""
+    if trials == 0:
+        return 0.0, 1.0
+    share, z2 = hits / trials, z * z
+    centre = share + z2 / (2 * trials)
+    spread = z * math.sqrt(share * (1 - share) / trials + z2 / (4 * trials * trials))
+    scale = 1 + z2 / trials
+    low = 0.0 if hits == 0 else (centre - spread) / scale  # exact there, not rounded
+    high = 1.0 if hits == trials else (centre + spread) / scale
+    return low, high
 
 
 def wrong_project(mismatched: int, answered: int) -> bool:
-    """Whether ``SENDER_ID_MISMATCH`` answers are so many that the credentials, not the tokens,
-    are of another project: then nothing is retired and the campaign stops."""
-    return answered >= WRONG_PROJECT_MIN_ANSWERS and mismatched >= WRONG_PROJECT_SHARE * answered
+    """Whether the credentials, not the tokens, are of another project: then nothing is retired
+    and the campaign stops. ``answered`` counts the answers that tell a token's project (accepted,
+    or ``SENDER_ID_MISMATCH``; every other answer says nothing of it), ``mismatched`` the second.
+
+    Concluded only when nearly every answer is a mismatch: at least
+    :data:`WRONG_PROJECT_MIN_ANSWERS` of them, and the Wilson lower bound of the mismatch share,
+    one-sided at 99.9% (:data:`WRONG_PROJECT_Z`), above :data:`WRONG_PROJECT_SHARE` (0.9).
+
+    Why: a project migration leaves a share of old tokens that answer ``SENDER_ID_MISMATCH`` to
+    the right credentials (30%, even 70%), and such a campaign must never stop, however small its
+    rollout waves or recording groups; and a pod asks again after every group it records, so
+    a rule that is right on average is asked thousands of times per campaign. The former rule
+    (>= 20 answers, >= 50% mismatched) stopped a 30%-mismatch campaign whenever 10 of its first
+    20 answers were mismatches (4.8% of the time at that one check alone), and every 70% one.
+    This one, checked after *every* answer (the worst case), stops a campaign with a true
+    mismatch share of 70% with probability at most 1.7e-13 over any number of answers, 80% at
+    most 3.7e-8, 30% at most 2e-45 (union bounds, per pod and campaign, computed exactly in
+    ``tests/unit/test_wrong_project.py``); yet a truly wrong project (every answer a mismatch)
+    stops at its 86th telling answer, well within a sender's first window of requests.
+    """
+    if answered < WRONG_PROJECT_MIN_ANSWERS:
+        return False
+    return wilson_bounds(mismatched, answered)[0] > WRONG_PROJECT_SHARE
 
 
 def may_retire_mismatched(mismatched: int, answered: int) -> bool:
     """Whether this campaign's ``SENDER_ID_MISMATCH`` tokens may be excluded from later
-    audiences: only once enough answers show that most tokens are of this project."""
-    return answered >= WRONG_PROJECT_MIN_ANSWERS and not wrong_project(mismatched, answered)
+    audiences: only once the answers show, with the same confidence, that the credentials are
+    of this project (the Wilson upper bound of the mismatch share below
+    :data:`WRONG_PROJECT_SHARE`, after :data:`WRONG_PROJECT_MIN_ANSWERS`). Retiring under the
+    wrong credentials would retire the audience; every answer a mismatch never allows it."""
+    if answered < WRONG_PROJECT_MIN_ANSWERS:
+        return False
+    return wilson_bounds(mismatched, answered)[1] < WRONG_PROJECT_SHARE
+
+
+def tells_project(error: str | None) -> bool:
+    """Whether an answer tells which project the token is of: accepted (this one), or
+    ``SENDER_ID_MISMATCH`` (another); the counts of :func:`wrong_project` are of these."""
+    return error is None or error == FcmError.SENDER_ID_MISMATCH
 
 
 @dataclass(frozen=True, slots=True)

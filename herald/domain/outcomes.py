@@ -12,16 +12,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from herald.domain.fcm_errors import FcmError, token_is_dead
+from herald.domain.payload import WireBody
 
 
 @dataclass(frozen=True, slots=True)
 class Target:
     """A recipient to send to, known by its position in the chunk; ``body`` is its own FCM
-    request when the campaign's messages differ per device (None: the shared one)."""
+    request when the campaign's messages differ per device (None: the shared one), its expiry
+    filled when the request starts."""
 
     position: int
     token: str
-    body: bytes | None = None
+    body: WireBody | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import orjson
@@ -279,19 +280,94 @@ def check_payload_size(payload: dict[str, object]) -> None:
         raise PayloadTooLarge(size)
 
 
+# --- the moment of sending ---------------------------------------------------------------------------
+EXPIRY_FIELD = b'"apns-expiration":"'
+"""The one time-relative field of a message, as JSON: APNs' ``apns-expiration`` is an absolute
+epoch second (the moment of sending + the TTL); the others a TTL gives (Android ``ttl``, web push
+``TTL``) are durations and do not depend on the moment.
+
+In the compact JSON of a payload these bytes are the header's key and the opening quote of its
+value, and nothing else can contain them: inside a JSON string every ``"`` is escaped (so no text
+of the campaign's can hold ``":"``), data keys are camelCase (no ``-``), and the other header
+names are Herald's own.
+"""
+
+
+def expires_after_s(options: SendOptions | None) -> int | None:
+    """Seconds after the moment of sending at which a message's APNs expiry lies, or None if no
+    field of its depends on that moment (no TTL; or ``ttl_s`` 0, sent as the constant ``0``:
+    deliver now or never)."""
+    ttl_s = None if options is None else options.ttl_s
+    return ttl_s or None
+
+
+def expiry_at(now_s: float, expires_after_s: int) -> bytes:
+    """``apns-expiration`` for a request sent at ``now_s`` (epoch seconds), as its JSON digits."""
+    return str(int(now_s) + expires_after_s).encode()
+
+
+SIZED_EXPIRY_BYTES = len(expiry_at(SIZED_NOW_S, MAX_TTL_S))
+"""What the size rule counts for the expiry's value whatever the TTL: its longest (11 digits),
+as at creation (:data:`SIZED_NOW_S`), so a size measured before the moment of sending holds at it."""
+
+
+def split_at_expiry(encoded: bytes) -> tuple[bytes, bytes]:
+    """``encoded`` (compact JSON with an APNs expiry) cut around the expiry's value: the bytes
+    before it and the bytes after it (its closing quote first), to splice each request's own
+    value between (:class:`WireBody`)."""
+    start = encoded.index(EXPIRY_FIELD) + len(EXPIRY_FIELD)
+    return encoded[:start], encoded[encoded.index(b'"', start):]
+
+
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs 3x to build, and one is built
+class WireBody:          # per recipient of a per-device campaign (never changed once built)
+    """An FCM request body made ahead of its sending (a per-device message, rendered when its
+    chunk is taken up), whose time-relative field is filled only when it goes on the wire:
+    :meth:`at` with the moment of that request, so a chunk held by a pause, a rollout's hold or a
+    campaign's rate cap still sends an expiry counted from its own sending."""
+
+    before: bytes
+    after: bytes = b""
+    expires_after_s: int | None = None
+    """None: the body has no time-relative field, and ``before`` is all of it."""
+
+    def at(self, now_s: float) -> bytes:
+        """The bytes of a request that starts at ``now_s`` (epoch seconds)."""
+        if self.expires_after_s is None:
+            return self.before
+        return b"".join((self.before, expiry_at(now_s, self.expires_after_s), self.after))
+
+
 class MessageTemplate:
-    """Pre-encoded FCM v1 request body; only the token differs between recipients.
+    """Pre-encoded FCM v1 request body; only the token (and, with a TTL, the APNs expiry)
+    differs between requests.
 
     Encoding the shared part once and splicing each token in keeps the per-message cost of the
-    sender to one small ``orjson.dumps`` and a concatenation.
+    sender to one small ``orjson.dumps`` and a concatenation. A message that expires
+    ``expires_after_s`` after its sending (:func:`expires_after_s`) is cut around the expiry's
+    value once, and each request's value is spliced in the same way: the digits of one integer.
     """
 
-    __slots__ = ("_head", "_tail")
+    __slots__ = ("_after", "_before", "_expires_after_s", "_head")
 
-    def __init__(self, payload: dict[str, object]) -> None:
+    def __init__(self, payload: dict[str, object], expires_after_s: int | None = None) -> None:
         shared = orjson.dumps(payload)
         self._head = b'{"message":{"token":'
-        self._tail = b"," + shared[1:] + b"}"
+        rest = b"," + shared[1:] + b"}"
+        self._expires_after_s = expires_after_s
+        self._before, self._after = split_at_expiry(rest) if expires_after_s else (rest, b"")
 
-    def body_for(self, token: str) -> bytes:
-        return self._head + orjson.dumps(token) + self._tail
+    def body_for(self, token: str, now_s: float | None = None) -> bytes:
+        """The request for ``token`` that starts at ``now_s`` (epoch seconds; needed only by a
+        message that expires, which refuses to be made without it)."""
+        if self._expires_after_s is None:
+            return self._head + orjson.dumps(token) + self._before
+        if now_s is None:
+            raise ValueError("this message expires relative to its sending: give now_s")
+        return b"".join((self._head, orjson.dumps(token), self._before,
+                         expiry_at(now_s, self._expires_after_s), self._after))
+
+    def wire_body_for(self, token: str) -> WireBody:
+        """The request for ``token``, its expiry (if any) left to the moment it is sent."""
+        return WireBody(b"".join((self._head, orjson.dumps(token), self._before)), self._after,
+                        self._expires_after_s)

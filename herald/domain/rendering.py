@@ -17,15 +17,23 @@ placeholders encodes its whole message once, like today's
 bytes; a variant with placeholders pre-encodes everything but the notification and the data
 (replacement key, options) and encodes those two per device.
 
+**The moment of sending.** A TTL's APNs expiry (``apns-expiration``, an absolute epoch second) is
+the one field that depends on when a request goes out, and a rendered message may wait long
+before it does (a pause, a rollout's hold, a capped rate). So no body is dated when it is
+compiled or rendered: the pre-encoded bytes are cut around the expiry's value, and each request's
+value (its own moment + the TTL) is spliced in as it goes on the wire
+(:class:`~herald.domain.payload.WireBody`).
+
 **FCM's size rule.** At creation the size of a rendered message cannot be known: an attribute's
 value is the device's. :func:`content_problems` holds each variant to the 4,096 bytes with its
 texts *as written*, placeholders and all (``{{ attributes.first_name | default("there") }}``
 counts 48 bytes of JSON). That is no bound, but it is the conservative reading of the usual case
 (placeholder syntax is longer than a name or an id), it needs no invented sample values, and
 the operator sees the number their own text makes. Then, at send, each personalised message is
-measured as it is encoded (:meth:`CompiledContent.message_for`); one over the limit fails that
-recipient alone, with the reason :func:`size_problem` gives, and the campaign goes on. A variant
-without placeholders is exactly what was measured at creation and is not measured again.
+measured as it is encoded (:meth:`CompiledContent.message_for`, the expiry counted at its
+longest, as at creation); one over the limit fails that recipient alone, with the reason
+:func:`size_problem` gives, and the campaign goes on. A variant without placeholders is exactly
+what was measured at creation and is not measured again.
 """
 
 from __future__ import annotations
@@ -42,13 +50,17 @@ from herald.domain.messages import ProfileNeed
 from herald.domain.payload import (
     LONGEST_DEFAULT_KEY,
     MAX_PAYLOAD_BYTES,
+    SIZED_EXPIRY_BYTES,
     SIZED_NOW_S,
     DataMap,
     MessageTemplate,
     PayloadTooLarge,
     SendOptions,
+    WireBody,
     build_payload,
+    expires_after_s,
     payload_size,
+    split_at_expiry,
 )
 from herald.domain.personalize import (
     CompiledText,
@@ -177,28 +189,33 @@ RENDER_FAILED = "RENDER_FAILED"
 
 @dataclass(frozen=True, slots=True)
 class DeviceMessage:
-    """What the sender sends one device: the FCM request ``body``, or why it cannot
+    """What the sender sends one device: the FCM request ``body`` (its time-relative field
+    filled when it is sent: :meth:`~herald.domain.payload.WireBody.at`), or why it cannot
     (``failure``, and ``code`` as the audit records it: that recipient fails, the campaign goes
     on); ``variant`` as in :class:`Rendered`."""
 
     variant: str | None
-    body: bytes | None = None
+    body: WireBody | None = None
     failure: str | None = None
     code: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _PayloadParts:
-    """What every variant's message shares: :func:`build_payload`'s other arguments."""
+    """What every variant's message shares: :func:`build_payload`'s other arguments (its
+    ``now_s`` is the moment of each request, not of compiling: the expiry is left open)."""
 
     image_url: str | None
     replace_key: str
     options: SendOptions | None
-    now_s: float
 
     def payload(self, title: str, body: str, data: dict[str, str]) -> dict[str, object]:
         return build_payload(title, body, data, self.image_url, replace_key=self.replace_key,
-                             options=self.options, now_s=self.now_s)
+                             options=self.options, now_s=SIZED_NOW_S)
+
+    @property
+    def expires_after_s(self) -> int | None:
+        return expires_after_s(self.options)
 
 
 _HEAD = b'{"message":{"token":'
@@ -207,8 +224,8 @@ _HEAD = b'{"message":{"token":'
 class _Variant:
     """One variant's compiled texts and its pre-encoded message parts."""
 
-    __slots__ = ("_tail", "attribute_names", "body", "data", "image", "personal", "tag",
-                 "template", "title")
+    __slots__ = ("_after", "_before", "_expires_after_s", "_expiry_bytes", "attribute_names",
+                 "body", "data", "image", "personal", "tag", "template", "title")
 
     def __init__(self, tag: str | None, title: CompiledText, body: CompiledText,
                  data: dict[str, CompiledText], payload: _PayloadParts) -> None:
@@ -218,13 +235,18 @@ class _Variant:
         self.attribute_names = frozenset[str]().union(*(text.attribute_names for text in texts))
         self.image = payload.image_url
         self.template: MessageTemplate | None = None
+        self._expires_after_s = payload.expires_after_s
+        self._expiry_bytes = SIZED_EXPIRY_BYTES if self._expires_after_s else 0
         if self.personal:
             rest = payload.payload("", "", {})
             del rest["notification"]
-            self._tail = b"," + orjson.dumps(rest)[1:] + b"}"
+            tail = b"," + orjson.dumps(rest)[1:] + b"}"
+            self._before, self._after = split_at_expiry(tail) if self._expires_after_s \
+                else (tail, b"")
         else:
             self.template = MessageTemplate(payload.payload(
-                title.text, body.text, {key: text.text for key, text in data.items()}))
+                title.text, body.text, {key: text.text for key, text in data.items()}),
+                self._expires_after_s)
 
     def render(self, device: DeviceFields) -> Rendered:
         context = device_context(device, self.attribute_names)
@@ -233,7 +255,7 @@ class _Variant:
 
     def message_for(self, token: str, device: DeviceFields) -> DeviceMessage:
         if self.template is not None:
-            return DeviceMessage(self.tag, self.template.body_for(token))
+            return DeviceMessage(self.tag, self.template.wire_body_for(token))
         try:
             words = self.render(device)
         except RenderFailed as exc:
@@ -243,10 +265,13 @@ class _Variant:
             notification["image"] = self.image
         fields = orjson.dumps({"notification": notification, "data": words.data} if words.data
                               else {"notification": notification})
-        failure = size_problem(len(fields) + len(self._tail) - 2)  # one '}' and one ',' less
+        # one '}' and one ',' less; the expiry counted at its longest, as at creation
+        failure = size_problem(len(fields) + len(self._before) + self._expiry_bytes
+                               + len(self._after) - 2)
         if failure is not None:
             return DeviceMessage(self.tag, failure=failure, code=MESSAGE_TOO_BIG)
-        return DeviceMessage(self.tag, _HEAD + orjson.dumps(token) + b"," + fields[1:-1] + self._tail)
+        before = _HEAD + orjson.dumps(token) + b"," + fields[1:-1] + self._before
+        return DeviceMessage(self.tag, WireBody(before, self._after, self._expires_after_s))
 
 
 class CompiledContent:
@@ -295,8 +320,9 @@ class CompiledContent:
         return self._variants[self._matcher.match(device.locale)].render(device)
 
     def message_for(self, token: str, device: DeviceFields) -> DeviceMessage:
-        """The FCM request body for ``device`` at ``token``, or the reason it fails alone: a
-        field that cannot be rendered, or a message over FCM's size limit."""
+        """The FCM request body for ``device`` at ``token`` (its expiry filled when it is
+        sent), or the reason it fails alone: a field that cannot be rendered, or a message over
+        FCM's size limit."""
         return self._variants[self._matcher.match(device.locale)].message_for(token, device)
 
 
@@ -304,20 +330,20 @@ def profile_need(title: str, body: str, data: Mapping[str, str],
                  translations: Mapping[str, Translation]) -> ProfileNeed | None:
     """What of each device this content's messages read (None: nothing, every device gets one
     message): the dispatcher copies that into the chunks."""
-    compiled = compile_content(title, body, data, translations, replace_key=LONGEST_DEFAULT_KEY,
-                               now_s=SIZED_NOW_S)
+    compiled = compile_content(title, body, data, translations, replace_key=LONGEST_DEFAULT_KEY)
     return ProfileNeed(compiled.attribute_names) if compiled.per_device else None
 
 
 def compile_content(title: str, body: str, data: Mapping[str, str],
                     translations: Mapping[str, Translation], *, image_url: str | None = None,
-                    options: SendOptions | None = None, replace_key: str,
-                    now_s: float) -> CompiledContent:
-    """Compile a campaign's content for sending (once per campaign and pod). ``replace_key``,
-    ``options`` and ``now_s`` are :func:`~herald.domain.payload.build_payload`'s. Raises
+                    options: SendOptions | None = None, replace_key: str) -> CompiledContent:
+    """Compile a campaign's content for sending (once per campaign and pod). ``replace_key``
+    and ``options`` are :func:`~herald.domain.payload.build_payload`'s; the moment of sending,
+    which dates a TTL's APNs expiry, is each request's own (:class:`~herald.domain.payload.WireBody`,
+    :meth:`~herald.domain.payload.MessageTemplate.body_for`). Raises
     :class:`~herald.domain.personalize.TemplateRefused` if a text is not a valid template
     (:func:`content_problems` refuses such content at creation)."""
-    parts = _PayloadParts(image_url, replace_key, options, now_s)
+    parts = _PayloadParts(image_url, replace_key, options)
     variants: dict[str | None, _Variant] = {
         None: _compile_variant(None, "", title, body, data, parts)}
     for tag, translation in translations.items():

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from herald.clock import utcnow
 from herald.contracts import http
-from herald.contracts.http import CampaignCreate, CampaignPatch, RetargetRequest
+from herald.contracts.http import CampaignCreate, CampaignPatch, RetargetRequest, RetryRequest
 from herald.domain.access import Actor
 from herald.domain.approval import after_edit
 from herald.domain.audience import Audience
@@ -217,9 +217,24 @@ def _local_time(request: CampaignCreate) -> LocalTime | None:
     return LocalTime(wall=request.send_at.isoformat(), timezone=request.timezone)
 
 
-def fingerprint(request: BaseModel) -> str:
-    canonical = orjson.dumps(request.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+def fingerprint(request: BaseModel, exclude: set[str] | None = None) -> str:
+    canonical = orjson.dumps(request.model_dump(mode="json", exclude=exclude),
+                             option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(canonical).hexdigest()
+
+
+def _follow_up_print(request: RetryRequest) -> str:
+    """A follow-up request's fingerprint: ``"rollout": null`` (drop the original's) is not
+    the same request as no ``rollout`` at all (keep it), and one without it prints as before
+    the field existed."""
+    return fingerprint(request, exclude={"rollout"} if request.keeps_rollout() else None)
+
+
+def follow_up_rollout(request: RetryRequest, parent: Campaign) -> Rollout | None:
+    """The follow-up's staged rollout: the original's, with its gate, unless the request
+    names another (or ``null``: none). A follow-up starts its waves afresh, over its own
+    recipients (its wave buckets are keyed by its own id)."""
+    return parent.rollout if request.keeps_rollout() else rollout_of(request.rollout)
 
 
 FOLLOW_UP_SOURCES = {FollowUpOf.UNSENT: "retarget", FollowUpOf.SENT: "amend",
@@ -336,17 +351,19 @@ class CampaignCreator:
                                       idempotency_key) if counts.sent else None
         return Correction(parent, retarget, amend)
 
-    async def retry(self, parent_id: str, by: Actor,
-                    idempotency_key: str | None = None) -> Campaign | None:
+    async def retry(self, parent_id: str, by: Actor, idempotency_key: str | None = None,
+                    request: RetryRequest | None = None) -> Campaign | None:
         """Re-run a ``failed`` campaign for everyone it did not reach: unsent, or failed for a
-        reason other than their token (an operator's manual retry). None if unknown."""
+        reason other than their token (an operator's manual retry), with its content and, unless
+        ``request`` says otherwise, its rollout. None if unknown."""
         parent = await self._campaigns.get(parent_id)
         if parent is None:
             return None
         if parent.status is not Status.FAILED:
             raise NotRetryable(parent.status)
-        return await self._follow_up(parent, RetargetRequest(), FollowUpOf.NOT_SENT, by,
-                                     idempotency_key)
+        asked = RetargetRequest.model_validate(
+            request.model_dump(exclude_unset=True) if request is not None else {})
+        return await self._follow_up(parent, asked, FollowUpOf.NOT_SENT, by, idempotency_key)
 
     async def _finished(self, campaign_id: str,
                         refusal: type[NotFinished]) -> Campaign | None:
@@ -360,7 +377,8 @@ class CampaignCreator:
         """A campaign to the ``of`` recipients of ``parent``. It carries ``parent``'s
         replacement key: an amend must, to replace; a retarget or retry reaches devices that
         were meant to get ``parent`` (and may have, in the crash gap, or had the original of an
-        amend), so there too it replaces rather than adds."""
+        amend), so there too it replaces rather than adds. It keeps ``parent``'s staged rollout
+        and gate unless ``request`` says otherwise (:func:`follow_up_rollout`)."""
         now = utcnow()
         source = FOLLOW_UP_SOURCES[of]
         campaign = new_campaign(
@@ -369,12 +387,13 @@ class CampaignCreator:
             audience=None, follow_up=FollowUp(parent.id, of),
             chunk_size=request.chunk_size or parent.chunk_size, rate_per_s=parent.rate_per_s,
             due_at=now, now=now, source=source, schedule_id=parent.schedule_id,
-            replace_key=parent.sent_with_key, created_by=by, lane=request.lane or parent.lane)
+            replace_key=parent.sent_with_key, created_by=by,
+            rollout=follow_up_rollout(request, parent), lane=request.lane or parent.lane)
         campaign = await self.held_if_large(campaign, FOLLOW_UP_SIZES[of](parent.counts))
         if idempotency_key is not None:
             # Scoped to the action, the original and the key: never equal to a creation's key.
             key = f"{source}/{parent.id}/{by.id}:{idempotency_key}"
-            earlier = await self._earlier_campaign(key, fingerprint(request), campaign)
+            earlier = await self._earlier_campaign(key, _follow_up_print(request), campaign)
             if earlier is not None:
                 await self._link(earlier)  # a first call that died before linking it
                 return earlier

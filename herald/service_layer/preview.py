@@ -2,7 +2,8 @@
 
 The preview is made by the code the sender runs (``compile_content`` and ``message_for``), from
 the device as registered, so that what it shows is byte for byte the request a sender would
-make (only the APNs expiry a TTL gives differs: it is dated when the message is made)."""
+make (only the APNs expiry a TTL gives differs: a sender dates it when its request starts, the
+preview when it is made)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ async def preview(campaigns: CampaignLookup, devices: DeviceRepository,
     content, replace_key = await _content(campaigns, request)
     compiled = compile_content(content.title, content.body, content.data, content.translations,
                                image_url=content.image_url, options=content.options,
-                               replace_key=replace_key, now_s=time.time())
-    return _preview(device, compiled.message_for(device.token, device))
+                               replace_key=replace_key)
+    return _preview(device, compiled.message_for(device.token, device), time.time())
 
 
 async def _content(campaigns: CampaignLookup,
@@ -50,13 +51,13 @@ async def _content(campaigns: CampaignLookup,
     return campaign.content, campaign.sent_with_key
 
 
-def _preview(device: Device, made: DeviceMessage) -> Preview:
+def _preview(device: Device, made: DeviceMessage, now_s: float) -> Preview:
     shown = PreviewDevice(token=device.token, user_id=device.user_id, platform=device.platform,
                           locale=device.locale, timezone=device.timezone)
     variant = made.variant or DEFAULT_VARIANT
     if made.body is None:
         return Preview(device=shown, variant=variant, message=None, size_bytes=None,
                        failure=made.failure, failure_code=made.code)
-    message = orjson.loads(made.body)["message"]
+    message = orjson.loads(made.body.at(now_s))["message"]
     size = len(orjson.dumps({key: value for key, value in message.items() if key != "token"}))
     return Preview(device=shown, variant=variant, message=message, size_bytes=size)

@@ -78,7 +78,8 @@ class Scheduling:
         return handled
 
     async def _fire_campaign(self, campaign: Campaign, overdue_s: float, now: datetime) -> int:
-        fired = await self._campaigns.fire(campaign.id, now, self._policy.pod_id)
+        fired = await self._campaigns.fire(campaign.id, now, self._policy.pod_id,
+                                           due_at=campaign.due_at)
         if fired is None:
             SCHEDULE_CLAIMS_LOST.inc()
             return 0
@@ -92,7 +93,7 @@ class Scheduling:
                              now: datetime) -> int:
         reason = (f"missed: found {overdue_s:.0f}s overdue, beyond the misfire grace of "
                   f"{grace_s:.0f}s")
-        missed = await self._campaigns.miss(campaign.id, reason, now)
+        missed = await self._campaigns.miss(campaign.id, reason, now, due_at=campaign.due_at)
         if missed is None:
             SCHEDULE_CLAIMS_LOST.inc()
             return 0

@@ -2,7 +2,8 @@
 goes out to its audience.
 
 The body is the senders' own (``sending.campaigns.message_of``: the same options, replacement
-key and collapse key, each device's language and placeholders rendered from its registration),
+key and collapse key, each device's language and placeholders rendered from its registration,
+byte for byte but for a TTL's APNs expiry, which each request counts from its own start),
 sent through the same FCM client; a device whose message cannot be made (over 4 KB rendered, a
 field that cannot be rendered) is answered with that reason and not sent. The outcome of each
 device is answered and kept in ``test_sends``, never in the campaign's counts, chunks,
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from herald.clock import utcnow
@@ -82,8 +83,10 @@ class TestSender:
     __test__ = False  # not a pytest test class
 
     def __init__(self, campaigns: CampaignLookup, devices: DeviceRepository,
-                 records: TestSendRepository, fcm: Fcm) -> None:
+                 records: TestSendRepository, fcm: Fcm,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self._campaigns = campaigns
+        self._wall_clock = wall_clock
         self._devices = devices
         self._records = records
         self._fcm = fcm
@@ -98,7 +101,7 @@ class TestSender:
         devices = await (self._by_tokens(tokens) if tokens else self._by_users(user_ids or ()))
         if len(devices) > MAX_TEST_DEVICES:
             raise TooManyDevices(len(devices))
-        compiled = message_of(campaign, time.time())
+        compiled = message_of(campaign)
         outcomes = await asyncio.gather(*(self._send_one(compiled, d) for d in devices))
         record = TestSend(id=new_id(), campaign_id=campaign.id, at=utcnow(), by=by,
                           status=campaign.status, outcomes=tuple(outcomes))
@@ -133,11 +136,11 @@ class TestSender:
         made = compiled.message_for(device.fields.token, device.fields)
         if made.body is None:
             return _device_outcome(device, made.code, made.failure)
-        body = made.body
-        result = await self._fcm.send(body)
+        body = made.body  # each request dated as it starts, as a sender's window does
+        result = await self._fcm.send(body.at(self._wall_clock()))
         if result.error is FcmError.UNAUTHENTICATED:  # a stale OAuth token: once more, anew
             self._fcm.rejected(result)
-            result = await self._fcm.send(body)
+            result = await self._fcm.send(body.at(self._wall_clock()))
         return _outcome(device, result)
 
 

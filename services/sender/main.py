@@ -182,7 +182,8 @@ def compose(parts: PodParts) -> Sender:
     async def stopped(campaign_id: str) -> bool:
         return await view.verdict(campaign_id) is Verdict.STOP
 
-    dead = DeadChunkConsumer(DeadChunks(lifecycle, claims, stopped), resources.bus.dead_letter)
+    dead = DeadChunkConsumer(DeadChunks(lifecycle, claims, stopped, stores.campaigns),
+                             resources.bus.dead_letter)
     for route, queue in rabbit.CHUNK_QUEUES.items():
         # Each route on a channel of its own: an urgent chunk is delivered however many
         # standard, bulk or paced chunks this sender holds.

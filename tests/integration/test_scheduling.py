@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from faststream.rabbit import RabbitBroker
 
 from herald import names
@@ -14,13 +15,13 @@ from herald.adapters import rabbit
 from herald.adapters.mongo import Database
 from herald.adapters.records import from_bson
 from herald.clock import utcnow
-from herald.contracts.http import ScheduleCreate
+from herald.contracts.http import CampaignPatch, ScheduleCreate
 from herald.domain.documents import Campaign, Schedule, ScheduleState
 from herald.domain.status import Status
-from herald.service_layer.campaigns import CampaignCreator
+from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
 from herald.service_layer.ports import Stores
 from herald.service_layer.scheduling import SchedulerPolicy, Scheduling, new_schedule
-from tests.factories import insert
+from tests.factories import ACTOR, insert
 from tests.support import eventually
 
 TEMPLATE = {"title": "Weekly digest", "body": "Your week", "data": {}, "name": "digest"}
@@ -78,6 +79,35 @@ async def test_a_campaign_overdue_beyond_the_grace_is_missed_with_a_reason(
     assert [c.status if c else None for c in (stored[on_time], stored[future])] == [
         Status.PENDING, Status.SCHEDULED]
     assert 29 < await scheduler.seconds_until_due(utcnow()) <= 30  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("overdue_s", [10, 120], ids=["due", "beyond-the-grace"])
+async def test_a_campaign_moved_later_after_it_was_read_as_due_is_neither_fired_nor_missed(
+        stores: Stores, broker: RabbitBroker, monkeypatch: pytest.MonkeyPatch,
+        overdue_s: float) -> None:
+    """Issue 30: a ``PATCH`` of ``send_at`` lands between the scheduler's read and its guarded
+    write; the write includes the ``due_at`` it read, so the campaign waits for its new time."""
+    campaign_id = await insert(stores, status=Status.SCHEDULED, due_in_s=-overdue_s)
+    read_due = stores.campaigns.due_scheduled
+    later = (utcnow() + timedelta(hours=1)).isoformat()
+
+    async def read_then_moved(now: datetime, limit: int = 100) -> list[Campaign]:
+        due = await read_due(now, limit)
+        for campaign in due:
+            await edit_scheduled(stores.campaigns, campaign.id,
+                                 CampaignPatch.model_validate({"send_at": later}), ACTOR)
+        return due
+
+    monkeypatch.setattr(stores.campaigns, "due_scheduled", read_then_moved)
+    [scheduler] = replicas(stores, broker, 1, grace_s=60)
+    assert await scheduler.fire_due_campaigns(utcnow()) == 0
+    stored = await stores.campaigns.get(campaign_id)
+    assert stored is not None and stored.status is Status.SCHEDULED
+    assert stored.due_at > utcnow() + timedelta(minutes=59)
+    monkeypatch.undo()
+    assert await scheduler.fire_due_campaigns(stored.due_at) == 1  # at its new time it fires
+    fired = await stores.campaigns.get(campaign_id)
+    assert fired is not None and fired.status is Status.PENDING
 
 
 async def test_three_replicas_run_a_due_schedule_exactly_once(

@@ -184,15 +184,25 @@ class FakeCampaigns:
         return self._apply(campaign_id, transition, decision.at,
                            lambda c: replace(change(c), decision=decision))
 
-    async def fire(self, campaign_id: str, now: datetime, fired_by: str) -> Campaign | None:
+    async def fire(self, campaign_id: str, now: datetime, fired_by: str, *,
+                   due_at: datetime) -> Campaign | None:
         await _round_trip()
+        if not self._due_at(campaign_id, due_at):
+            return None
         return self._apply(campaign_id, Transition.FIRE, now,
                            lambda c: replace(c, fired_at=now, fired_by=fired_by))
 
-    async def miss(self, campaign_id: str, reason: str, now: datetime) -> Campaign | None:
+    async def miss(self, campaign_id: str, reason: str, now: datetime, *,
+                   due_at: datetime) -> Campaign | None:
         await _round_trip()
+        if not self._due_at(campaign_id, due_at):
+            return None
         return self._apply(campaign_id, Transition.MISS, now,
                            lambda c: replace(c, error=reason, finished_at=now))
+
+    def _due_at(self, campaign_id: str, due_at: datetime) -> bool:
+        current = self._rows.get(campaign_id)
+        return current is not None and current.due_at == due_at
 
     async def finish(self, campaign_id: str, transition: Transition, counts: CampaignCounts,
                      error: str | None, now: datetime) -> Campaign | None:
@@ -626,6 +636,16 @@ class FakeChunks:
         held = self._state_if(campaign_id, seq, lambda s: True)
         if held is not None:
             self._set_state(replace(held, wave_sent=wave))
+
+    async def wait_for_next_wave(self, campaign_id: str, seq: int, pod_id: str,
+                                 wave: int) -> bool:
+        await _round_trip()
+        held = self._state_if(campaign_id, seq, lambda s: (s.status is ChunkStatus.PENDING
+                                                           and s.owner == pod_id))
+        if held is None:
+            return False
+        self._set_state(replace(held, owner=None, wave_sent=wave, attempts=0))
+        return True
 
     async def mark_rescued(self, held: ChunkState, now: datetime, not_since: datetime) -> bool:
         await _round_trip()

@@ -115,21 +115,37 @@ class CampaignContract:
     # --- named transitions and what they record --------------------------------------------------
     async def test_firing_records_when_and_by_whom(self, stores: Stores) -> None:
         campaign_id = await insert(stores, due_in_s=-1, status=Status.SCHEDULED)
-        now = utcnow()
-        fired = await stores.campaigns.fire(campaign_id, now, "scheduler-1")
+        due_at, now = (await stored(stores, campaign_id)).due_at, utcnow()
+        fired = await stores.campaigns.fire(campaign_id, now, "scheduler-1", due_at=due_at)
         assert fired is not None
         assert (fired.status, fired.fired_at, fired.fired_by) == (Status.PENDING, now,
                                                                   "scheduler-1")
-        assert await stores.campaigns.fire(campaign_id, now, "scheduler-2") is None
+        assert await stores.campaigns.fire(campaign_id, now, "scheduler-2",
+                                           due_at=due_at) is None
 
     async def test_a_missed_campaign_records_why_and_when_it_finished(
             self, stores: Stores) -> None:
         campaign_id = await insert(stores, status=Status.SCHEDULED)
-        now = utcnow()
-        missed = await stores.campaigns.miss(campaign_id, "too late", now)
+        due_at, now = (await stored(stores, campaign_id)).due_at, utcnow()
+        missed = await stores.campaigns.miss(campaign_id, "too late", now, due_at=due_at)
         assert missed is not None
         assert (missed.status, missed.error, missed.finished_at) == (Status.MISSED, "too late",
                                                                      now)
+
+    async def test_a_campaign_moved_since_it_was_read_as_due_is_neither_fired_nor_missed(
+            self, stores: Stores) -> None:
+        """Issue 30: the guarded write includes the ``due_at`` the scheduler read, so a
+        ``PATCH`` that moved ``send_at`` later in between wins."""
+        campaign_id = await insert(stores, due_in_s=-1, status=Status.SCHEDULED)
+        read = await stored(stores, campaign_id)
+        moved = replace(read, due_at=read.due_at + timedelta(hours=1))
+        assert await stores.campaigns.patch_scheduled(moved, utcnow()) is not None
+        now = utcnow()
+        assert await stores.campaigns.fire(campaign_id, now, "s", due_at=read.due_at) is None
+        assert await stores.campaigns.miss(campaign_id, "late", now, due_at=read.due_at) is None
+        after = await stored(stores, campaign_id)
+        assert (after.status, after.due_at) == (Status.SCHEDULED, moved.due_at)
+        assert await stores.campaigns.fire(campaign_id, now, "s", due_at=after.due_at)
 
     @pytest.mark.parametrize(("transition", "error"), [(Transition.COMPLETE, None),
                                                        (Transition.FAIL, "2 failed")])
@@ -258,7 +274,7 @@ class CampaignContract:
         assert (patched.name, patched.due_at, patched.updated_at) == ("renamed", edited.due_at,
                                                                       now)
         assert patched.counts == CampaignCounts()
-        await stores.campaigns.fire(campaign_id, now, "scheduler")
+        await stores.campaigns.fire(campaign_id, now, "scheduler", due_at=patched.due_at)
         assert await stores.campaigns.patch_scheduled(edited, now) is None
 
     # --- dispatch: claims, leases, checkpoints ---------------------------------------------------
@@ -548,6 +564,22 @@ class ChunkContract:
         counted = await stores.chunks.state(campaign_id, 0)
         assert refunded is not None and (refunded.owner, refunded.attempts) == (None, 0)
         assert counted is not None and (counted.owner, counted.attempts) == (None, 1)
+
+    async def test_a_chunk_waiting_for_its_next_wave_is_given_back_with_attempts_afresh(
+            self, stores: Stores) -> None:
+        """Issue 30: a staged rollout's dead-lettered chunk waits, pending, for its next wave."""
+        campaign_id, now = new_id(), utcnow()
+        await stores.chunks.create(campaign_id, 0, recipients(0, 3), None, now)
+        for _ in range(3):
+            await stores.chunks.claim(campaign_id, 0, "a", None, now + LEASE)
+            await stores.chunks.release(campaign_id, 0, "a", refund=False)
+        await stores.chunks.claim(campaign_id, 0, "a", None, now + LEASE)
+        assert not await stores.chunks.wait_for_next_wave(campaign_id, 0, "b", 0)  # not b's
+        assert await stores.chunks.wait_for_next_wave(campaign_id, 0, "a", 0)
+        waiting = await chunk_state(stores, campaign_id, 0)
+        assert (waiting.status, waiting.owner, waiting.wave_sent, waiting.attempts) == (
+            ChunkStatus.PENDING, None, 0, 0)
+        assert not await stores.chunks.wait_for_next_wave(campaign_id, 0, "a", 1)  # let go
 
     async def test_a_chunk_is_closed_once_and_only_by_its_holder(self, stores: Stores) -> None:
         campaign_id, now = new_id(), utcnow()

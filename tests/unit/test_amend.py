@@ -140,7 +140,8 @@ async def test_the_sender_sends_an_amend_with_the_originals_key_on_every_platfor
     info = await CampaignCache(stores.campaigns, PodView(stores.campaigns, flags)).get(amend.id)
     assert info is not None
     device = RecipientDevice(None, None, None, "android")
-    message = orjson.loads(info.content.message_for("tok", device).body or b"")["message"]
+    body = info.content.message_for("tok", device).body
+    message = orjson.loads(body.at(0.0) if body else b"")["message"]
     key = original.sent_with_key
     assert message["android"] == {"collapse_key": key, "notification": {"tag": key}}
     assert message["apns"] == {"headers": {"apns-collapse-id": key}}

@@ -336,7 +336,9 @@ class FiresWhileEdited(FakeCampaigns):
 
     async def patch_scheduled(self, edited: Campaign, now: datetime,
                               was: Status = Status.SCHEDULED) -> Campaign | None:
-        await self.fire(edited.id, now, "scheduler")
+        current = await self.get(edited.id)
+        assert current is not None
+        await self.fire(edited.id, now, "scheduler", due_at=current.due_at)
         return await super().patch_scheduled(edited, now, was)
 
 

@@ -267,10 +267,16 @@ def test_configuration_errors_and_outages_never_make_a_token_unusable(error: Fcm
 @pytest.mark.parametrize(("mismatched", "answered", "wrong", "retire"), [
     (0, 0, False, False),
     (5, 10, False, False),     # too few answers to tell
-    (19, 19, False, False),
-    (20, 20, True, False),     # every token of another project: the credentials are
-    (10, 20, True, False),
-    (9, 20, False, True),
+    (0, 49, False, False),
+    (0, 50, False, True),      # none of 50 of another project: retire the few to come
+    (85, 85, False, False),    # every token of another project, not yet sure enough
+    (86, 86, True, False),     # sure: the credentials are of another project
+    (10, 20, False, False),    # half (the former rule stopped here)
+    (35, 50, False, True),     # 70% of 50: sure enough the credentials are right
+    (40, 50, False, False),    # 80% of 50: not sure yet either way
+    (700, 1000, False, True),  # a project migration that left 70% of old tokens
+    (950, 1000, True, False),
+    (900, 1000, False, False),  # in between: neither
     (1, 500, False, True),
 ])
 def test_many_mismatched_tokens_mean_a_wrong_project(mismatched: int, answered: int, wrong: bool,

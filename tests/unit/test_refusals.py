@@ -80,15 +80,18 @@ async def test_a_few_mismatched_tokens_are_retired_once_the_answers_say_they_are
     rig = Rig()
     assert rig.refusals.mismatched_to_retire("c1", answers(2, 5)) == []  # too soon to tell
     released = rig.refusals.mismatched_to_retire("c1", answers(0, WRONG_PROJECT_MIN_ANSWERS))
-    assert released == ["m0", "m1"]
+    assert released == ["m0", "m1"]  # 2 of 57: sure enough the credentials are right
     assert rig.refusals.mismatched_to_retire(
         "c1", [RecipientOutcome(Target(9, "m9"), FcmError.SENDER_ID_MISMATCH)]) == ["m9"]
     assert not rig.stopped_here("c1")
 
 
-async def test_mostly_mismatched_tokens_mean_a_wrong_project_retire_nothing_and_stop() -> None:
+async def test_nearly_all_tokens_mismatched_mean_a_wrong_project_retire_nothing_and_stop(
+        ) -> None:
     rig = Rig()
-    assert rig.refusals.mismatched_to_retire("c1", answers(WRONG_PROJECT_MIN_ANSWERS, 3)) == []
+    assert rig.refusals.mismatched_to_retire("c1", answers(80, 0)) == []
+    assert not rig.stopped_here("c1"), "80 of 80 are not sure enough yet"
+    assert rig.refusals.mismatched_to_retire("c1", answers(100, 1)) == []
     assert rig.stopped_here("c1")
     await rig.settle()
     [(campaign_id, reason)] = rig.stops
@@ -98,5 +101,29 @@ async def test_mostly_mismatched_tokens_mean_a_wrong_project_retire_nothing_and_
 
 async def test_each_campaign_is_counted_apart() -> None:
     rig = Rig()
-    rig.refusals.mismatched_to_retire("c1", answers(WRONG_PROJECT_MIN_ANSWERS, 0))
-    assert rig.refusals.mismatched_to_retire("c2", answers(1, 30)) == ["m0"]
+    rig.refusals.mismatched_to_retire("c1", answers(100, 0))
+    assert rig.stopped_here("c1")
+    assert rig.refusals.mismatched_to_retire("c2", answers(1, 60)) == ["m0"]
+    assert not rig.stopped_here("c2")
+
+
+async def test_a_migration_leaving_70_percent_of_old_tokens_never_stops_in_groups_of_one(
+        ) -> None:
+    """Issue 30: 7 mismatches in every 10 answers, told one answer at a time."""
+    rig = Rig()
+    released: list[str] = []
+    for i in range(5_000):
+        error = FcmError.SENDER_ID_MISMATCH if i % 10 < 7 else None
+        released += rig.refusals.mismatched_to_retire(
+            "c1", [RecipientOutcome(Target(i, f"t{i}"), error)])
+    assert not rig.stopped_here("c1") and rig.stops == []
+    assert len(released) == 3_500, "every mismatched token retired once the answers tell"
+
+
+async def test_answers_that_do_not_tell_a_tokens_project_are_not_counted() -> None:
+    """Dead tokens and outages say nothing of the credentials' project."""
+    rig = Rig()
+    noise = [RecipientOutcome(Target(i, f"n{i}"), error) for i, error in enumerate(
+        [FcmError.UNREGISTERED, FcmError.INVALID_ARGUMENT, FcmError.UNAVAILABLE] * 100)]
+    assert rig.refusals.mismatched_to_retire("c1", noise + answers(86, 0)) == []
+    assert rig.stopped_here("c1"), "86 of 86 telling answers: a wrong project"

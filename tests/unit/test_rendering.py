@@ -18,6 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 from fcm_emulator.discovery import Validator
 from herald.domain.payload import (
     MAX_PAYLOAD_BYTES,
+    SIZED_NOW_S,
     ClickActions,
     MessageTemplate,
     SendOptions,
@@ -27,6 +28,7 @@ from herald.domain.payload import (
 from herald.domain.personalize import Position, TemplateRefused
 from herald.domain.rendering import (
     CompiledContent,
+    DeviceMessage,
     Translation,
     Translations,
     compile_content,
@@ -73,7 +75,7 @@ def compiled(title: str = TITLE, body: str = BODY, data: dict[str, str] | None =
     return compile_content(title, body, DATA if data is None else data,
                            TRANSLATIONS if translations is None else translations,
                            image_url=kwargs.get("image_url", IMAGE),
-                           options=kwargs.get("options", OPTIONS), replace_key=KEY, now_s=NOW_S)
+                           options=kwargs.get("options", OPTIONS), replace_key=KEY)
 
 
 def expected_body(token: str, title: str, body: str, data: dict[str, str],
@@ -81,6 +83,11 @@ def expected_body(token: str, title: str, body: str, data: dict[str, str],
     """What the sender sends today for these words: MessageTemplate over build_payload."""
     return MessageTemplate(build_payload(title, body, data, image_url, replace_key=KEY,
                                          options=options, now_s=NOW_S)).body_for(token)
+
+
+def sent_at_now(message: DeviceMessage) -> bytes | None:
+    """The request a message makes when it is sent at NOW_S."""
+    return None if message.body is None else message.body.at(NOW_S)
 
 
 # --- which variant ---------------------------------------------------------------------------------
@@ -115,7 +122,7 @@ def test_a_personalised_body_is_what_message_template_makes_of_the_rendered_word
     device = Device(locale="es", attributes={"first_name": "Zoë \"Z\" <3"})
     message = compiled().message_for("token-1", device)
     assert message.failure is None and message.variant == "es"
-    assert message.body == expected_body("token-1", 'Hola Zoë "Z" <3',
+    assert sent_at_now(message) == expected_body("token-1", 'Hola Zoë "Z" <3',
                                          "La transmisión empieza en android",
                                          {"landingUrl": "https://example.com/live?u=u%2042",
                                           "kind": "en vivo"})
@@ -125,7 +132,7 @@ def test_a_variant_without_placeholders_is_encoded_once_and_reads_nothing_of_the
     content = compiled(data={"kind": "live"})  # the campaign's own title has a placeholder
     message = content.message_for("token-2", Untouchable())  # type: ignore[arg-type]
     assert message.variant == "pt-BR"
-    assert message.body == expected_body("token-2", "Olá", "A transmissão começou",
+    assert sent_at_now(message) == expected_body("token-2", "Olá", "A transmissão começou",
                                          {"kind": "live"})
 
 
@@ -143,7 +150,7 @@ def test_a_campaign_without_placeholders_is_not_personalised() -> None:
     assert not plain.personalized
     assert compiled().personalized
     device = Device(locale="es-MX")
-    assert plain.message_for("t", device).body == expected_body("t", "En vivo", "Mira",
+    assert sent_at_now(plain.message_for("t", device)) == expected_body("t", "En vivo", "Mira",
                                                                 {"kind": "live"})
 
 
@@ -163,23 +170,24 @@ def test_any_personalised_body_equals_the_shared_path_for_the_same_words(
     shown = name if name.strip() else "you"
     rendered_data = ({"note": plain_title, "who": name if name.strip() else "nobody"}
                      if with_data else {})
-    assert message.body == expected_body(token, f"{plain_title} {shown}", "Body", rendered_data,
+    assert sent_at_now(message) == expected_body(token, f"{plain_title} {shown}", "Body", rendered_data,
                                          image, options)
 
 
 def test_a_personalised_body_follows_googles_description() -> None:
     google = Validator()
     for locale in ["es", "pt-BR", None]:
-        body = compiled().message_for("tok", Device(locale=locale)).body
+        body = sent_at_now(compiled().message_for("tok", Device(locale=locale)))
         assert body is not None
         assert google.check(orjson.loads(body)) is None
 
 
 # --- FCM's size rule, per rendered message ---------------------------------------------------------
 def size_of(body: str, name: str) -> int:
-    """The size rule's count for BODY with the rendered name, measured independently."""
+    """The size rule's count for BODY with the rendered name, measured independently (the
+    expiry at its longest, as at creation)."""
     payload = build_payload(f"Hi {name}", body, {}, IMAGE, replace_key=KEY, options=OPTIONS,
-                            now_s=NOW_S)
+                            now_s=SIZED_NOW_S)
     return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
 
 
@@ -203,7 +211,7 @@ def test_the_size_counted_at_send_is_payload_size_of_the_rendered_message() -> N
     name = "n" * 2100
     message = content.message_for("tok", Device(attributes={"first_name": name}))
     size = payload_size(build_payload(f"Hi {name}", "b", {"kind": "x" * 2000}, IMAGE,
-                                      replace_key=KEY, options=OPTIONS, now_s=NOW_S))
+                                      replace_key=KEY, options=OPTIONS, now_s=SIZED_NOW_S))
     assert message.failure == size_problem(size)
     assert size_problem(MAX_PAYLOAD_BYTES) is None
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from herald.clock import utcnow
-from herald.contracts.http import ScheduleCreate
+from herald.contracts.http import CampaignPatch, ScheduleCreate
 from herald.domain.documents import (
     Campaign,
     Schedule,
@@ -21,7 +21,7 @@ from herald.domain.documents import (
     new_id,
 )
 from herald.domain.status import Status
-from herald.service_layer.campaigns import CampaignCreator
+from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
 from herald.service_layer.ports import Stores
 from herald.service_layer.scheduling import (
     ScheduleEnded,
@@ -33,7 +33,7 @@ from herald.service_layer.scheduling import (
     replan,
 )
 from tests.factories import ACTOR, insert, schedule
-from tests.unit.fakes import FakeBus, FakeSchedules, fake_stores
+from tests.unit.fakes import FakeBus, FakeCampaigns, FakeSchedules, fake_stores
 
 GRACE_S = 60
 NOW = datetime(2030, 1, 1, 9, 0, 30, tzinfo=UTC)
@@ -98,6 +98,31 @@ async def test_a_campaign_not_due_yet_is_left_alone(stores: Stores, bus: FakeBus
     campaign_id = await insert(stores, due_in_s=30, status=Status.SCHEDULED)
     assert await scheduling(stores, bus).fire_due_campaigns(utcnow()) == 0
     assert (await stored(stores, campaign_id)).status is Status.SCHEDULED
+
+
+class MovedAfterTheRead(FakeCampaigns):
+    """A ``PATCH`` moves every due campaign an hour later right after the scheduler read it."""
+
+    async def due_scheduled(self, now: datetime, limit: int = 100) -> list[Campaign]:
+        due = await super().due_scheduled(now, limit)
+        later = (utcnow() + timedelta(hours=1)).isoformat()
+        for campaign in due:
+            await edit_scheduled(self, campaign.id,
+                                 CampaignPatch.model_validate({"send_at": later}), ACTOR)
+        return due
+
+
+@pytest.mark.parametrize("overdue_s", [10, GRACE_S + 30], ids=["due", "beyond-the-grace"])
+async def test_a_campaign_moved_later_after_it_was_read_as_due_is_left_for_its_new_time(
+        bus: FakeBus, overdue_s: float) -> None:
+    """Issue 30: neither fired nor missed; it waits, scheduled, for the time it was moved to."""
+    stores = replace(fake_stores(), campaigns=MovedAfterTheRead())
+    campaign_id = await insert(stores, due_in_s=-overdue_s, status=Status.SCHEDULED)
+    assert await scheduling(stores, bus).fire_due_campaigns(utcnow()) == 0
+    after = await stored(stores, campaign_id)
+    assert after.status is Status.SCHEDULED and after.due_at > utcnow()
+    assert bus.dispatches == []
+    assert 3500 < await scheduling(stores, bus).seconds_until_due(utcnow()) <= 3600  # type: ignore[operator]
 
 
 async def test_three_replicas_fire_each_due_campaign_once(stores: Stores, bus: FakeBus) -> None:

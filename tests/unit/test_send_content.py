@@ -63,7 +63,7 @@ def _chunk(*profiles: dict[str, Any] | None) -> SendChunk:
 
 def _compiled(content: CampaignContent) -> Any:
     return compile_content(content.title, content.body, content.data, content.translations,
-                           replace_key=KEY, now_s=0.0)
+                           replace_key=KEY)
 
 
 def test_a_plain_campaign_shares_one_message_and_renders_nothing() -> None:
@@ -79,7 +79,7 @@ def test_each_recipient_gets_its_own_body_and_one_too_big_fails_alone() -> None:
     todo, refused = targets(_chunk({"platform": "android", "attributes": {"first_name": "Ana"}},
                                    {"platform": "android", "attributes": {"first_name": "A" * 4000}},
                                    None), {}, content)
-    assert [(t.position, orjson.loads(t.body or b"")["message"]["notification"]["title"])
-            for t in todo] == [(0, "Hi Ana"), (2, "Hi there")]
+    assert [(t.position, orjson.loads(t.body.at(0.0) if t.body else b"")["message"]
+             ["notification"]["title"]) for t in todo] == [(0, "Hi Ana"), (2, "Hi there")]
     assert [(o.position, o.code) for o in refused] == [(1, MESSAGE_TOO_BIG)]
     assert content.shared is None

@@ -27,22 +27,29 @@ from herald.service_layer.test_sends import (
 from tests.factories import actor, campaign
 from tests.unit.fakes import FakeFcm, FakeFlags, fake_stores
 
-OPTIONS = SendOptions(priority="high", android_channel_id="news", sound="default", badge=3,
-                      click=ClickActions(android="OPEN", ios="OPEN", web="https://x.test/open"),
+OPTIONS = SendOptions(ttl_s=30, priority="high", android_channel_id="news", sound="default",
+                      badge=3, click=ClickActions(android="OPEN", ios="OPEN",
+                                                  web="https://x.test/open"),
                       analytics_label="launch")
 WHO = actor("marketing")
+NOW_S = 1_795_500_000.0
 
 
-async def _rig(answer: FcmError | None = None) -> tuple[Stores, TestSender, FakeFcm]:
+async def _rig(answer: FcmError | None = None,
+               now_s: float = NOW_S) -> tuple[Stores, TestSender, FakeFcm]:
     stores = fake_stores()
     await stores.devices.upsert([DeviceIn(token=f"tok-{i}", platform="android",
                                           user_id=f"u{i % 2}") for i in range(4)], utcnow())
     fcm = FakeFcm(lambda _token: SendResult(answer) if answer else SendResult())
-    return stores, TestSender(stores.campaigns, stores.devices, stores.test_sends, fcm), fcm
+    return stores, TestSender(stores.campaigns, stores.devices, stores.test_sends, fcm,
+                              wall_clock=lambda: now_s), fcm
 
 
-async def test_the_body_is_the_one_the_senders_send_to_that_device() -> None:
-    stores, sender, fcm = await _rig()
+@pytest.mark.parametrize("sent_s", [NOW_S, NOW_S + 40])
+async def test_the_body_is_the_one_the_senders_send_to_that_device(sent_s: float) -> None:
+    """Byte for byte the request a sender makes for that device at the same moment; at
+    another moment, the same bytes but for the APNs expiry (30 s after each one's own moment)."""
+    stores, sender, fcm = await _rig(now_s=sent_s)
     await stores.devices.upsert([DeviceIn(token="tok-ana", platform="android", locale="es-MX",
                                           attributes={"first_name": "Ana"})], utcnow())
     hola = Translation(title='Hola {{ attributes.first_name | default("amigo") }}', body="B")
@@ -54,9 +61,13 @@ async def test_the_body_is_the_one_the_senders_send_to_that_device() -> None:
     record = await sender.send(sending.id, ["tok-2", "tok-ana"], None, WHO)
     info = await CampaignCache(stores.campaigns, PodView(stores.campaigns, FakeFlags())).get(sending.id)
     assert isinstance(info, CampaignInfo)
-    expected = [info.content.message_for(token, device).body for token, device in [
+    made = [info.content.message_for(token, device).body for token, device in [
         (t, await stores.devices.find_by_token(t)) for t in ("tok-2", "tok-ana")] if device]
-    assert sorted(fcm.bodies) == sorted(expected)
+    expected = [body.at(NOW_S) for body in made if body is not None]
+    expiry = f'"apns-expiration":"{int(sent_s) + 30}"'.encode()
+    assert sorted(fcm.bodies) == sorted(body.replace(f'"apns-expiration":"{int(NOW_S) + 30}"'
+                                                     .encode(), expiry) for body in expected)
+    assert all(body.count(expiry) == 1 for body in fcm.bodies)
     assert any(b'"title":"Hola Ana"' in body for body in fcm.bodies)
     assert sorted((o.token_suffix, o.accepted) for o in record.outcomes) == [
         ("tok-2", True), ("tok-ana", True)]

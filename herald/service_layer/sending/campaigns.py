@@ -57,14 +57,15 @@ UNKNOWN = "unknown"
 """What ``get`` answers for a campaign that does not exist (a forged or misrouted chunk)."""
 
 
-def message_of(campaign: Campaign, now_s: float) -> CompiledContent:
+def message_of(campaign: Campaign) -> CompiledContent:
     """The FCM request each recipient of ``campaign`` gets, compiled (one message, or each
     variant's texts and parts): what the senders send, and what a test send sends
-    (``test_sends.py``). ``now_s`` dates the APNs expiry of a TTL."""
+    (``test_sends.py``). The APNs expiry of a TTL is left open: each request is dated when it
+    is sent (the window's ``_body``, a test send's own request)."""
     content = campaign.content
     return compile_content(content.title, content.body, content.data, content.translations,
                            image_url=content.image_url, options=content.options,
-                           replace_key=campaign.sent_with_key, now_s=now_s)
+                           replace_key=campaign.sent_with_key)
 
 
 class CampaignCache:
@@ -86,7 +87,7 @@ class CampaignCache:
         self._view.learn(campaign)
         if campaign.status not in ACTIVE:
             return None
-        info = CampaignInfo(message_of(campaign, time.time()), campaign.rate_per_s,
+        info = CampaignInfo(message_of(campaign), campaign.rate_per_s,
                             rollout=campaign.rollout, wave=_wave(campaign), lane=campaign.lane,
                             due_since=campaign.due_since,
                             first_request_noted=campaign.first_request_at is not None)

@@ -70,6 +70,12 @@ class ChunkClaims:
         return await self._chunks.renew(campaign_id, seq, self._pod_id, token,
                                         self._clock() + self._hold)
 
+    async def wait_for_next_wave(self, campaign_id: str, seq: int, wave: int) -> bool:
+        """Give back a chunk whose recipients of a staged rollout's waves up to ``wave`` all
+        have an outcome and whose later waves' do not: pending, ``wave_sent``, its attempts
+        counted afresh for the delivery its next wave offers."""
+        return await self._chunks.wait_for_next_wave(campaign_id, seq, self._pod_id, wave)
+
     async def release(self, campaign_id: str, seq: int, *, refund: bool) -> None:
         """Give the chunk back, as far as MongoDB lets us (a hold also expires by itself)."""
         with contextlib.suppress(Exception):

@@ -8,10 +8,15 @@ follow), logs one ERROR line with Google's message, and asks the fleet to stop i
 retired for it.
 
 ``SENDER_ID_MISMATCH`` is a recipient's answer (its token belongs to another project), unless
-most tokens get it: then the credentials are of another project. Mismatched tokens are therefore
-excluded from later audiences only once this pod has seen enough answers of the campaign to
-tell (``herald.domain.fcm_errors.may_retire_mismatched``); if most are mismatched, nothing is
-retired and the campaign stops like any other configuration error.
+nearly every token gets it: then the credentials are of another project. This pod counts, per
+campaign, the answers that tell a token's project (accepted or mismatched) and asks the rule of
+``herald.domain.fcm_errors`` after every group it records: a confident bound of the mismatch
+share above 0.9 (``wrong_project``) stops the campaign like any other configuration error and
+retires nothing; one below it (``may_retire_mismatched``) releases the mismatched tokens held so
+far, and those of later groups, to be excluded from later audiences. A project migration that
+leaves 30% or 70% of old tokens so never stops a campaign, however small its waves or groups. In
+between, the tokens are held, at most ``HELD_AT_MOST`` of them (the rest are recorded failed
+like the others, and a retry skips them, but this campaign does not retire them).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 from herald.domain.fcm_errors import (
     FcmError,
     may_retire_mismatched,
+    tells_project,
     wrong_project,
 )
 from herald.domain.outcomes import RecipientOutcome
@@ -34,6 +40,8 @@ log = logging.getLogger(__name__)
 
 REMEMBERED = 1000
 """Campaigns whose answers a pod keeps count of (the oldest are forgotten)."""
+HELD_AT_MOST = 10_000
+"""Mismatched tokens a pod holds per campaign while the answers cannot tell a wrong project."""
 
 StopForError = Callable[[str, str], Awaitable[object]]
 """Stop a campaign fleet-wide with a reason (``Decider.stop_for_error``)."""
@@ -48,9 +56,10 @@ def reason_for(code: FcmError, message: str | None) -> str:
 @dataclass
 class _Answers:
     answered: int = 0
+    """Answers that tell a token's project: accepted, or ``SENDER_ID_MISMATCH``."""
     mismatched: int = 0
     held: list[str] = field(default_factory=list)
-    """Mismatched tokens not retired yet: too few answers to tell a wrong project."""
+    """Mismatched tokens not retired yet: the answers cannot tell a wrong project yet."""
     stopped: bool = False
     wrong_project: bool = False
 
@@ -79,15 +88,18 @@ class CampaignRefusals:
     def mismatched_to_retire(self, campaign_id: str, outcomes: Iterable[RecipientOutcome]
                              ) -> list[str]:
         """Count a group of answers; the mismatched tokens that may now be excluded from later
-        audiences. Stops the campaign if most tokens are mismatched."""
+        audiences. Stops the campaign if nearly every token is mismatched."""
         answers = self._answers(campaign_id)
         if answers.wrong_project:
             return []
         for outcome in outcomes:
+            if not tells_project(outcome.error):
+                continue
             answers.answered += 1
             if outcome.error == FcmError.SENDER_ID_MISMATCH:
                 answers.mismatched += 1
-                answers.held.append(outcome.token)
+                if len(answers.held) < HELD_AT_MOST:
+                    answers.held.append(outcome.token)
         if wrong_project(answers.mismatched, answers.answered):
             answers.held.clear()
             answers.wrong_project = True

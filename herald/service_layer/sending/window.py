@@ -166,12 +166,13 @@ class OutcomeGroups:
             pause = min(WRITE_RETRY_MAX_S, pause * 2)
 
 
-def _body(delivery: _Delivery, target: Target) -> bytes:
-    """The target's own message (a per-device campaign), else the shared one for its token."""
+def _body(delivery: _Delivery, target: Target, now_s: float) -> bytes:
+    """The target's own message (a per-device campaign), else the shared one for its token,
+    dated ``now_s``: the moment this request starts (a TTL's APNs expiry counts from it)."""
     if target.body is not None:
-        return target.body
+        return target.body.at(now_s)
     assert delivery.template is not None, "a per-device campaign's target without its body"
-    return delivery.template.body_for(target.token)
+    return delivery.template.body_for(target.token, now_s)
 
 
 Stop = Callable[[SendResult], None]
@@ -240,8 +241,10 @@ class SendWindow:
     the bare client 0.064-0.072.
     """
 
-    def __init__(self, fcm: Fcm, policy: WindowPolicy, project_bucket: RateBucket) -> None:
+    def __init__(self, fcm: Fcm, policy: WindowPolicy, project_bucket: RateBucket,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self._fcm = fcm
+        self._wall_clock = wall_clock
         self._policy = policy
         self._unrecorded = LanePermits(policy.unrecorded)
         self._project_bucket = project_bucket
@@ -367,7 +370,8 @@ class SendWindow:
                 self._unrecorded.release()  # cancelled, or fenced, before it started: unsent
                 return
             started = time.perf_counter()
-            result = await self._fcm.send(_body(delivery, attempt.target), delivery.may_send)
+            body = _body(delivery, attempt.target, self._wall_clock())
+            result = await self._fcm.send(body, delivery.may_send)
             FCM_REQUEST_SECONDS.observe(time.perf_counter() - started)
             settled = self._answered(attempt, result)
         except Exception as exc:

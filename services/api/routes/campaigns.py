@@ -26,6 +26,7 @@ from herald.contracts.http import (
     Preview,
     PreviewRequest,
     RetargetRequest,
+    RetryRequest,
     TestSendPage,
     TestSendRequest,
     TestSendView,
@@ -255,11 +256,12 @@ async def _follow_up_of(find: FindCampaign, affected: AffectedLanguages, respons
 @router.post("/{campaign_id}/retry", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.retry"))
 async def retry_campaign(campaign_id: CampaignId, creator: Creator, response: Response,
-                         caller: Sender, idempotency_key: IdempotencyKey = None
-                         ) -> CampaignCreated:
-    """Re-run a ``failed`` campaign for the recipients it did not reach (not dead tokens)."""
-    return _created(response, await creator.retry(campaign_id, caller.actor, idempotency_key),
-                    campaign_id)
+                         caller: Sender, body: RetryRequest | None = None,
+                         idempotency_key: IdempotencyKey = None) -> CampaignCreated:
+    """Re-run a ``failed`` campaign for the recipients it did not reach (not dead tokens),
+    with its staged rollout unless ``rollout`` says otherwise."""
+    return _created(response, await creator.retry(campaign_id, caller.actor, idempotency_key,
+                                                  body), campaign_id)
 
 
 @router.post("/{campaign_id}/retarget", status_code=202, response_model=CampaignCreated,
