@@ -545,12 +545,25 @@ class PauseInfo(BaseModel):
     resumed_by: ActorView | None = None
 
 
+class WaveFigures(BaseModel):
+    wave: int = Field(description="1-based")
+    failed: int
+    attempted: int
+    failure_rate: float
+
+
 class GateView(BaseModel):
-    failed: int = Field(description="Recipients recorded failed so far, dead tokens left out")
+    failed: int = Field(description="Recipients recorded failed so far, dead tokens left out "
+                                    "(since `judged_since`, when an operator resumed a halt)")
     attempted: int = Field(description="Recipients recorded so far, dead tokens left out")
     failure_rate: float
     failure_rate_above: float | None
     min_attempts: int | None
+    judged_since: datetime | None = Field(
+        default=None, description="Set when a resume overrode a halt: the gate judges only "
+                                  "what was recorded since (the waves after the override)")
+    waves: list[WaveFigures] = Field(default_factory=list,
+                                     description="Each wave's own figures, once it is sent")
 
 
 class RolloutView(BaseModel):

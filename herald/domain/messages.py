@@ -36,6 +36,9 @@ class CancelCampaign(BaseModel):
     requested_by: str | None = Field(default=None, max_length=200)
     action: Literal["cancel", "pause", "resume"] = "cancel"
     decision_id: str | None = Field(default=None, max_length=64)
+    replaces: str | None = Field(default=None, max_length=64)
+    """The decision this one replaced (Herald's broadcasts only): a pod whose latest known
+    decision is that one acts at once; any other reads the store first."""
     version: Literal[1] = 1
 
 

@@ -66,7 +66,8 @@ class CancelListener:
     async def handle(self, command: CancelCampaign, actor: Actor, seen: bytes) -> None:
         """One message of ``herald.cancel``: a decision told, or a request to decide."""
         if command.decision_id is not None:
-            await self._view.hear(command.campaign_id, _KINDS[command.action])
+            await self._view.hear(command.campaign_id, _KINDS[command.action],
+                                  command.decision_id, command.replaces)
         elif await self._first_to_see(seen):
             await self._decide(command, actor)
 

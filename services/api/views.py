@@ -22,6 +22,7 @@ from herald.contracts.http import (
     ScheduleView,
     TestOutcomeView,
     TestSendView,
+    WaveFigures,
 )
 from herald.domain.access import Actor, ApiKey, LogEntry
 from herald.domain.approval import approval_digest
@@ -101,7 +102,11 @@ def rollout_view(campaign: Campaign) -> RolloutView | None:
         gate=GateView(failed=figures.failed, attempted=figures.attempted,
                       failure_rate=figures.failure_rate,
                       failure_rate_above=halt.failure_rate_above if halt else None,
-                      min_attempts=halt.min_attempts if halt else None))
+                      min_attempts=halt.min_attempts if halt else None,
+                      judged_since=progress.judged_since,
+                      waves=[WaveFigures(wave=index + 1, failed=f.failed, attempted=f.attempted,
+                                         failure_rate=f.failure_rate)
+                             for index, f in enumerate(progress.wave_figures)]))
 
 
 def pause_info(pause: PauseRecord | None) -> PauseInfo | None:

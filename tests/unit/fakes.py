@@ -173,6 +173,11 @@ class FakeCampaigns:
         moved = self._transition(campaign_id, transition, now, {})
         return None if moved is None else self._store(change(moved))
 
+    def put(self, campaign: Campaign) -> None:
+        """Replace a stored campaign at once, as another pod's write that lands between two
+        of this one's awaits."""
+        self._store(campaign)
+
     def _decide(self, campaign_id: str, transition: Transition, decision: Decision,
                 after: Decision | None, change: Callable[[Campaign], Campaign]
                 ) -> Campaign | None:

@@ -303,13 +303,15 @@ async def test_a_pause_mid_chunk_stops_before_the_next_request_and_keeps_the_chu
     campaign = await campaign_of(rig)
 
     def pause_during_the_third(token: str) -> None:
-        if token == TOKENS[2]:  # as a pause broadcast, once its campaign is read
-            rig.view.learn(replace(campaign, status=Status.PAUSED))
+        if token == TOKENS[2]:  # the pause decided, and its broadcast heard here
+            paused = replace(campaign, status=Status.PAUSED)
+            assert isinstance(rig.stores.campaigns, FakeCampaigns)
+            rig.stores.campaigns.put(paused)
+            rig.view.learn(paused)
 
     sender = rig.sender(on_request=pause_during_the_third)
     verdict = await sender.process(message(campaign.id), open_channel)
     assert verdict is Settlement.HOLD and rig.fcm.sent == TOKENS[:3]
-    await rig.stores.campaigns.transition(campaign.id, Transition.PAUSE, utcnow())
     assert rig.claims is not None
     await rig.claims.release(campaign.id, 0, refund=True)  # what the consumer does on HOLD
     state = await chunk_state(rig, campaign.id)

@@ -17,7 +17,7 @@ from herald.clock import utcnow
 from herald.domain.access import amqp_actor
 from herald.domain.documents import Campaign, CancelRecord, Decision, DecisionKind, new_id
 from herald.domain.messages import CancelCampaign
-from herald.domain.status import Status, Verdict
+from herald.domain.status import Status, Transition, Verdict
 from herald.runtime.cancel_listener import CancelListener
 from herald.runtime.tracking import WorkTracker
 from herald.service_layer.access import OperatorLog
@@ -189,13 +189,41 @@ async def test_a_pause_reaches_every_pod_however_its_broadcast_arrives(
         await sender.hear(bus.cancels[-1])
     elif order == "late":
         await api.decider.resume(campaign_id, actor("ops"))
-        await sender.hear(bus.cancels[0])  # the pause's broadcast, after the resume
+        await sender.hear(bus.cancels[0])  # the pause's broadcast, after the resume...
+        await sender.hear(bus.cancels[1])  # ...then the resume's, in the order published
         assert sender.view.known(campaign_id) is Verdict.SEND
         return
     else:
         assert await sender.view.verdict(campaign_id) is Verdict.SEND  # memory, still fresh
         sender.later(1.0)
     assert await sender.view.verdict(campaign_id) is Verdict.HOLD
+
+
+async def test_a_late_pause_whose_resume_never_arrives_is_undone_by_the_store(
+        stores: Stores, registry: FakeRegistry, bus: FakeBus,
+        pods: tuple[Pod, Pod, Pod]) -> None:
+    """The pause replaced what s1 knew, so s1 held at once; the store says resumed, and s1
+    reads it within the hold's refresh."""
+    campaign_id = await sending(stores, registry)
+    api, sender, _ = pods
+    assert await sender.view.verdict(campaign_id) is Verdict.SEND
+    await api.decider.pause(campaign_id, None, actor("ops"))
+    await api.decider.resume(campaign_id, actor("ops"))
+    await sender.hear(bus.cancels[0])
+    sender.later(1.0)
+    assert await sender.view.verdict(campaign_id) is Verdict.SEND
+
+
+async def test_a_pause_that_replaces_what_a_pod_knows_holds_it_without_a_read(
+        stores: Stores, registry: FakeRegistry, bus: FakeBus,
+        pods: tuple[Pod, Pod, Pod]) -> None:
+    campaign_id = await sending(stores, registry)
+    api, sender, _ = pods
+    assert await sender.view.verdict(campaign_id) is Verdict.SEND
+    await api.decider.pause(campaign_id, None, actor("ops"))
+    await stores.campaigns.transition(campaign_id, Transition.RESUME, utcnow())  # not read
+    await sender.hear(bus.cancels[-1])
+    assert sender.view.known(campaign_id) is Verdict.HOLD
 
 
 async def test_a_pod_that_missed_a_resume_learns_it_from_the_store(

@@ -146,6 +146,9 @@ class ChunkSender:
             if not await self._come_back(chunk, hold):  # away: established again, or gone
                 return Settlement.GONE
             recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
+        if verdict is Settlement.HOLD and \
+                await self._cache.verdict_from_store(chunk.campaign_id) is May.SEND:
+            return Settlement.REPUBLISH  # held by a pause resumed since: the rest goes on now
         if verdict is not Settlement.ACK or (tally.stopped and not tally.recorded_now):
             return verdict  # a cancel before this delivery sent anything: nothing to close
         if not tally.stopped and tally.sent + tally.failed < len(chunk.recipients):

@@ -169,7 +169,7 @@ class Decider:
         if begun is None:
             return None
         await self._raise_flag(campaign.id)
-        await self._tell(begun, decision, record.reason, record.requested_by)
+        await self._tell(begun, decision, campaign.decision, record.reason, record.requested_by)
         log.info("campaign %s cancelling (%s); waiting for %s pods", campaign.id, kind.value,
                  "unknown" if record.expected_pods is None else len(record.expected_pods))
         return await self._settled_or_reported(begun, nobody)
@@ -195,7 +195,7 @@ class Decider:
                                                               after=campaign.decision)
             if paused is not None:
                 CAMPAIGNS_PAUSED.labels(kind.value).inc()
-                await self._tell(paused, decision, reason, by)
+                await self._tell(paused, decision, campaign.decision, reason, by)
                 log.info("campaign %s paused (%s): %s; waiting for %s pods", campaign_id,
                          kind.value, reason, "unknown" if record.expected_pods is None
                          else len(record.expected_pods))
@@ -216,7 +216,7 @@ class Decider:
                                                           after=campaign.decision)
             if resumed is not None:
                 CAMPAIGNS_RESUMED.inc()
-                await self._tell(resumed, decision, None, by)
+                await self._tell(resumed, decision, campaign.decision, None, by)
                 log.info("campaign %s resumed", campaign_id)
                 # its last chunk may have closed while it was paused: the settler completes it
                 moved = await self._on_resume(resumed)
@@ -266,15 +266,17 @@ class Decider:
             log.warning("cancel flag of %s not raised (Redis away); pods read the status",
                         campaign_id)
 
-    async def _tell(self, campaign: Campaign, decision: Decision, reason: str | None,
-                    by: Actor | None) -> None:
-        """Tell every pod at once; if RabbitMQ is away, pods read the store within a second."""
+    async def _tell(self, campaign: Campaign, decision: Decision, replaced: Decision | None,
+                    reason: str | None, by: Actor | None) -> None:
+        """Tell every pod at once, naming the decision and the one it replaced; if RabbitMQ is
+        away, pods read the store within a second."""
         if self._bus is None:
             return
         try:
             await self._bus.broadcast_cancel(CancelCampaign(
                 campaign_id=campaign.id, reason=reason, requested_by=by.label if by else None,
-                action=_ACTIONS[decision.kind], decision_id=decision.id))
+                action=_ACTIONS[decision.kind], decision_id=decision.id,
+                replaces=replaced.id if replaced else None))
         except Exception:  # best effort
             log.warning("%s broadcast of %s failed; pods read the store", decision.kind.value,
                         campaign.id, exc_info=True)

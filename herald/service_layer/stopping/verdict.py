@@ -4,8 +4,9 @@
 The answer is the campaign's stored status (``verdict_for``), as this pod knows it:
 
 - told early by a broadcast (``hear``): a cancel or a stop at once, since nothing undoes them;
-  a pause or a resume by reading the store first, so an old broadcast that arrives after a newer
-  decision changes nothing (the store holds the latest decision);
+  a pause or a resume at once too when it replaces the latest decision this pod knows (the
+  broadcast names both), else by reading the store first, so an old broadcast that arrives after
+  a newer decision changes nothing (the store holds the latest decision);
 - read again from the store when what the pod knows is older than ``refresh_s`` (a pod that
   missed a broadcast, a resume or a pause, learns it within that), and from the cancel's Redis
   flag at most once a second while it sends;
@@ -25,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from herald.clock import utcnow
 from herald.domain.documents import Campaign, Decision, DecisionKind
 from herald.domain.status import Verdict, verdict_for
 from herald.service_layer.ports import CampaignLookup, CancelFlags
@@ -46,6 +48,8 @@ class _Known:
     read_at: float
     flag_read_at: float
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    latest: str | None = None
+    """The id of the latest decision this pod knows of (None: none yet)."""
     decisions: set[str] = field(default_factory=set)
     """Stopping decisions passed on to ``on_decision`` already."""
 
@@ -122,22 +126,36 @@ class PodView:
         on once."""
         known = self._entry(campaign.id)
         known.read_at = self._clock()
-        verdict = verdict_for(campaign.status)
+        decision = campaign.decision
+        known.latest = decision.id if decision is not None else None
+        return self._apply(campaign.id, known, verdict_for(campaign.status), decision)
+
+    async def hear(self, campaign_id: str, kind: DecisionKind, decision_id: str | None = None,
+                   replaces: str | None = None) -> Verdict:
+        """A broadcast told of decision ``decision_id``, which replaced ``replaces``: a cancel
+        or a stop applies at once (nothing undoes them); a pause or a resume at once when it
+        replaced the latest decision this pod knows (so it is newer than anything here), else
+        it is read from the store, where the latest decision is."""
+        known = self._known.get(campaign_id)
+        if kind in (DecisionKind.CANCEL, DecisionKind.STOP):
+            self._set(self._entry(campaign_id), Verdict.STOP)
+        elif known is not None and decision_id is not None and known.latest == replaces:
+            known.latest = decision_id
+            verdict = Verdict.HOLD if kind is DecisionKind.PAUSE else Verdict.SEND
+            return self._apply(campaign_id, known, verdict,
+                               Decision(id=decision_id, kind=kind, at=utcnow()))
+        return await self.read(campaign_id)
+
+    def _apply(self, campaign_id: str, known: _Known, verdict: Verdict,
+               decision: Decision | None) -> Verdict:
+        """Take ``verdict`` (a stop stays), and pass a stopping decision on once."""
         if known.verdict is not Verdict.STOP:
             self._set(known, verdict)
-        decision = campaign.decision
         if (decision is not None and decision.kind.stops_pods and verdict is not Verdict.SEND
                 and decision.id not in known.decisions):
             known.decisions.add(decision.id)
-            self._on_decision(campaign.id, decision)
+            self._on_decision(campaign_id, decision)
         return known.verdict
-
-    async def hear(self, campaign_id: str, kind: DecisionKind) -> Verdict:
-        """A broadcast told of a decision: a cancel or a stop applies at once (nothing undoes
-        them); a pause or a resume is read from the store, where the latest decision is."""
-        if kind in (DecisionKind.CANCEL, DecisionKind.STOP):
-            self._set(self._entry(campaign_id), Verdict.STOP)
-        return await self.read(campaign_id)
 
     # --- state ----------------------------------------------------------------------------------
     def _entry(self, campaign_id: str) -> _Known:
