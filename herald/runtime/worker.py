@@ -22,6 +22,7 @@ import uvloop
 
 from herald.adapters import rabbit
 from herald.adapters.redis import FirstSightings
+from herald.domain.documents import Campaign
 from herald.observability import setup_logging
 from herald.runtime.cancel_listener import CancelListener
 from herald.runtime.health import serve_health_and_metrics
@@ -32,6 +33,7 @@ from herald.runtime.resources import Resources
 from herald.runtime.tasks import Background
 from herald.runtime.tracking import WorkTracker
 from herald.service_layer.access import OperatorLog
+from herald.service_layer.offers import ResumeOffers
 from herald.service_layer.rollout import RolloutDriver
 from herald.service_layer.sending.fence import Fence
 from herald.service_layer.stopping import Acknowledger, Decider, PodView, Settler
@@ -100,7 +102,12 @@ def build_parts(service: str, settings: Settings, *, acknowledges_cancels: bool)
     decider = Decider(stores, resources.flags, resources.registry, resources.bus, settler.settle,
                       spawn=background.spawn)
     rollouts = RolloutDriver(stores, decider, resources.bus, operator_log)
-    decider.on_resume(rollouts.after_resume)
+    offers = ResumeOffers(stores, resources.bus)
+
+    async def after_resume(resumed: Campaign) -> Campaign:
+        return await offers.offer_now(await rollouts.after_resume(resumed))
+
+    decider.on_resume(after_resume)
     view.on_decision(Acknowledger(stores.campaigns, settler.settle, tracker, background.spawn,
                                   pod_id=identity.id, grace_s=settings.grace_period_s,
                                   acknowledges=acknowledges_cancels).decided)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from herald.clock import utcnow
 from herald.domain.documents import Campaign
+from herald.domain.status import Status
 from herald.service_layer.ports import Bus, CampaignRecords
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,26 @@ class ResumeOffers:
     def __init__(self, stores: CampaignRecords, bus: Bus) -> None:
         self._stores = stores
         self._bus = bus
+
+    async def offer_now(self, resumed: Campaign) -> Campaign:
+        """The resume's own attempt (the decider's hook, in the api): offer the kept chunks and
+        wake a dispatcher at once; marked offered only once every chunk was published, so if
+        RabbitMQ is away the sweep offers them instead (a copy offered twice is only
+        acknowledged). Never raises: the resume stands either way."""
+        pause = resumed.pause
+        if resumed.status is not Status.IN_PROGRESS or pause is None or pause.resume_id is None:
+            return resumed
+        try:
+            offered = await offer_pending(self._stores, self._bus, resumed)
+            if not resumed.dispatch.done:
+                await self._bus.request_dispatch(resumed.id)
+            await self._stores.campaigns.mark_offered(resumed.id, pause.resume_id, utcnow())
+        except Exception:  # best effort: the sweep offers them
+            log.warning("offering the kept chunks of %s failed; the sweep offers them",
+                        resumed.id, exc_info=True)
+        else:
+            log.info("campaign %s resumed: %d kept chunks offered again", resumed.id, offered)
+        return resumed
 
     async def recover(self, now: datetime) -> None:
         """Offer the kept chunks of every campaign resumed since the last sweep; one whose
