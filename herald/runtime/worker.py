@@ -70,7 +70,7 @@ class Worker:
 @dataclass(frozen=True)
 class PodParts:
     """What a composition root builds its handlers from. Handlers get single parts (a store, the
-    bus, ``watch.is_cancelled``...), never this whole."""
+    bus, ``view.verdict``...), never this whole."""
 
     settings: Settings
     identity: PodIdentity

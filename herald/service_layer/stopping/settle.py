@@ -83,11 +83,22 @@ class Settler:
                 await self.settled(campaign)
         if time.monotonic() - self._reconciled_at >= RECONCILE_EVERY_S:
             self._reconciled_at = time.monotonic()
-            for campaign in await campaigns.paged_and_open():
-                await self.settled(campaign, count_closed=True)
+            await self._reconcile()
             for campaign in await campaigns.stuck_finalizing(now - self._stale_after):
                 log.warning("campaign %s was left finalizing; finishing it", campaign.id)
                 await self.settled(campaign)
+
+    async def _reconcile(self) -> None:
+        """Campaigns paged whose last chunk may have closed uncounted: only those with no chunk
+        pending are counted (one read of every pending chunk, not one count per campaign: with
+        a thousand campaigns running, nearly all have a chunk pending)."""
+        paged = await self._stores.campaigns.paged_and_open()
+        if not paged:
+            return
+        pending = {state.campaign_id for state in await self._stores.chunks.pending_everywhere()}
+        for campaign in paged:
+            if campaign.all_chunks_finished or campaign.id not in pending:
+                await self.settled(campaign, count_closed=True)
 
     # --- completed ------------------------------------------------------------------------------
     async def _completed(self, campaign: Campaign, *, count_closed: bool) -> Campaign | None:
