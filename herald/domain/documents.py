@@ -163,6 +163,9 @@ class CancelRecord:
     finalizer_until: datetime | None = None
     decision_id: str | None = None
     """The decision that began this cancel (``Campaign.decision``); acknowledgements name it."""
+    nothing_in_flight: bool = False
+    """The decider found nothing that could be sending it (not started, or a settled pause):
+    it is settled at once, waiting for no pod."""
     fails_with: str | None = None
     """Set when Herald stopped the campaign itself because FCM refused it as misconfigured
     (``herald/domain/fcm_errors.py``): the campaign ends ``failed`` with this as its error,

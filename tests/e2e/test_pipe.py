@@ -27,12 +27,17 @@ from devstack.queue_depth import QueueDepthSampler
 from devstack.stack import FCM_PROJECT_ID, Stack
 from fcm_emulator.client import EmulatorClient, Received
 from herald.adapters.fcm import FcmClient, access_tokens, open_session
+from herald.domain.lanes import Route
 from herald.domain.payload import MessageTemplate, build_payload
 from herald.settings import Settings
+from services.dispatcher.backpressure import shares_of
 from tests.e2e.harness import Api, accepted, reachable_devices
 from tests.support import wait_for
 
 MAX_QUEUED = 8
+STANDARD_SHARE = shares_of(MAX_QUEUED)[Route.STANDARD]
+"""What ``herald.chunks`` may hold ready: the standard lane's share of the bound (each lane's
+queue has its own, adding up to the bound)."""
 CONNECTIONS = 256
 LATENCY_MS = 50
 FLOOR = 0.8
@@ -48,7 +53,9 @@ def pipe_stack(mongodb_port: int, tmp_path_factory: pytest.TempPathFactory,
             "HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
             "HERALD_LEASE_S": "3", "HERALD_GRACE_PERIOD_S": "10",
             "HERALD_SENDER_CONCURRENCY": str(CONNECTIONS),
-            "HERALD_DISPATCH_MAX_QUEUED_CHUNKS": str(MAX_QUEUED)}) as stack:
+            "HERALD_DISPATCH_MAX_QUEUED_CHUNKS": str(MAX_QUEUED),
+            # one campaign alone: the queue's share, not its offer window, is what binds here
+            "HERALD_DISPATCH_CAMPAIGN_WINDOW": "1000"}) as stack:
         stack.start(senders=1, schedulers=0)
         yield stack
 
@@ -137,8 +144,8 @@ def test_no_more_chunks_than_the_bound_wait_in_the_queue(
         campaign_id = pipe_api.create_campaign(audience={"platforms": ["ios"]}, chunk_size=100)
         campaign = pipe_api.wait_finished(campaign_id, timeout_s=90)
     assert campaign["status"] == "completed" and campaign["counts"]["sent"] == 6_000
-    assert max(sampler.depths) <= MAX_QUEUED, sorted(sampler.depths)[-10:]
-    assert max(sampler.depths) >= MAX_QUEUED - 1, "the dispatcher never had to wait"
+    assert max(sampler.depths) <= STANDARD_SHARE, sorted(sampler.depths)[-10:]
+    assert max(sampler.depths) >= STANDARD_SHARE - 1, "the dispatcher never had to wait"
     assert set(accepted(pipe_emulator.received()).values()) == {1}
 
 
@@ -149,7 +156,8 @@ def test_a_dispatcher_killed_while_paused_is_replaced_and_each_device_reached_on
     pipe_emulator.configure(latency_ms=400)  # slow FCM: the queue stays full, paging paused
     with QueueDepthSampler(pipe_stack, interval_s=0.02) as sampler:
         campaign_id = pipe_api.create_campaign(audience={"platforms": ["web"]}, chunk_size=100)
-        wait_for(lambda: sampler.depths and sampler.depths[-1] >= MAX_QUEUED, 60, "a full queue")
+        wait_for(lambda: sampler.depths and sampler.depths[-1] >= STANDARD_SHARE, 60,
+                 "a full queue")
         paged = pipe_api.campaign(campaign_id)["counts"]["targeted"]
         pipe_stack.processes["dispatcher"].kill()
     assert paged < 8_000, "paging was not paused"

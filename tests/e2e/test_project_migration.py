@@ -49,7 +49,8 @@ def test_30_percent_of_old_project_tokens_in_a_2_percent_wave_never_stop_the_cam
     def holding() -> dict[str, Any] | None:
         campaign = api.campaign(campaign_id)
         rollout = campaign["rollout"]
-        return campaign if campaign["status"] != "in_progress" or rollout["holding"] else None
+        finished = campaign["status"] not in ("pending", "in_progress")  # not claimed yet: wait
+        return campaign if finished or rollout["holding"] else None
     held = wait_for(holding, 30, "wave 1 to be sent and held")
     assert held["status"] == "in_progress", held.get("error")
     first_wave = emulator.received()

@@ -149,6 +149,7 @@ async def test_a_redelivered_chunk_sends_only_what_was_not_recorded(rig: Rig) ->
 
 async def test_a_chunk_recorded_whole_by_a_sender_that_died_is_only_closed(rig: Rig) -> None:
     campaign = await campaign_of(rig)
+    await rig.stores.chunks.claim(campaign.id, 0, "dead", None, utcnow() - HELD)  # it held it
     await rig.stores.deliveries.record(campaign.id, 0, "dead",
                                        at([(p, None) for p in range(len(TOKENS))]), utcnow())
     verdict = await rig.sender().process(message(campaign.id), open_channel)

@@ -10,6 +10,7 @@ fleet within that and one token block.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from herald.domain.status import ACTIVE, Verdict
 from herald.observability import FIRST_REQUEST_SECONDS
 from herald.service_layer.ports import CampaignRepository
 from herald.service_layer.stopping import PodView
+
+log = logging.getLogger(__name__)
 
 CACHE_SIZE = 1000
 STATUS_REFRESH_S = 0.25
@@ -73,6 +76,7 @@ class CampaignCache:
         self._campaigns = campaigns
         self._view = view
         self._entries: OrderedDict[str, CampaignInfo] = OrderedDict()
+        self._noting: set[asyncio.Task[None]] = set()
 
     async def get(self, campaign_id: str) -> CampaignInfo | str | None:
         """The campaign's sending info; None if it is no longer sending; ``UNKNOWN`` if there
@@ -96,16 +100,25 @@ class CampaignCache:
             self._entries.popitem(last=False)
         return info
 
-    async def note_first_request(self, campaign_id: str, info: CampaignInfo) -> None:
+    def note_first_request(self, campaign_id: str, info: CampaignInfo) -> None:
         """The campaign's first request from this pod is about to start: if it is the fleet's
-        first, the time since the campaign was due goes to ``herald_first_request_seconds``."""
+        first, the time since the campaign was due goes to ``herald_first_request_seconds``.
+        Written in the background: the request does not wait for a metric."""
         if info.first_request_noted:
             return
         info.first_request_noted = True
-        now = utcnow()
-        if await self._campaigns.mark_first_request(campaign_id, now) and info.due_since:
-            FIRST_REQUEST_SECONDS.labels(info.lane.value).observe(
-                max(0.0, (now - info.due_since).total_seconds()))
+        task = asyncio.create_task(self._mark_first_request(campaign_id, info, utcnow()))
+        self._noting.add(task)
+        task.add_done_callback(self._noting.discard)
+
+    async def _mark_first_request(self, campaign_id: str, info: CampaignInfo,
+                                  now: datetime) -> None:
+        try:
+            if await self._campaigns.mark_first_request(campaign_id, now) and info.due_since:
+                FIRST_REQUEST_SECONDS.labels(info.lane.value).observe(
+                    max(0.0, (now - info.due_since).total_seconds()))
+        except Exception:  # a metric: never the send's business
+            log.warning("noting the first request of %s failed", campaign_id, exc_info=True)
 
     async def verdict(self, campaign_id: str) -> Verdict:
         """May the campaign send now (its rate and wave read again first when old)?"""

@@ -77,6 +77,9 @@ class _Hold:
 
     token: int
     epoch: int
+    first_delivery: bool = False
+    """No delivery held the chunk before this one (no attempt counted, no holder): nothing of
+    it can be recorded yet."""
 
 
 class ChunkSender:
@@ -121,6 +124,7 @@ class ChunkSender:
                       before.attempts)
             return Settlement.POISON
         hold.token = before.fence + 1
+        hold.first_delivery = before.attempts == 0 and before.owner is None and before.fence == 0
         async with self._working_on(campaign_id):
             return await self._send(chunk, info, channel_closed, hold)
 
@@ -130,10 +134,13 @@ class ChunkSender:
 
     async def _send(self, chunk: SendChunk, info: CampaignInfo,
                     channel_closed: Callable[[], bool], hold: _Hold) -> Settlement:
-        recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq)
+        # A chunk nobody held before has nothing recorded: no read (one round trip less before
+        # the first request of every chunk).
+        recorded = await self._lifecycle.recorded(chunk.campaign_id, chunk.seq) \
+            if hold.first_delivery is False else {}
         tally = Tally.of(recorded)
         tally.lane = info.lane
-        await self._cache.note_first_request(chunk.campaign_id, info)
+        self._cache.note_first_request(chunk.campaign_id, info)
         wave = info.wave
         while True:
             todo, refused = targets(chunk, recorded, info.content,

@@ -161,7 +161,7 @@ class Decider:
                             kind: DecisionKind) -> Campaign | None:
         nobody = _nothing_in_flight(campaign)
         decision = Decision(id=new_id(), kind=kind, at=record.requested_at)
-        record = replace(record, decision_id=decision.id,
+        record = replace(record, decision_id=decision.id, nothing_in_flight=nobody,
                          expected_pods=() if nobody else await stopping_pods(self._pods))
         begun = await self._stores.campaigns.begin_cancel(campaign.id, record, decision,
                                                           after=campaign.decision,

@@ -151,8 +151,9 @@ class Settler:
         cancel = campaign.cancel
         if cancel is None:  # never written by the decider; nothing tells whom to wait for
             return None
-        if await still_stopping(self._pods, campaign.id, cancel.requested_at.timestamp(),
-                                cancel.expected_pods, cancel.acks):
+        if not cancel.nothing_in_flight and await still_stopping(
+                self._pods, campaign.id, cancel.requested_at.timestamp(), cancel.expected_pods,
+                cancel.acks):
             return None
         now = utcnow()
         if not await self._stores.campaigns.claim_cancel_finalization(
