@@ -28,7 +28,7 @@ from herald.clock import utcnow
 from herald.domain.documents import Campaign, Cursor
 from herald.domain.lanes import offer_window
 from herald.domain.messages import Recipient, SendChunk
-from herald.domain.status import Status, Verdict
+from herald.domain.status import Status, Verdict, verdict_for
 from herald.domain.timing import Wave, local_time_waves
 from herald.observability import CHUNKS_PUBLISHED
 from herald.service_layer.freezing import freeze_rest
@@ -39,7 +39,7 @@ from services.dispatcher.backpressure import Backpressure, unbounded
 log = logging.getLogger(__name__)
 
 
-WINDOW_POLL_S = 0.05
+WINDOW_POLL_S = 0.1
 WINDOW_POLL_MAX_S = 5.0
 Settled = Callable[[Campaign], Awaitable[Campaign | None]]
 """The settler's ``settled``: a campaign whose paging ended is reported to it."""
@@ -201,11 +201,7 @@ class Paging:
         cancel (what is left is frozen) or a pause (the checkpoint stays for the resume)."""
         if self._is_stopping():
             raise StopPaging("pod shutting down")
-        verdict = await self._verdict(campaign_id)
-        if verdict is Verdict.STOP:
-            raise Cancelled("cancelled")
-        if verdict is Verdict.HOLD:
-            raise Held("paused")
+        _go_on_as(await self._verdict(campaign_id))
 
     async def _within_offer_window(self, campaign: Campaign, seq: int, waiting: _Paused) -> None:
         """Wait until fewer than the campaign's offer window of its chunks are out (published,
@@ -223,8 +219,16 @@ class Paging:
             closed = self._closed[campaign.id] = current.progress.chunks_done
             if seq - closed < window:
                 return
-            await waiting.keep_going()
+            _go_on_as(verdict_for(current.status))  # the read says it: no second one
+            await waiting.keep_going(asked=True)
             await asyncio.sleep(_window_poll_s(campaign))
+
+def _go_on_as(verdict: Verdict) -> None:
+    if verdict is Verdict.STOP:
+        raise Cancelled("cancelled")
+    if verdict is Verdict.HOLD:
+        raise Held("paused")
+
 
 def _window_poll_s(campaign: Campaign) -> float:
     """How often a campaign whose offer window is full reads its count of closed chunks again:
@@ -243,9 +247,14 @@ class _Paused:
         self._campaign_id = campaign_id
         self._renewed_at = time.monotonic()
 
-    async def keep_going(self) -> None:
+    async def keep_going(self, *, asked: bool = False) -> None:
+        """Stop, or renew the lease when due (``asked``: the verdict was just asked)."""
         paging = self._paging
-        await paging.may_go_on(self._campaign_id)
+        if asked:
+            if paging._is_stopping():
+                raise StopPaging("pod shutting down")
+        else:
+            await paging.may_go_on(self._campaign_id)
         if time.monotonic() - self._renewed_at >= paging._lease.total_seconds() / 3:
             self._renewed_at = time.monotonic()
             if not await paging._stores.campaigns.renew_lease(
