@@ -169,6 +169,6 @@ class RolloutDriver:
         """Every outcome recorded (``since``: from then on), each recipient once (None: sent)."""
         by_chunk: dict[int, Recorded] = {}
         async for delivery in self._stores.deliveries.in_order(campaign_id):
-            if since is None or delivery.at >= since:
+            if since is None or delivery.at > since:
                 delivery.add_to(by_chunk.setdefault(delivery.seq, {}))
         return [error for recorded in by_chunk.values() for error in recorded.values()]
