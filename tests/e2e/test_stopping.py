@@ -68,7 +68,7 @@ def test_a_rollout_halted_by_its_gate_resumes_and_completes_exactly(
 def test_fifty_pauses_and_resumes_are_fifty_pauses_and_the_campaign_sends_on(
         fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
     _, audience = fleet.import_own(api, reachable_devices(6_000))
-    campaign_id = api.create_campaign(audience=audience, rate_per_s=400)
+    campaign_id = api.create_campaign(audience=audience, rate_per_s=150)  # 40 s of sending
     wait_for(lambda: len(emulator.received()) >= 200, 30, "the campaign to be sending")
     try:
         for _ in range(50):

@@ -147,3 +147,13 @@ async def test_a_claim_with_an_or_condition_keeps_its_other_conditions(stores: S
     first, second = [await stores.campaigns.get(i) for i in ids]
     assert first is not None and first.cancel is not None and first.cancel.finalizer == "a"
     assert second is not None and second.cancel is not None and second.cancel.finalizer == "b"
+
+
+async def test_the_first_request_of_a_campaign_is_noted_once(stores: Stores) -> None:
+    """``first_request_at: null`` next to ``_id``: the write lands once, on the stand-in too."""
+    campaign_id = await insert(stores, status=Status.IN_PROGRESS)
+    first, second = utcnow(), utcnow()
+    assert await stores.campaigns.mark_first_request(campaign_id, first)
+    assert not await stores.campaigns.mark_first_request(campaign_id, second)
+    noted = await stores.campaigns.get(campaign_id)
+    assert noted is not None and noted.first_request_at == first
