@@ -96,6 +96,10 @@ class Me(BaseModel):
     role: Role
     scopes: list[str]
     expires_at: datetime | None
+    lanes: list[Lane] = Field(
+        default_factory=list, description="The lanes this key may send in (`urgent` only for "
+                                          "the roles of HERALD_URGENT_ROLES); none without "
+                                          "the campaigns:send scope")
 
 
 class LogEntryView(BaseModel):
@@ -583,6 +587,8 @@ class CampaignView(BaseModel):
     due_at: datetime | None
     fired_at: datetime | None
     started_at: datetime | None
+    first_request_at: datetime | None = Field(
+        default=None, description="When the campaign's first FCM request started")
     finished_at: datetime | None
     cancel: CancelInfo | None
     pause: PauseInfo | None = Field(default=None, description="The latest pause, if any")

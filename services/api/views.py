@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from typing import Any
 
 from herald.contracts.http import (
     ActorView,
@@ -26,6 +27,7 @@ from herald.contracts.http import (
 from herald.domain.access import Actor, ApiKey, LogEntry
 from herald.domain.approval import approval_digest
 from herald.domain.documents import Approval, Campaign, CampaignCounts, PauseRecord, Schedule, TestSend
+from herald.domain.lanes import Lane
 from herald.domain.status import TESTABLE, Status
 from herald.service_layer.campaigns import Correction
 from herald.service_layer.scheduling import local_time
@@ -61,7 +63,8 @@ def campaign_view(campaign: Campaign) -> CampaignView:
         if follow_up else None,
         chunk_size=campaign.chunk_size, counts=counts_of(campaign),
         created_at=campaign.created_at, due_at=campaign.due_at, fired_at=campaign.fired_at,
-        started_at=campaign.started_at, finished_at=campaign.finished_at,
+        started_at=campaign.started_at, first_request_at=campaign.first_request_at,
+        finished_at=campaign.finished_at,
         cancel=CancelInfo(requested_at=cancel.requested_at,
                           acknowledged_at=cancel.acknowledged_at, reason=cancel.reason,
                           requested_by=actor_view(cancel.requested_by),
@@ -137,13 +140,20 @@ def schedule_view(schedule: Schedule, misfire_grace_s: float) -> ScheduleView:
     grace_s = misfire_grace_s if schedule.misfire_grace_s is None else schedule.misfire_grace_s
     return ScheduleView(
         id=schedule.id, name=schedule.name, state=schedule.state.value, cron=schedule.cron,
-        timezone=schedule.timezone, template=schedule.template, misfire_grace_s=int(grace_s),
+        timezone=schedule.timezone, template=template_view(schedule.template),
+        misfire_grace_s=int(grace_s),
         next_run_at=schedule.next_run_at,
         next_run_local=local_time(schedule.next_run_at, schedule.timezone),
         runs=[ScheduleRun(**asdict(run)) for run in reversed(schedule.runs)],
         missed_total=schedule.missed_total, created_at=schedule.created_at,
         updated_at=schedule.updated_at, created_by=actor_view(schedule.created_by),
         updated_by=actor_view(schedule.updated_by))
+
+
+def template_view(template: dict[str, Any]) -> dict[str, Any]:
+    """A schedule's template as stored, with the lane its runs take (``standard`` for one
+    stored before lanes, or edited without naming one)."""
+    return {**template, "lane": template.get("lane") or Lane.STANDARD.value}
 
 
 def actor_view(actor: Actor | None) -> ActorView | None:

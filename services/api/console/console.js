@@ -233,6 +233,14 @@ function widthOf(el, width) {
 }
 
 const statusBadge = (status) => h("span", { class: `status ${status}`, text: status.replace("_", " ") });
+// Which campaigns go first when several send at once (herald/domain/lanes.py).
+const LANES = {
+  urgent: "urgent — before everything (an outage notice, a security alert)",
+  standard: "standard — the default",
+  bulk: "bulk — what the others leave",
+};
+const laneBadge = (lane) => h("span", { class: `lane ${lane || "standard"}`, "data-lane": lane || "standard",
+  title: LANES[lane || "standard"], text: lane || "standard" });
 
 function campaignsPage(main) {
   const filter = h("select", { id: "status-filter", onchange: () => refresh() },
@@ -242,13 +250,13 @@ function campaignsPage(main) {
   main.append(h("div", { class: "head" }, h("h1", { text: "Campaigns" }),
     h("label", { class: "row" }, "Show ", filter)),
   h("table", { id: "campaigns" }, h("thead", {}, h("tr", {},
-    ["Campaign", "Status", "Created", "Progress"].map((t) => h("th", { text: t })),
+    ["Campaign", "Status", "Lane", "Created", "Progress"].map((t) => h("th", { text: t })),
     ["Sent", "Failed", "Unsent", "Targeted"].map((t) => h("th", { class: "num", text: t })))), body));
   const refresh = async () => {
     const query = filter.value ? `&status=${filter.value}` : "";
     const listed = await get(`/v1/campaigns?limit=50${query}`);
     body.replaceChildren(...listed.items.map(campaignRow));
-    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "muted", text: "No campaigns." })));
+    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 9, class: "muted", text: "No campaigns." })));
   };
   every(LIST_REFRESH_MS, refresh);
 }
@@ -259,6 +267,7 @@ function campaignRow(c) {
   return h("tr", { class: "row-link", "data-id": c.id, onclick: open },
     h("td", {}, h("a", { href: `#/campaigns/${c.id}`, text: label(c) })),
     h("td", {}, statusBadge(c.status)),
+    h("td", {}, laneBadge(c.lane)),
     h("td", { text: localTime(c.created_at) }),
     h("td", {}, progressBar(n)),
     [n.sent, n.failed, n.unsent, n.targeted].map((v) => h("td", { class: "num", text: fmt(v) })));
@@ -307,7 +316,7 @@ function campaignPage(main, id) {
 function renderCampaign(parts, view) {
   const c = view.campaign;
   parts.title.textContent = label(c);
-  parts.status.replaceChildren(statusBadge(c.status));
+  parts.status.replaceChildren(statusBadge(c.status), " ", laneBadge(c.lane));
   const tags = Object.keys(c.translations || {});
   parts.meta.textContent = `${c.title} — ${c.body}` + (tags.length ? ` (also in ${tags.join(", ")})` : "");
   parts.bar.replaceChildren(progressBar(c.counts, true));
@@ -843,6 +852,7 @@ function newCampaignPage(main) {
   const translations = translationsEditor(() => { estimate(); });
   const name = h("input", { type: "text", id: "name", maxlength: 200, placeholder: "optional, e.g. live-stream-2026-11" });
   const rate = h("input", { type: "number", id: "rate", min: 1, step: 1, placeholder: "no cap: as fast as FCM allows" });
+  const lane = laneChooser(() => estimate());
   const audience = audienceEditor(() => estimate());
   const when = whenEditor();
   const reach = h("p", { class: "reach", id: "estimate", text: "Counting the audience…" });
@@ -871,6 +881,7 @@ function newCampaignPage(main) {
     const body = { ...content(), audience: audience.value(), ...when.value() };
     if (name.value.trim()) body.name = name.value.trim();
     if (rate.value) body.rate_per_s = Number(rate.value);
+    body.lane = lane.value();
     submit.disabled = true;
     try {
       const created = await post("/v1/campaigns", body, { "Idempotency-Key": idempotencyKey });
@@ -883,9 +894,25 @@ function newCampaignPage(main) {
   h("label", { for: "name", text: "Name" }), name, editor.element, translations.element,
   h("h2", { text: "Audience" }), audience.element, h("h2", { text: "When" }), when.element,
   h("label", { for: "rate", text: "Rate cap (messages per second, this campaign only)" }), rate,
+  h("h2", { text: "Lane" }), lane.element,
   reach, h("p", {}, submit));
   main.append(h("div", { class: "compose" }, form, preview.element));
   estimate();
+}
+
+// The lanes this key may send in, as the API says (GET /v1/me: urgent only for the roles of
+// HERALD_URGENT_ROLES); the API refuses the others anyway (403 lane_not_allowed).
+function laneChooser(onChange) {
+  const allowed = (session.me && session.me.lanes) || ["standard"];
+  const radios = allowed.map((name) => h("input", { type: "radio", name: "lane", value: name,
+    id: `lane-${name}`, checked: name === "standard", onchange: onChange }));
+  const element = h("div", {}, h("div", { class: "lanes", id: "lane" },
+    radios.map((radio) => h("label", { for: radio.id }, radio, laneBadge(radio.value),
+      h("span", { class: "hint", text: LANES[radio.value].split(" — ")[1] })))),
+  allowed.includes("urgent") ? "" : h("p", { class: "hint", id: "lane-urgent-hint",
+    text: "Urgent is kept for the roles allowed to interrupt everything else; yours is not one of them." }));
+  const value = () => (radios.find((radio) => radio.checked) || { value: "standard" }).value;
+  return { element, value };
 }
 
 function listInput(id, placeholder) {
@@ -968,12 +995,12 @@ function whenEditor() {
 function schedulesPage(main) {
   const body = h("tbody");
   main.append(h("h1", { text: "Schedules" }), h("table", { id: "schedules" }, h("thead", {}, h("tr", {},
-    ["Schedule", "State", "Cron", "Next run (UTC)", "In the schedule's timezone", "In yours", "Missed", ""]
+    ["Schedule", "State", "Lane", "Cron", "Next run (UTC)", "In the schedule's timezone", "In yours", "Missed", ""]
       .map((t) => h("th", { text: t })))), body));
   const refresh = async () => {
     const listed = await get("/v1/schedules?limit=100");
     body.replaceChildren(...listed.items.map((s) => scheduleRow(s, refresh)));
-    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "muted", text: "No schedules." })));
+    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 9, class: "muted", text: "No schedules." })));
   };
   every(5000, refresh);
 }
@@ -990,6 +1017,7 @@ function scheduleRow(s, refresh) {
       s.state === "active" ? "Pause" : "Resume");
   return h("tr", { "data-id": s.id },
     h("td", { text: s.name || s.template.title }), h("td", { text: s.state }),
+    h("td", {}, laneBadge(s.template.lane)),
     h("td", { class: "mono", text: `${s.cron} (${s.timezone})` }),
     h("td", { class: "num", text: s.next_run_at ? new Date(s.next_run_at).toISOString().replace(".000Z", "Z") : "—" }),
     h("td", { class: "num", text: s.next_run_local || "—" }),
