@@ -485,14 +485,34 @@ def estimate(
     languages: Annotated[list[str] | None, typer.Option(
         "--language", help="A translation's tag, repeatable: the devices split by language")
     ] = None,
+    lane: LaneOption = None,
+    rate_per_s: Annotated[int | None, typer.Option(
+        help="The campaign's own cap, for the forecast", show_default=False)] = None,
 ) -> None:
-    """How many devices an audience reaches now, before anything is sent to it."""
+    """How many devices an audience reaches now, before anything is sent to it, and when a
+    campaign to it created now would reach its last recipient (on stderr)."""
     audience = _parse_json("--filter", filter_json)
-    answer = _call(Endpoint(api, api_key), "POST", "/v1/audiences/estimate",
-                   json={"audience": audience, "languages": languages or []}).json()
+    body: dict[str, Any] = {"audience": audience, "languages": languages or []}
+    if lane is not None:
+        body["lane"] = lane.value
+    if rate_per_s is not None:
+        body["rate_per_s"] = rate_per_s
+    answer = _call(Endpoint(api, api_key), "POST", "/v1/audiences/estimate", json=body).json()
     console.print(f"{answer['devices']} devices", highlight=False)
     for variant, count in sorted((answer.get("by_language") or {}).items()):
         console.print(f"  {variant:<12} {count}", highlight=False)
+    errors.print(forecast_line(answer, body.get("lane", "standard")), highlight=False)
+
+
+def forecast_line(answer: dict[str, Any], lane: str) -> str:
+    """When a campaign would be done, and what that rests on."""
+    rate = (f"{answer.get('fleet_rate_per_s', 0):,.0f}/s "
+            f"{'measured' if answer.get('fleet_rate_measured') else 'assumed'}")
+    ahead = f"{answer.get('recipients_ahead', 0):,} recipients ahead of it"
+    took_s = answer.get("finishes_in_s")
+    if took_s is None:
+        return f"in the {lane} lane it would not be sent now (fleet {rate}; {ahead})"
+    return f"in the {lane} lane: done in about {took_s:,.0f} s (fleet {rate}; {ahead})"
 
 
 @app.command("approve")

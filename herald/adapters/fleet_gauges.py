@@ -96,6 +96,9 @@ class FleetReading:
     without_request_ids: list[str] = field(default_factory=list)
     first_request_wait_s: dict[str, float] = field(default_factory=dict)
     """By lane: the longest a due campaign has waited for its first FCM request (0: none)."""
+    uncapped_chunks_unfinished: int = 0
+    """Of ``chunks_unfinished``, those of uncapped campaigns without a rollout: work that keeps
+    senders as busy as they can be (``adapters/fleet_rate.py``)."""
 
 
 async def refresh_fleet_gauges(campaigns: AsyncCollection[Document], redis: Redis,
@@ -104,8 +107,8 @@ async def refresh_fleet_gauges(campaigns: AsyncCollection[Document], redis: Redi
     """Read the stack's state and set every gauge of this module; raises on a store error
     (the gauges then keep their values and ``REFRESHED`` grows old, which an alert watches)."""
     live = await campaigns.find({"status": {"$in": [s.value for s in UNFINISHED]}},
-                                {"status": 1, "cancel": 1, "progress": 1, "updated_at": 1}
-                                ).to_list()
+                                {"status": 1, "cancel": 1, "progress": 1, "updated_at": 1,
+                                 "rate_per_s": 1, "rollout": 1}).to_list()
     unexplained = await _cancelled_without_request(campaigns)
     unexplained |= _live_without_request(live)
     unexplained |= await _flagged_without_request(campaigns, redis, keys)
@@ -113,6 +116,8 @@ async def refresh_fleet_gauges(campaigns: AsyncCollection[Document], redis: Redi
         campaigns=_count_by_status(live),
         cancelling_oldest_s=_oldest_cancel_s(live, now),
         chunks_unfinished=_chunks_unfinished(live),
+        uncapped_chunks_unfinished=_chunks_unfinished(
+            [c for c in live if c.get("rate_per_s") is None and c.get("rollout") is None]),
         cancellations_without_request=len(unexplained),
         queues_ready={queue: await queues.ready(queue) for queue in WATCHED_QUEUES},
         fcm_quota_available_ratio=await _quota_available_ratio(redis, keys, fcm_rate_per_min),

@@ -13,6 +13,7 @@ from herald.contracts.http import (
     CancelInfo,
     CorrectResult,
     Counts,
+    Eta,
     FollowUpCreated,
     GateView,
     LogEntryView,
@@ -30,6 +31,7 @@ from herald.domain.documents import Approval, Campaign, CampaignCounts, PauseRec
 from herald.domain.lanes import Lane
 from herald.domain.status import TESTABLE, Status
 from herald.service_layer.campaigns import Correction
+from herald.service_layer.forecasting import Forecast
 from herald.service_layer.scheduling import local_time
 
 
@@ -82,6 +84,20 @@ def campaign_view(campaign: Campaign) -> CampaignView:
         approval=approval_view(campaign.approval) if campaign.approval else None,
         approvals=[approval_view(a) for a in campaign.approvals],
         testable=campaign.status in TESTABLE)
+
+
+def forecast_fields(forecast: Forecast) -> dict[str, Any]:
+    """What a forecast rests on, as the answers show it (``ForecastFields``)."""
+    return {"fleet_rate_per_s": round(forecast.fleet_rate_per_s, 1),
+            "fleet_rate_measured": forecast.fleet_rate_measured,
+            "recipients_ahead": forecast.recipients_ahead}
+
+
+def eta_view(forecast: Forecast | None) -> Eta | None:
+    if forecast is None:
+        return None
+    return Eta(finishes_in_s=forecast.finishes_in_s, finishes_at=forecast.finishes_at,
+               **forecast_fields(forecast))
 
 
 def approval_view(approval: Approval) -> ApprovalView:

@@ -11,6 +11,8 @@ const LIST_REFRESH_MS = 1000;
 const PODS_REFRESH_MS = 2000;
 const RECONNECT_MS = 1000;
 const ESTIMATE_DELAY_MS = 350;
+const ETA_REFRESH_MS = 2000;
+const SENDING = new Set(["pending", "in_progress"]);
 
 // Mirrors herald/domain/payload.py: what FCM would refuse, refused as you type.
 const MAX_PAYLOAD_BYTES = 4096;
@@ -281,7 +283,7 @@ function campaignPage(main, id) {
     counts: h("dl", { class: "counts" }), stop: h("div"), stopped: h("div"),
     live: h("span", { class: "muted", id: "stream-state" }),
     timeline: h("ol", { class: "timeline", id: "timeline" }), followUps: h("div"),
-    approval: h("div", { id: "approval" }),
+    approval: h("div", { id: "approval" }), eta: h("p", { class: "forecast", id: "eta", hidden: true }),
     hold: h("div"), rollout: h("section", { class: "panel", id: "rollout", hidden: true }),
   };
   // Approve: only for keys whose role may approve; disabled, with why, for the creator's own.
@@ -296,7 +298,7 @@ function campaignPage(main, id) {
   addHoldButtons(parts, view);
   main.append(h("section", { class: "panel" },
     h("div", { class: "head" }, h("div", {}, parts.title, h("p", {}, parts.status, " ", parts.live), parts.meta), parts.stop),
-    parts.stopped, parts.approval, parts.bar, parts.counts),
+    parts.stopped, parts.approval, parts.bar, parts.eta, parts.counts),
   parts.rollout,
   parts.followUps,
   parts.testSend || "",
@@ -311,6 +313,20 @@ function campaignPage(main, id) {
   watchCampaign(id, update, (state) => {
     parts.live.textContent = state === "live" ? "" : "reconnecting…";
   });
+  every(ETA_REFRESH_MS, () => refreshEta(parts, view, id));
+}
+
+// While it sends, when its last recipient is expected (GET /v1/campaigns/{id}: eta); the
+// event stream carries no forecast, so it is read apart, every few seconds.
+async function refreshEta(parts, view, id) {
+  if (!view.campaign || !SENDING.has(view.campaign.status)) { parts.eta.hidden = true; return; }
+  const { eta } = await get(`/v1/campaigns/${id}`);
+  parts.eta.hidden = !eta;
+  if (!eta) return;
+  parts.eta.textContent = eta.finishes_in_s === null
+    ? "Nothing is sending it now: no sender is alive, or nothing is left for its lane."
+    : `Last recipient expected in about ${duration(eta.finishes_in_s)} (${localTime(eta.finishes_at)}), ` +
+      `the fleet sending ${fmt(Math.round(eta.fleet_rate_per_s))}/s${eta.fleet_rate_measured ? "" : " (assumed)"}.`;
 }
 
 function renderCampaign(parts, view) {
@@ -856,6 +872,7 @@ function newCampaignPage(main) {
   const audience = audienceEditor(() => estimate());
   const when = whenEditor();
   const reach = h("p", { class: "reach", id: "estimate", text: "Counting the audience…" });
+  const forecast = h("p", { class: "forecast", id: "forecast", text: "" });
   const content = () => ({ ...editor.value(), translations: translations.value() });
   const preview = previewPanel(content);
   const idempotencyKey = crypto.randomUUID();
@@ -867,8 +884,13 @@ function newCampaignPage(main) {
       const mine = ++counter;
       try {
         const languages = Object.keys(translations.value());
-        const found = await post("/v1/audiences/estimate", { audience: audience.value(), languages });
-        if (mine === counter) reach.textContent = splitText(found);
+        const asked = { audience: audience.value(), languages, lane: lane.value() };
+        if (rate.value && Number(rate.value) > 0) asked.rate_per_s = Number(rate.value);
+        const found = await post("/v1/audiences/estimate", asked);
+        if (mine === counter) {
+          reach.textContent = splitText(found);
+          forecast.textContent = forecastText(found, asked.lane);
+        }
       } catch (error) {
         if (mine === counter && error.name !== "AbortError") reach.textContent = `The audience or a language is not valid: ${error.message}`;
       }
@@ -895,9 +917,29 @@ function newCampaignPage(main) {
   h("h2", { text: "Audience" }), audience.element, h("h2", { text: "When" }), when.element,
   h("label", { for: "rate", text: "Rate cap (messages per second, this campaign only)" }), rate,
   h("h2", { text: "Lane" }), lane.element,
-  reach, h("p", {}, submit));
+  reach, forecast, h("p", {}, submit));
+  rate.addEventListener("input", () => estimate());
   main.append(h("div", { class: "compose" }, form, preview.element));
   estimate();
+}
+
+// When the last recipient would be sent (POST /v1/audiences/estimate: finishes_in_s), and what
+// that rests on: the fleet's rate (measured, or assumed per sender) and the work ahead of it.
+function forecastText(found, lane) {
+  if (found.finishes_in_s === null || found.finishes_in_s === undefined) {
+    return `Sent now in the ${lane} lane, it would not go out: no sender is alive, or nothing is left for this lane.`;
+  }
+  const basis = `the fleet sends ${fmt(Math.round(found.fleet_rate_per_s))}/s` +
+    (found.fleet_rate_measured ? " (measured)" : " (assumed: not measured yet)") +
+    (found.recipients_ahead ? `; ${fmt(found.recipients_ahead)} recipients of running campaigns go first or alongside` : "");
+  return `Sent now in the ${lane} lane, the last device gets it in about ${duration(found.finishes_in_s)} — ${basis}.`;
+}
+
+function duration(seconds) {
+  if (seconds < 1) return "a second";
+  if (seconds < 90) return `${Math.round(seconds)} s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+  return `${(seconds / 3600).toFixed(1)} h`;
 }
 
 // The lanes this key may send in, as the API says (GET /v1/me: urgent only for the roles of

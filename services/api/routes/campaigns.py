@@ -50,6 +50,7 @@ from services.api.deps import (
     Creator,
     EditScheduled,
     FindCampaign,
+    Forecasts,
     ListCampaigns,
     PauseUseCase,
     PreviewMessage,
@@ -62,7 +63,13 @@ from services.api.deps import (
 from services.api.errors import ApiError, not_found
 from services.api.operator_log import OperatorLoggedRoute, log_detail, logged
 from services.api.streams import StreamLease
-from services.api.views import campaign_view, correct_result, pause_info, view_of_test_send
+from services.api.views import (
+    campaign_view,
+    correct_result,
+    eta_view,
+    pause_info,
+    view_of_test_send,
+)
 
 router = APIRouter(prefix="/v1/campaigns", tags=["campaigns"], route_class=OperatorLoggedRoute)
 Reader = Annotated[Caller, scoped(Scope.CAMPAIGNS_READ)]
@@ -101,8 +108,14 @@ async def preview_message(body: PreviewRequest, make: PreviewMessage, _: Sender)
 
 
 @router.get("/{campaign_id}", response_model=CampaignView)
-async def get_campaign(campaign_id: CampaignId, find: FindCampaign, _: Reader) -> CampaignView:
-    return campaign_view(await find(campaign_id))
+async def get_campaign(campaign_id: CampaignId, find: FindCampaign, forecasts: Forecasts,
+                       _: Reader) -> CampaignView:
+    """The campaign, its live counts, and while it sends (``pending``, ``in_progress``) when
+    its last recipient is expected (``eta``)."""
+    campaign = await find(campaign_id)
+    view = campaign_view(campaign)
+    view.eta = eta_view(await forecasts.campaign(campaign))
+    return view
 
 
 @router.get("", response_model=CampaignPage)
