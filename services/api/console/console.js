@@ -308,12 +308,15 @@ function campaignPage(main, id) {
     const first = view.campaign === null;
     view.campaign = campaign;
     renderCampaign(parts, view);
+    if (first) refreshEta(parts, view, id).catch(reportFailure);
     if (first || FINAL.has(campaign.status)) renderFollowUps(parts.followUps, campaign);
   };
   watchCampaign(id, update, (state) => {
     parts.live.textContent = state === "live" ? "" : "reconnecting…";
   });
-  every(ETA_REFRESH_MS, () => refreshEta(parts, view, id));
+  const signal = page.signal;  // the first is read with the first event; then every few seconds
+  setTimeout(() => { if (!signal.aborted) every(ETA_REFRESH_MS, () => refreshEta(parts, view, id)); },
+    ETA_REFRESH_MS);
 }
 
 // While it sends, when its last recipient is expected (GET /v1/campaigns/{id}: eta); the
@@ -325,7 +328,7 @@ async function refreshEta(parts, view, id) {
   if (!eta) return;
   parts.eta.textContent = eta.finishes_in_s === null
     ? "Nothing is sending it now: no sender is alive, or nothing is left for its lane."
-    : `Last recipient expected in about ${duration(eta.finishes_in_s)} (${localTime(eta.finishes_at)}), ` +
+    : `Last recipient expected ${within(eta.finishes_in_s)} (${localTime(eta.finishes_at)}), ` +
       `the fleet sending ${fmt(Math.round(eta.fleet_rate_per_s))}/s${eta.fleet_rate_measured ? "" : " (assumed)"}.`;
 }
 
@@ -336,6 +339,7 @@ function renderCampaign(parts, view) {
   const tags = Object.keys(c.translations || {});
   parts.meta.textContent = `${c.title} — ${c.body}` + (tags.length ? ` (also in ${tags.join(", ")})` : "");
   parts.bar.replaceChildren(progressBar(c.counts, true));
+  if (!SENDING.has(c.status)) parts.eta.hidden = true;  // no forecast once it stopped sending
   parts.counts.replaceChildren(...[["targeted", "Targeted"], ["sent", "Sent"], ["failed", "Failed"],
     ["unsent", "Unsent"]].map(([k, t]) => h("div", { class: k },
     h("dt", { text: t }), h("dd", { id: `count-${k}`, text: fmt(c.counts[k]) }))));
@@ -932,14 +936,14 @@ function forecastText(found, lane) {
   const basis = `the fleet sends ${fmt(Math.round(found.fleet_rate_per_s))}/s` +
     (found.fleet_rate_measured ? " (measured)" : " (assumed: not measured yet)") +
     (found.recipients_ahead ? `; ${fmt(found.recipients_ahead)} recipients of running campaigns go first or alongside` : "");
-  return `Sent now in the ${lane} lane, the last device gets it in about ${duration(found.finishes_in_s)} — ${basis}.`;
+  return `Sent now in the ${lane} lane, the last device gets it ${within(found.finishes_in_s)} — ${basis}.`;
 }
 
-function duration(seconds) {
-  if (seconds < 1) return "a second";
-  if (seconds < 90) return `${Math.round(seconds)} s`;
-  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
-  return `${(seconds / 3600).toFixed(1)} h`;
+function within(seconds) {
+  if (seconds < 1) return "in under a second";
+  if (seconds < 90) return `in about ${Math.round(seconds)} s`;
+  if (seconds < 5400) return `in about ${Math.round(seconds / 60)} min`;
+  return `in about ${(seconds / 3600).toFixed(1)} h`;
 }
 
 // The lanes this key may send in, as the API says (GET /v1/me: urgent only for the roles of
