@@ -13,11 +13,13 @@ Herald's queues and senders share it (``herald/domain/lanes.py``):
 - a staged rollout sends a wave, then holds (it takes no share while it holds), then the next.
 
 ``finish_times`` simulates this event by event: between two events (a campaign ends a wave or
-its last wave, a hold ends) every rate is constant, so the next event is found exactly and the
-cost is bounded by the number of waves of the campaigns simulated, times the work of one
-water-filling (linear in the campaigns of a lane), with no time step. A campaign's forecast
-needs only the campaigns of its lane and the lanes before it (``finishes_in_s``): lower lanes
-never slow it.
+its last wave, a hold ends) every rate is constant, so the next event is found exactly, with no
+time step. There are at most two events per wave of the campaigns simulated; each costs a pass
+over the *capped* campaigns sending (their rates differ) and a heap operation for the uncapped
+ones (they all get their lane's one rate, so they are kept by when they will be done in the
+lane's virtual service: ``_Lane``). A campaign's forecast needs only the campaigns of its lane
+and the lanes before it (``finishes_in_s``): lower lanes never slow it.
+tests/unit/forecast_reference.py is the same model written the plain way, the oracle of this one.
 
 What it leaves out (docs/http-api.md says so): the time before a campaign's first request, chunks
 a sender has half sent (the live counts grow by whole chunks), FCM's push-back, and campaigns
@@ -26,6 +28,9 @@ not yet due.
 
 from __future__ import annotations
 
+import bisect
+import heapq
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -134,28 +139,104 @@ class _Run:
         self.phase, self.left = upcoming, phases[upcoming].recipients
         self.ready_at = now + hold_s + skipped_s
 
+    @property
+    def cap(self) -> float:
+        return math.inf if self.job.rate_per_s is None else self.job.rate_per_s
 
-def _cap_order(run: _Run) -> tuple[int, float]:
-    cap = run.job.rate_per_s
-    return run.job.lane.rank, math.inf if cap is None else cap
+
+class _Lane:
+    """The campaigns of one lane sending now. Capped ones are kept in order of cap and advanced
+    one by one; uncapped ones all get the same rate (the lane's ``level``), so they are kept in
+    a heap by the amount of the lane's *virtual service* (what each uncapped campaign has been
+    given since the simulation began) at which they will be done: the next to finish is the
+    heap's top, and the whole lot advances by adding to one number."""
+
+    __slots__ = ("capped", "level", "rates", "uncapped", "virtual")
+
+    def __init__(self) -> None:
+        self.capped: list[_Run] = []
+        self.rates: list[float] = []
+        self.uncapped: list[tuple[float, int, _Run]] = []
+        self.virtual = 0.0
+        self.level = 0.0
+
+    def share(self, capacity_per_s: float) -> float:
+        """Water-fill ``capacity_per_s`` (``water_fill``, with the uncapped campaigns last);
+        what the lane takes."""
+        left, waiting = max(0.0, capacity_per_s), len(self.capped) + len(self.uncapped)
+        self.rates = []
+        for run in self.capped:
+            fair = left / waiting
+            rate = min(run.cap, fair)
+            self.rates.append(rate)
+            left, waiting = left - rate, waiting - 1
+        self.level = left / waiting if waiting else 0.0
+        return sum(self.rates) + self.level * len(self.uncapped)
+
+    def next_end_s(self) -> float:
+        ends = [run.left / rate for run, rate in zip(self.capped, self.rates, strict=True)
+                if rate > 0]
+        if self.uncapped and self.level > 0:
+            ends.append((self.uncapped[0][0] - self.virtual) / self.level)
+        return min(ends, default=math.inf)
+
+    def progress(self, step_s: float) -> list[_Run]:
+        """Advance by ``step_s``; the runs whose phase is now sent (taken out of the lane)."""
+        self.virtual += self.level * step_s
+        sent = []
+        for run, rate in zip(self.capped, self.rates, strict=True):
+            run.left -= rate * step_s
+        if any(run.left <= DONE_EPSILON for run in self.capped):
+            sent = [run for run in self.capped if run.left <= DONE_EPSILON]
+            self.capped = [run for run in self.capped if run.left > DONE_EPSILON]
+        while self.uncapped and self.uncapped[0][0] - self.virtual <= DONE_EPSILON:
+            sent.append(heapq.heappop(self.uncapped)[2])
+        return sent
 
 
-def _rates(sending: list[_Run], fleet: FleetRates) -> list[float]:
-    """Each sending run's rate now: lanes in order, water-filling within a lane (``sending``
-    is sorted by lane, then cap)."""
-    rates: list[float] = []
-    left = fleet.total_per_s
-    start = 0
-    for lane in LANES_FIRST_TO_LAST:
-        end = start
-        while end < len(sending) and sending[end].job.lane is lane:
-            end += 1
-        caps = [run.job.rate_per_s for run in sending[start:end]]
-        shares = water_fill(fleet.for_lane(lane, left), caps)
-        rates.extend(shares)
-        left = max(0.0, left - sum(shares))
-        start = end
-    return rates
+class _Simulation:
+    """The fleet shared event by event: each event (a phase sent, a hold over) costs the
+    capped campaigns of the lanes and a heap operation, not a pass over every campaign."""
+
+    def __init__(self, jobs: Iterable[Job], fleet: FleetRates) -> None:
+        self.fleet = fleet
+        self.lanes = {lane: _Lane() for lane in LANES_FIRST_TO_LAST}
+        self.waiting: list[tuple[float, int, _Run]] = []
+        self.order = itertools.count()
+        self.now = 0.0
+        self.runs = [_Run(job) for job in jobs]
+        for run in self.runs:
+            if run.done_at is None:
+                self._queue(run)
+
+    def _queue(self, run: _Run) -> None:
+        if run.ready_at > self.now + TIME_EPSILON_S:
+            heapq.heappush(self.waiting, (run.ready_at, next(self.order), run))
+            return
+        lane = self.lanes[run.job.lane]
+        if run.job.rate_per_s is None:
+            heapq.heappush(lane.uncapped, (lane.virtual + run.left, next(self.order), run))
+        else:
+            bisect.insort(lane.capped, run, key=lambda other: other.cap)
+
+    def step(self) -> bool:
+        """On to the next event; False when there is none (nothing left can send)."""
+        left = self.fleet.total_per_s
+        for lane, state in self.lanes.items():
+            left = max(0.0, left - state.share(self.fleet.for_lane(lane, left)))
+        step_s = min([state.next_end_s() for state in self.lanes.values()]
+                     + ([self.waiting[0][0] - self.now] if self.waiting else []))
+        if math.isinf(step_s):
+            return False
+        self.now += step_s
+        for state in self.lanes.values():
+            for run in state.progress(step_s):
+                run.advance(self.now, run.job.phases[run.phase].hold_s)
+                if run.done_at is None:
+                    self._queue(run)
+        while self.waiting and self.waiting[0][0] <= self.now + TIME_EPSILON_S:
+            self._queue(heapq.heappop(self.waiting)[2])
+        return True
 
 
 def finish_times(jobs: Iterable[Job], fleet: FleetRates, *, until: str | None = None
@@ -163,33 +244,14 @@ def finish_times(jobs: Iterable[Job], fleet: FleetRates, *, until: str | None = 
     """Seconds from now to the last recipient of each job, as they share ``fleet``
     (``math.inf`` for one that never finishes: nothing left for its lane). With ``until``,
     the simulation stops once that job is done (the others' times then are those known)."""
-    runs = sorted((_Run(job) for job in jobs), key=_cap_order)
+    simulation = _Simulation(jobs, fleet)
+    runs = simulation.runs
     target = next((run for run in runs if run.job.key == until), None)
-    pending = [run for run in runs if run.done_at is None]
-    now, steps = 0.0, 0
     budget = 4 * sum(len(run.job.phases) + 1 for run in runs) + 8  # events are at most 2 per phase
-    while pending and steps < budget and (target is None or target.done_at is None):
-        steps += 1
-        sending = [run for run in pending if run.ready_at <= now + TIME_EPSILON_S]
-        rates = _rates(sending, fleet)
-        step_s = _next_event_s(now, pending, sending, rates)
-        if math.isinf(step_s):
+    for _ in range(budget):
+        if (target is not None and target.done_at is not None) or not simulation.step():
             break
-        now += step_s
-        for run, rate in zip(sending, rates, strict=True):
-            run.left -= rate * step_s
-            if run.left <= DONE_EPSILON:
-                run.advance(now, run.job.phases[run.phase].hold_s)
-        pending = [run for run in pending if run.done_at is None]
     return {run.job.key: math.inf if run.done_at is None else run.done_at for run in runs}
-
-
-def _next_event_s(now: float, pending: list[_Run], sending: list[_Run],
-                  rates: list[float]) -> float:
-    """Seconds to the next event: a sending run ends its phase, or a hold ends."""
-    ends = [run.left / rate for run, rate in zip(sending, rates, strict=True) if rate > 0]
-    holds = [run.ready_at - now for run in pending if run.ready_at > now + TIME_EPSILON_S]
-    return min(ends + holds, default=math.inf)
 
 
 def finishes_in_s(job: Job, running: Iterable[Job], fleet: FleetRates) -> float:

@@ -14,8 +14,10 @@ The simulation is pure (``herald/domain/forecast.py``); this module gives it its
   is paged now: its later waves are hours away.
 
 The load is read at most once per ``LOAD_TTL_S`` and shared by every forecast meanwhile, so a
-console typing an audience, or a page of campaigns, costs one read of the running campaigns a
-second and a simulation each (bounded by the running campaigns: ``domain/forecast.py``).
+console typing an audience costs one read of the running campaigns a second and a simulation per
+question. A simulation costs about a millisecond per hundred running campaigns, up to ~0.7 s
+for a thousand capped campaigns in waves (docs/measurements.md); beside more than
+``INLINE_JOBS`` campaigns it runs in a worker thread, so the api's event loop keeps serving.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from herald.service_layer.ports import CampaignReads, DeviceRepository, FleetMea
 SENDING = (Status.PENDING, Status.IN_PROGRESS)
 """Campaigns that share the fleet now, or will as soon as a dispatcher claims them."""
 LOAD_TTL_S = 1.0
+INLINE_JOBS = 100
+"""Simulations beside more running campaigns than this run off the event loop."""
 COUNTS_PER_LOAD = 8
 """Audiences counted for one reading of the load (on nx-27017 a count scans every device)."""
 NEW = "new campaign"
@@ -156,7 +160,7 @@ class Forecaster:
                            rollout: Rollout | None) -> Forecast:
         """The forecast of a campaign created now to ``devices``."""
         load = await self.load()
-        return _forecast(new_job(devices, lane, rate_per_s, rollout), load)
+        return await _forecast(new_job(devices, lane, rate_per_s, rollout), load)
 
     async def campaign(self, campaign: Campaign) -> Forecast | None:
         """The forecast of a campaign that sends (or is about to); None in any other status."""
@@ -166,7 +170,7 @@ class Forecaster:
         job = job_of(campaign, await self._size(campaign, counts_left=[1]), load.at)
         if job is None:
             return None
-        return _forecast(job, load)
+        return await _forecast(job, load)
 
     async def load(self) -> Load:
         """The running campaigns and the fleet's rate, read at most once per ``LOAD_TTL_S``."""
@@ -212,8 +216,11 @@ class Forecaster:
                 FollowUpOf.NOT_SENT: counts.unsent + counts.failed}[follow_up.outcome]
 
 
-def _forecast(job: Job, load: Load) -> Forecast:
-    took_s = finishes_in_s(job, load.jobs, load.fleet)
+async def _forecast(job: Job, load: Load) -> Forecast:
+    if len(load.jobs) > INLINE_JOBS:
+        took_s = await asyncio.to_thread(finishes_in_s, job, load.jobs, load.fleet)
+    else:
+        took_s = finishes_in_s(job, load.jobs, load.fleet)
     return Forecast(finishes_in_s=None if math.isinf(took_s) else took_s,
                     fleet_rate_per_s=load.fleet.total_per_s, fleet_rate_measured=load.measured,
                     recipients_ahead=ahead_of(job, load.jobs), at=utcnow())

@@ -21,6 +21,7 @@ from herald.domain.forecast import (
 )
 from herald.domain.lanes import Lane
 from herald.domain.rollout import RolloutWave
+from tests.unit.forecast_reference import reference_finish_times
 
 FLEET = FleetRates(total_per_s=1_000, bulk_per_s=800)
 
@@ -192,3 +193,15 @@ def _holds_shift(target: Job, running: list[Job]) -> bool:
     """A faster fleet moves competitors' holds too; with waves on either side the order of
     holds and sends can change, so only the plain case is held to monotony."""
     return any(len(j.phases) > 1 or j.starts_in_s for j in [target, *running])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(jobs, max_size=12), fleets)
+def test_the_fast_simulation_agrees_with_the_plain_one(running: list[Job],
+                                                        fleet: FleetRates) -> None:
+    """Event by event with heaps and a virtual clock per lane (herald/domain/forecast.py)
+    against every rate recomputed at every event (tests/unit/forecast_reference.py)."""
+    fast, plain = finish_times(running, fleet), reference_finish_times(running, fleet)
+    assert fast.keys() == plain.keys()
+    for key, at in plain.items():
+        assert fast[key] == pytest.approx(at, rel=1e-6, abs=1e-6)

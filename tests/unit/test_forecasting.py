@@ -190,3 +190,17 @@ async def test_a_sending_campaigns_eta_counts_itself_once_and_none_when_it_does_
     assert forecast.recipients_ahead == 0
     for status in (Status.PAUSED, Status.SCHEDULED, Status.COMPLETED):
         assert await forecaster.campaign(replace(mine, status=status)) is None
+
+
+async def test_beside_many_running_campaigns_the_simulation_runs_off_the_event_loop(
+        registry: FakeRegistry) -> None:
+    """151 campaigns share 2,000/s equally until the 150 of 100 are sent (7.55 s); the new
+    one's last 900 then go alone (0.45 s). Over ``INLINE_JOBS``: in a worker thread."""
+    campaigns = FakeCampaigns()
+    for _ in range(150):
+        await campaigns.insert(sending(dispatch=Dispatch(owner="d", done=True),
+                                       counts=CampaignCounts(targeted=100)))
+    forecaster = Forecaster(campaigns, FakeDevices(), registry, Measure(), SETTINGS)
+    assert len((await forecaster.load()).jobs) > forecasting.INLINE_JOBS
+    forecast = await forecaster.new_campaign(1_000, Lane.STANDARD, None, None)
+    assert forecast.finishes_in_s == pytest.approx(8.0)
