@@ -95,6 +95,10 @@ class RedisKeys:
     def rate_bucket(self, scope: str) -> str:
         return f"{self.prefix}rate:{scope}"
 
+    def fleet_rate(self) -> str:
+        """What the fleet sends in a second, per sender, as last measured (a hash)."""
+        return f"{self.prefix}fleet-rate"
+
     def api_rate_bucket(self, scope: str) -> str:
         """Calls a key may still make from one of its budgets (``<key id>:<budget>``)."""
         return f"{self.prefix}api-rate:{scope}"

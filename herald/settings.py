@@ -154,6 +154,9 @@ class Settings(BaseSettings):
     """The share of the project's FCM rate never given to the ``bulk`` lane."""
     urgent_roles: str = "operator,admin"
     """Roles whose keys may send in the ``urgent`` lane (comma-separated)."""
+    forecast_sender_rate_per_s: PositiveFloat = 1_000.0
+    """What one sender is assumed to send in a second for the forecasts (``finishes_in_s``,
+    ``eta``) until the api has measured the fleet busy (``adapters/fleet_rate.py``)."""
     sender_paced_prefetch: PositiveInt = 256
     """Chunks of capped campaigns a sender holds at once (each waits for its campaign's rate)."""
     chunk_max_attempts: PositiveInt = 5

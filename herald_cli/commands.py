@@ -4,6 +4,7 @@
     herald pause ID --reason "complaints"              # or: herald campaigns pause ID
     herald resume ID                                   # sends exactly the rest
     herald campaigns rate ID 500                       # a new rate while it sends
+    herald campaigns create --title T --body B --lane urgent      # before everything else
     herald campaigns watch ID                          # live, over server-sent events
     herald audiences estimate --filter '{"push_enabled": true}'
     herald campaigns recipients ID --outcome unsent > unsent.ndjson
@@ -30,6 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, NoReturn
 
 import httpx
@@ -107,6 +109,21 @@ def _print_json(value: Any) -> None:
     console.print_json(orjson.dumps(value).decode())
 
 
+class LaneChoice(StrEnum):
+    """``herald/domain/lanes.py``'s lanes, as the command line offers them."""
+
+    URGENT = "urgent"
+    STANDARD = "standard"
+    BULK = "bulk"
+
+
+LaneOption = Annotated[LaneChoice | None, typer.Option(
+    help="Which campaigns go first: urgent (before everything; operators and admins by "
+         "default), standard (the default) or bulk (what the others leave)",
+    show_default=False)]
+FollowUpLaneOption = Annotated[LaneChoice | None, typer.Option(
+    "--lane", help="The follow-up's lane (default: the original's): urgent, standard or bulk",
+    show_default=False)]
 TranslationsOption = Annotated[str | None, typer.Option(
     help='Translations as JSON by language tag, e.g. \'{"es": {"title": "Hola", "body": "..."}}\'',
     show_default=False)]
@@ -145,9 +162,15 @@ def list_campaigns(
     page = _call(Endpoint(api, api_key), "GET", "/v1/campaigns",
                  params={"status": status or [], "limit": limit}).json()
     for item in page["items"]:
-        counts = item["counts"]
-        console.print(f"{item['id']}  {item['status']:<11} sent {counts['sent']:>8}  failed "
-                      f"{counts['failed']:>6}  of {counts['targeted']:>8}  {item['name'] or ''}")
+        console.print(campaign_line(item), highlight=False, soft_wrap=True)
+
+
+def campaign_line(campaign: dict[str, Any]) -> str:
+    """One campaign on one line: id, status, lane, counts, name."""
+    counts = campaign["counts"]
+    return (f"{campaign['id']}  {campaign['status']:<11} {campaign.get('lane', 'standard'):<8} "
+            f"sent {counts['sent']:>8}  failed {counts['failed']:>6}  of "
+            f"{counts['targeted']:>8}  {campaign['name'] or ''}")
 
 
 @campaigns.command("create")
@@ -158,17 +181,26 @@ def create(
     data: Annotated[list[str] | None, typer.Option(help="key=value, repeatable")] = None,
     audience: Annotated[str | None, typer.Option(help="Audience filter as JSON")] = None,
     name: str | None = None, translations: TranslationsOption = None,
+    lane: LaneOption = None,
+    rate_per_s: Annotated[int | None, typer.Option(
+        help="This campaign's own cap, messages a second", show_default=False)] = None,
 ) -> None:
-    """Create a campaign (sent now) and print its id."""
+    """Create a campaign (sent now) and print its id (its lane on stderr)."""
     payload: dict[str, Any] = {"title": title, "body": body, "data": _parse_data(data or [])}
     if name:
         payload["name"] = name
+    if lane is not None:
+        payload["lane"] = lane.value
+    if rate_per_s is not None:
+        payload["rate_per_s"] = rate_per_s
     if translations:
         payload["translations"] = _parse_json("--translations", translations)
     if audience:
         payload["audience"] = orjson.loads(audience)
     created = _call(Endpoint(api, api_key), "POST", "/v1/campaigns", json=payload).json()
     console.print(created["id"])
+    errors.print(f"{created['status']} in the {payload.get('lane', 'standard')} lane",
+                 highlight=False)
 
 
 @campaigns.command("cancel")
@@ -238,9 +270,18 @@ def _wait(target: Endpoint, campaign_id: str) -> dict[str, Any]:
 @campaigns.command("watch")
 def watch(campaign_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
     """Follow a campaign live (server-sent events) until it reaches a final status."""
-    states = campaign_states(Endpoint(api, api_key), campaign_id)
+    states = _announced(campaign_states(Endpoint(api, api_key), campaign_id))
     campaign = _progress_bar(states) if console.is_terminal else _progress_lines(states)
     _print_final(campaign)
+
+
+def _announced(states: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """``states``, after a line that names the campaign and its lane (from the first)."""
+    for index, campaign in enumerate(states):
+        if index == 0:
+            console.print(f"{campaign.get('name') or campaign['id']}: "
+                          f"{campaign.get('lane', 'standard')} lane", highlight=False)
+        yield campaign
 
 
 def _print_final(campaign: dict[str, Any]) -> None:
@@ -373,11 +414,13 @@ IdempotencyOption = Annotated[str | None, typer.Option(
 
 
 def _follow_up_body(title: str | None, body: str | None, data: list[str] | None,
-                    image_url: str | None, translations: str | None = None) -> dict[str, Any]:
+                    image_url: str | None, translations: str | None = None,
+                    lane: LaneChoice | None = None) -> dict[str, Any]:
     given: dict[str, Any] = {
         "title": title, "body": body, "image_url": image_url,
         "data": _parse_data(data) if data else None,
-        "translations": _parse_json("--translations", translations) if translations else None}
+        "translations": _parse_json("--translations", translations) if translations else None,
+        "lane": lane.value if lane else None}
     return {key: value for key, value in given.items() if value is not None}
 
 
@@ -414,10 +457,10 @@ def _follow_up_command(action: str, summary: str,
         api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
         title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
         image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
-        translations: TranslationsOption = None,
+        translations: TranslationsOption = None, lane: FollowUpLaneOption = None,
     ) -> None:
         show(_follow_up(Endpoint(api, api_key), campaign_id, action,
-                        _follow_up_body(title, body, data, image_url, translations),
+                        _follow_up_body(title, body, data, image_url, translations, lane),
                         idempotency_key))
 
 
@@ -442,14 +485,34 @@ def estimate(
     languages: Annotated[list[str] | None, typer.Option(
         "--language", help="A translation's tag, repeatable: the devices split by language")
     ] = None,
+    lane: LaneOption = None,
+    rate_per_s: Annotated[int | None, typer.Option(
+        help="The campaign's own cap, for the forecast", show_default=False)] = None,
 ) -> None:
-    """How many devices an audience reaches now, before anything is sent to it."""
+    """How many devices an audience reaches now, before anything is sent to it, and when a
+    campaign to it created now would reach its last recipient (on stderr)."""
     audience = _parse_json("--filter", filter_json)
-    answer = _call(Endpoint(api, api_key), "POST", "/v1/audiences/estimate",
-                   json={"audience": audience, "languages": languages or []}).json()
+    body: dict[str, Any] = {"audience": audience, "languages": languages or []}
+    if lane is not None:
+        body["lane"] = lane.value
+    if rate_per_s is not None:
+        body["rate_per_s"] = rate_per_s
+    answer = _call(Endpoint(api, api_key), "POST", "/v1/audiences/estimate", json=body).json()
     console.print(f"{answer['devices']} devices", highlight=False)
     for variant, count in sorted((answer.get("by_language") or {}).items()):
         console.print(f"  {variant:<12} {count}", highlight=False)
+    errors.print(forecast_line(answer, body.get("lane", "standard")), highlight=False)
+
+
+def forecast_line(answer: dict[str, Any], lane: str) -> str:
+    """When a campaign would be done, and what that rests on."""
+    rate = (f"{answer.get('fleet_rate_per_s', 0):,.0f}/s "
+            f"{'measured' if answer.get('fleet_rate_measured') else 'assumed'}")
+    ahead = f"{answer.get('recipients_ahead', 0):,} recipients ahead of it"
+    took_s = answer.get("finishes_in_s")
+    if took_s is None:
+        return f"in the {lane} lane it would not be sent now (fleet {rate}; {ahead})"
+    return f"in the {lane} lane: done in about {took_s:,.0f} s (fleet {rate}; {ahead})"
 
 
 @app.command("approve")

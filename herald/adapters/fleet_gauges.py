@@ -6,6 +6,11 @@ unfinished status, the oldest cancel still waiting for pods, cancellations no re
 work waiting in RabbitMQ, and how full the fleet-wide FCM bucket is. ``refresh_fleet_gauges``
 reads them all and sets the gauges below; the api calls it every few seconds. Several api
 replicas report the same values, so alerts take their ``max``.
+
+``herald_first_request_wait_seconds{lane}`` is what the senders' histogram
+(``herald_first_request_seconds``) cannot say while it happens: a campaign still waiting for its
+first FCM request is observed by nobody until it gets one, so an urgent campaign stuck behind a
+dead fleet would never show in a histogram. The gauge reads the waiting ones from the store.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from redis.asyncio import Redis
 
 from herald import names
 from herald.adapters.mongo import Document
+from herald.adapters.records import from_bson
+from herald.domain.documents import Campaign
+from herald.domain.lanes import Lane
 from herald.domain.status import TERMINAL, Status
 from herald.names import RedisKeys
 
@@ -61,6 +69,12 @@ FCM_QUOTA_AVAILABLE_RATIO = Gauge(
     "herald_fcm_quota_available_ratio",
     "Tokens in the fleet-wide FCM bucket over its capacity: 1 idle, 0 exhausted, "
     "below 0 paused by an FCM Retry-After")
+FIRST_REQUEST_WAIT_SECONDS = Gauge(
+    "herald_first_request_wait_seconds",
+    "Longest wait of a campaign that is due and has had no FCM request yet, since it was due "
+    "(or approved), by lane; 0 when none waits", ["lane"])
+for _lane in Lane:  # a series per lane from the start: alerts and panels see 0, not nothing
+    FIRST_REQUEST_WAIT_SECONDS.labels(_lane.value)
 REFRESHED = Gauge("herald_fleet_gauges_refreshed_timestamp_seconds",
                   "When the fleet gauges were last refreshed (Unix time)")
 
@@ -80,6 +94,11 @@ class FleetReading:
     queues_ready: dict[str, int]
     fcm_quota_available_ratio: float
     without_request_ids: list[str] = field(default_factory=list)
+    first_request_wait_s: dict[str, float] = field(default_factory=dict)
+    """By lane: the longest a due campaign has waited for its first FCM request (0: none)."""
+    uncapped_chunks_unfinished: int = 0
+    """Of ``chunks_unfinished``, those of uncapped campaigns without a rollout: work that keeps
+    senders as busy as they can be (``adapters/fleet_rate.py``)."""
 
 
 async def refresh_fleet_gauges(campaigns: AsyncCollection[Document], redis: Redis,
@@ -88,8 +107,8 @@ async def refresh_fleet_gauges(campaigns: AsyncCollection[Document], redis: Redi
     """Read the stack's state and set every gauge of this module; raises on a store error
     (the gauges then keep their values and ``REFRESHED`` grows old, which an alert watches)."""
     live = await campaigns.find({"status": {"$in": [s.value for s in UNFINISHED]}},
-                                {"status": 1, "cancel": 1, "progress": 1, "updated_at": 1}
-                                ).to_list()
+                                {"status": 1, "cancel": 1, "progress": 1, "updated_at": 1,
+                                 "rate_per_s": 1, "rollout": 1}).to_list()
     unexplained = await _cancelled_without_request(campaigns)
     unexplained |= _live_without_request(live)
     unexplained |= await _flagged_without_request(campaigns, redis, keys)
@@ -97,10 +116,13 @@ async def refresh_fleet_gauges(campaigns: AsyncCollection[Document], redis: Redi
         campaigns=_count_by_status(live),
         cancelling_oldest_s=_oldest_cancel_s(live, now),
         chunks_unfinished=_chunks_unfinished(live),
+        uncapped_chunks_unfinished=_chunks_unfinished(
+            [c for c in live if c.get("rate_per_s") is None and c.get("rollout") is None]),
         cancellations_without_request=len(unexplained),
         queues_ready={queue: await queues.ready(queue) for queue in WATCHED_QUEUES},
         fcm_quota_available_ratio=await _quota_available_ratio(redis, keys, fcm_rate_per_min),
-        without_request_ids=sorted(unexplained))
+        without_request_ids=sorted(unexplained),
+        first_request_wait_s=await _first_request_waits(campaigns, now))
     _publish(reading)
     return reading
 
@@ -114,6 +136,8 @@ def _publish(reading: FleetReading) -> None:
     for queue, ready in reading.queues_ready.items():
         QUEUE_MESSAGES_READY.labels(queue).set(ready)
     FCM_QUOTA_AVAILABLE_RATIO.set(reading.fcm_quota_available_ratio)
+    for lane, waited_s in reading.first_request_wait_s.items():
+        FIRST_REQUEST_WAIT_SECONDS.labels(lane).set(waited_s)
     REFRESHED.set(time.time())
 
 
@@ -148,6 +172,32 @@ def _chunks_unfinished(live: list[Document]) -> int:
             progress = campaign.get("progress") or {}
             total += max(0, progress.get("chunks_published", 0) - progress.get("chunks_done", 0))
     return total
+
+
+WAITING_FOR_A_FIRST_REQUEST = (Status.PENDING, Status.IN_PROGRESS)
+
+
+async def _first_request_waits(campaigns: AsyncCollection[Document],
+                               now: datetime) -> dict[str, float]:
+    """By lane, the longest a campaign that could send has waited for its first FCM request,
+    counted from ``Campaign.due_since`` (due, or approved if that came later). A campaign sent
+    in each device's local time is left out: its due instant is the first timezone's, and its
+    first request waits for the first zone that has devices.
+
+    ``first_request_at`` is tested here, not in the query: on nx-27017 ``{field: null}`` beside
+    an ``$in`` and a range on other fields misses the documents whose field is an explicit null
+    (docs/mongodb-stand-in.md); the campaigns due and unfinished are few enough to read."""
+    due = campaigns.find({"status": {"$in": [s.value for s in WAITING_FOR_A_FIRST_REQUEST]},
+                          "due_at": {"$lte": now}})
+    waits_s = dict.fromkeys((lane.value for lane in Lane), 0.0)
+    async for document in due:
+        if document.get("first_request_at") is not None:
+            continue
+        campaign = from_bson(Campaign, document)
+        if campaign.local_time is None:
+            waited_s = max(0.0, (now - campaign.due_since).total_seconds())
+            waits_s[campaign.lane.value] = max(waits_s[campaign.lane.value], waited_s)
+    return waits_s
 
 
 def _live_without_request(live: list[Document]) -> set[str]:

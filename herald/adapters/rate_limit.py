@@ -4,6 +4,10 @@ One atomic Lua script refills the bucket from Redis' own clock (so senders' cloc
 and grants up to the tokens asked for. Senders ask for a whole batch at once, so the cost is one
 round trip per batch, not per message. A 429 from FCM drains the bucket below zero for its
 ``Retry-After``, which pauses every sender, not only the one that was pushed back.
+
+Each bucket also counts the tokens it ever granted (its field ``taken``): on the project's
+bucket, which every request of every sender takes from, that is the fleet's requests, which
+the api reads to measure what the fleet sends in a second (``adapters/fleet_rate.py``).
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ if wanted > 0 and tokens >= 1 then
   tokens = tokens - granted
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+if granted > 0 then
+  redis.call('HINCRBY', KEYS[1], 'taken', granted)
+end
 redis.call('PEXPIRE', KEYS[1], math.ceil(1000 * (capacity / rate + penalty_s)) + 60000)
 local wait_ms = 0
 if granted < wanted then

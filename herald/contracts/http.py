@@ -96,6 +96,10 @@ class Me(BaseModel):
     role: Role
     scopes: list[str]
     expires_at: datetime | None
+    lanes: list[Lane] = Field(
+        default_factory=list, description="The lanes this key may send in (`urgent` only for "
+                                          "the roles of HERALD_URGENT_ROLES); none without "
+                                          "the campaigns:send scope")
 
 
 class LogEntryView(BaseModel):
@@ -368,11 +372,39 @@ class AudienceEstimateRequest(Strict):
         default_factory=list, max_length=MAX_TRANSLATIONS,
         description="The tags of a campaign's translations: the answer then splits the devices "
                     "by the variant each would get (by_language)")
+    rate_per_s: int | None = Field(default=None, gt=0, le=1_000_000,
+                                   description="The campaign's own cap, for `finishes_in_s`")
+    lane: Lane = Field(default=Lane.STANDARD, description="The campaign's lane, for "
+                                                          "`finishes_in_s`")
+    rollout: RolloutIn | None = Field(default=None, description="The campaign's staged "
+                                                                "rollout, for `finishes_in_s`")
 
 
-class AudienceEstimate(BaseModel):
+FINISHES_IN_S = ("Expected seconds from now to the last recipient: the campaign's recipients at "
+                 "the fleet's measured rate, shared with the running campaigns of its lane and "
+                 "the lanes before it (what they still have to send), under its cap, with its "
+                 "rollout's holds; null when nothing would send it (no sender alive, or no "
+                 "share left for its lane). A forecast, not a promise: see docs/http-api.md")
+
+
+class ForecastFields(BaseModel):
+    """What a forecast rests on (docs/http-api.md, "When will it be done")."""
+
+    fleet_rate_per_s: float = Field(
+        default=0.0, description="What the fleet sends in a second, as the forecast assumes: "
+                                 "measured per live sender, else HERALD_FORECAST_SENDER_RATE_PER_S "
+                                 "per sender, at most the project's FCM rate")
+    fleet_rate_measured: bool = Field(
+        default=False, description="The fleet's rate was measured (false: the default per sender)")
+    recipients_ahead: int = Field(
+        default=0, description="What the running campaigns of its lane and the lanes before it "
+                               "still have to send")
+
+
+class AudienceEstimate(ForecastFields):
     devices: int = Field(description="Devices the audience selects now (a campaign created now "
                                      "targets these, plus any registered before it is paged)")
+    finishes_in_s: float | None = Field(default=None, description=FINISHES_IN_S)
     by_language: dict[str, int] | None = Field(
         default=None, description="With `languages`: the devices by the translation their "
                                   "locale selects (its tag), `default` for the campaign's own "
@@ -578,6 +610,14 @@ class RolloutView(BaseModel):
     checked_at: datetime | None
 
 
+class Eta(ForecastFields):
+    """When a sending campaign's last recipient is expected (the estimate's forecast, with
+    what it has still to send)."""
+
+    finishes_in_s: float | None = Field(description=FINISHES_IN_S)
+    finishes_at: datetime | None = Field(description="The same, as an instant")
+
+
 class CampaignView(BaseModel):
     id: str
     name: str | None
@@ -596,12 +636,17 @@ class CampaignView(BaseModel):
     due_at: datetime | None
     fired_at: datetime | None
     started_at: datetime | None
+    first_request_at: datetime | None = Field(
+        default=None, description="When the campaign's first FCM request started")
     finished_at: datetime | None
     cancel: CancelInfo | None
     pause: PauseInfo | None = Field(default=None, description="The latest pause, if any")
     rollout: RolloutView | None = Field(default=None, description="Its staged rollout, if any")
     rate_per_s: int | None = Field(default=None, description="The campaign's own rate cap")
     lane: Lane = Field(default=Lane.STANDARD, description=LANE)
+    eta: Eta | None = Field(
+        default=None, description="While it sends (pending, in_progress), in GET "
+                                  "/v1/campaigns/{id}: when its last recipient is expected")
     schedule_id: str | None
     local_time: dict[str, Any] | None = Field(
         default=None, description="Per-device local-time delivery: the wall clock and default zone")

@@ -366,6 +366,14 @@ class PodRegistry(Protocol):
     async def live(self, services: Iterable[str] | None = None) -> list[PodBeat]: ...
 
 
+class FleetMeasure(Protocol):
+    """What the fleet sends in a second, as measured (``adapters/fleet_rate.py``)."""
+
+    async def per_sender_per_s(self) -> float | None:
+        """Per live sender; None before the first measurement."""
+        ...
+
+
 class Fcm(Protocol):
     """FCM's ``messages:send`` (the FCM adapter): one pre-encoded request, its answer."""
 

@@ -14,7 +14,8 @@ from fastapi import Depends, FastAPI
 from herald import names
 from herald.adapters import fcm
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
-from herald.adapters.fleet_gauges import QueueDepths, refresh_fleet_gauges
+from herald.adapters.fleet_gauges import FleetReading, QueueDepths, refresh_fleet_gauges
+from herald.adapters.fleet_rate import BUSY_CHUNKS_PER_SENDER, FleetRate
 from herald.adapters.rate_limit import Budget, FailedAuthentications, Rate, RequestBudget
 from herald.adapters.redis import StreamSlots
 from herald.clock import utcnow
@@ -25,6 +26,7 @@ from herald.runtime.worker import PodParts, StartTimedOut, exit_unstarted, runni
 from herald.service_layer.access import Authenticator, OperatorLog, ensure_bootstrap_key
 from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaigns import CampaignCreator
+from herald.service_layer.forecasting import Forecaster, ForecastSettings
 from herald.service_layer.test_sends import TestSender
 from herald.settings import Settings
 from services.api import errors
@@ -70,8 +72,9 @@ def create_app(settings: Settings) -> FastAPI:
                     await ensure_bootstrap_key(parts.resources.stores.api_keys,
                                                settings.bootstrap_api_key.get_secret_value())
                 gauges = GaugeLoop()
-                app.state.services = _services(parts, gauges, client)
-                parts.background.spawn(_refresh_gauges(parts, gauges), "gauges")
+                fleet_rate = FleetRate(parts.resources.redis, parts.resources.keys)
+                app.state.services = _services(parts, gauges, client, fleet_rate)
+                parts.background.spawn(_refresh_gauges(parts, gauges, fleet_rate), "gauges")
                 log.info("api ready: pod %s on :%d", parts.identity.id, settings.api_port)
                 yield
         except StartTimedOut as failure:  # raised by the pod's start only, before the yield
@@ -108,7 +111,8 @@ async def fcm_client(settings: Settings) -> AsyncIterator[fcm.FcmClient]:
         await session.close()
 
 
-def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient) -> AppServices:
+def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient,
+              fleet_rate: FleetRate) -> AppServices:
     resources = parts.resources
     readiness = Readiness({
         "mongodb": lambda: resources.db.command("ping"),
@@ -123,6 +127,10 @@ def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient) -> AppS
         creator=CampaignCreator(stores.campaigns, stores.idempotency, resources.bus, approvals),
         approvals=approvals,
         test_sender=TestSender(stores.campaigns, stores.devices, stores.test_sends, client),
+        forecaster=Forecaster(stores.campaigns, stores.devices, resources.registry, fleet_rate,
+                              ForecastSettings(settings.project_rate_per_s,
+                                               settings.urgent_reserve_share,
+                                               settings.forecast_sender_rate_per_s)),
         decider=parts.decider, registry=resources.registry,
         readiness=readiness,
         background=parts.background, authenticator=Authenticator(resources.stores.api_keys),
@@ -135,6 +143,11 @@ def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient) -> AppS
             settings.api_auth_failures_per_min / 60, settings.api_auth_failure_burst)),
         stream_slots=StreamSlots(resources.redis, resources.keys, settings.api_streams_per_key,
                                  stale_s=STREAM_STALE_S))
+
+
+def fleet_busy(reading: FleetReading, senders: int) -> bool:
+    """Uncapped campaigns had enough open chunks to keep every live sender busy."""
+    return senders > 0 and reading.uncapped_chunks_unfinished >= BUSY_CHUNKS_PER_SENDER * senders
 
 
 GAUGES_STALE_S = 12 * GAUGE_REFRESH_S
@@ -151,16 +164,17 @@ class GaugeLoop:
         return time.monotonic() - self.refreshed_at < GAUGES_STALE_S
 
 
-async def _refresh_gauges(parts: PodParts, loop: GaugeLoop) -> None:
+async def _refresh_gauges(parts: PodParts, loop: GaugeLoop, fleet_rate: FleetRate) -> None:
     """Gauges of the whole stack, for dashboards and alerts: live pods per service, live cancel
-    flags, and the fleet gauges (campaigns by status, queues, the FCM bucket...). A failed
-    refresh is tried again, reconnecting to what went away."""
+    flags, and the fleet gauges (campaigns by status, queues, the FCM bucket...); and a reading
+    of what the fleet sends (the forecasts' rate). A failed refresh is tried again,
+    reconnecting to what went away."""
     resources, settings = parts.resources, parts.settings
     depths = QueueDepths(settings.rabbitmq_url)
     try:
         while True:
             try:
-                await _refresh_once(resources, depths, settings.fcm_rate_per_min)
+                await _refresh_once(resources, depths, settings.fcm_rate_per_min, fleet_rate)
                 loop.refreshed_at = time.monotonic()
             except INFRASTRUCTURE_ERRORS as exc:
                 log.warning("refreshing gauges failed (%s); trying again", type(exc).__name__)
@@ -171,13 +185,16 @@ async def _refresh_gauges(parts: PodParts, loop: GaugeLoop) -> None:
         await depths.close()
 
 
-async def _refresh_once(resources: Resources, depths: QueueDepths, fcm_rate_per_min: int) -> None:
+async def _refresh_once(resources: Resources, depths: QueueDepths, fcm_rate_per_min: int,
+                        fleet_rate: FleetRate) -> None:
     live = Counter(beat.service for beat in await resources.registry.live())
     for service in SERVICES:
         PODS_LIVE.labels(service).set(live.get(service, 0))
     CANCEL_FLAGS.set(await resources.flags.count())
     reading = await refresh_fleet_gauges(resources.db[names.CAMPAIGNS], resources.redis,
                                          resources.keys, depths, fcm_rate_per_min, utcnow())
+    senders = live.get("sender", 0)
+    await fleet_rate.observe(fleet_busy(reading, senders), senders)
     if reading.without_request_ids:
         log.warning("campaigns cancelled without a cancel request (see the runbook of "
                     "HeraldCancellationWithoutRequest): %s", reading.without_request_ids)

@@ -19,8 +19,8 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.routing import BaseRoute
 
-from herald.domain.access import Actor, ApiKey, Scope, allows
-from herald.domain.lanes import Lane
+from herald.domain.access import Actor, ApiKey, Role, Scope, allows
+from herald.domain.lanes import LANES_FIRST_TO_LAST, Lane
 from herald.service_layer.access import Forbidden
 from services.api.errors import ApiError
 
@@ -67,6 +67,14 @@ class RequireScope:
         if self.scope is not None and not allows(key.role, self.scope):
             raise ApiError(403, "forbidden", str(Forbidden(key, self.scope)))
         return caller
+
+
+def lanes_of(role: Role, urgent_roles: frozenset[str]) -> list[Lane]:
+    """The lanes a key of ``role`` may send in, most urgent first (none without the scope)."""
+    if not allows(role, Scope.CAMPAIGNS_SEND):
+        return []
+    return [lane for lane in LANES_FIRST_TO_LAST
+            if lane is not Lane.URGENT or role.value in urgent_roles]
 
 
 def require_lane(caller: Caller, lane: Lane | None, urgent_roles: frozenset[str]) -> None:

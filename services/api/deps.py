@@ -43,6 +43,7 @@ from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaign_events import campaign_events
 from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
 from herald.service_layer.devices import register_devices
+from herald.service_layer.forecasting import Forecaster
 from herald.service_layer.ports import (
     ApiKeyRepository,
     OperatorLogRepository,
@@ -78,6 +79,7 @@ class AppServices:
     stream_slots: StreamSlots
     approvals: ApprovalGate
     test_sender: TestSender
+    forecaster: Forecaster
 
 
 def app_services(request: Request) -> AppServices:
@@ -135,6 +137,8 @@ RegisterDevices = Annotated[Callable[[Sequence[DeviceIn]], Awaitable[UpsertCount
 AudienceSplit = Annotated[
     Callable[[Audience, Sequence[str]], Awaitable[tuple[int, dict[str, int] | None]]],
     provided(lambda s: partial(queries.audience_split, s.stores.devices))]
+Forecasts = Annotated[Forecaster, provided(lambda s: s.forecaster)]
+"""When a new campaign (or a sending one) is expected to reach its last recipient."""
 PreviewMessage = Annotated[Callable[[PreviewRequest], Awaitable[Preview]],
                            provided(lambda s: partial(preview, s.stores.campaigns,
                                                       s.stores.devices))]

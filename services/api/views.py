@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from typing import Any
 
 from herald.contracts.http import (
     ActorView,
@@ -12,6 +13,7 @@ from herald.contracts.http import (
     CancelInfo,
     CorrectResult,
     Counts,
+    Eta,
     FollowUpCreated,
     GateView,
     LogEntryView,
@@ -27,8 +29,10 @@ from herald.contracts.http import (
 from herald.domain.access import Actor, ApiKey, LogEntry
 from herald.domain.approval import approval_digest
 from herald.domain.documents import Approval, Campaign, CampaignCounts, PauseRecord, Schedule, TestSend
+from herald.domain.lanes import Lane
 from herald.domain.status import TESTABLE, Status
 from herald.service_layer.campaigns import Correction
+from herald.service_layer.forecasting import Forecast
 from herald.service_layer.scheduling import local_time
 
 
@@ -62,7 +66,8 @@ def campaign_view(campaign: Campaign) -> CampaignView:
         if follow_up else None,
         chunk_size=campaign.chunk_size, counts=counts_of(campaign),
         created_at=campaign.created_at, due_at=campaign.due_at, fired_at=campaign.fired_at,
-        started_at=campaign.started_at, finished_at=campaign.finished_at,
+        started_at=campaign.started_at, first_request_at=campaign.first_request_at,
+        finished_at=campaign.finished_at,
         cancel=CancelInfo(requested_at=cancel.requested_at,
                           acknowledged_at=cancel.acknowledged_at, reason=cancel.reason,
                           requested_by=actor_view(cancel.requested_by),
@@ -80,6 +85,20 @@ def campaign_view(campaign: Campaign) -> CampaignView:
         approval=approval_view(campaign.approval) if campaign.approval else None,
         approvals=[approval_view(a) for a in campaign.approvals],
         testable=campaign.status in TESTABLE)
+
+
+def forecast_fields(forecast: Forecast) -> dict[str, Any]:
+    """What a forecast rests on, as the answers show it (``ForecastFields``)."""
+    return {"fleet_rate_per_s": round(forecast.fleet_rate_per_s, 1),
+            "fleet_rate_measured": forecast.fleet_rate_measured,
+            "recipients_ahead": forecast.recipients_ahead}
+
+
+def eta_view(forecast: Forecast | None) -> Eta | None:
+    if forecast is None:
+        return None
+    return Eta(finishes_in_s=forecast.finishes_in_s, finishes_at=forecast.finishes_at,
+               **forecast_fields(forecast))
 
 
 def approval_view(approval: Approval) -> ApprovalView:
@@ -142,13 +161,20 @@ def schedule_view(schedule: Schedule, misfire_grace_s: float) -> ScheduleView:
     grace_s = misfire_grace_s if schedule.misfire_grace_s is None else schedule.misfire_grace_s
     return ScheduleView(
         id=schedule.id, name=schedule.name, state=schedule.state.value, cron=schedule.cron,
-        timezone=schedule.timezone, template=schedule.template, misfire_grace_s=int(grace_s),
+        timezone=schedule.timezone, template=template_view(schedule.template),
+        misfire_grace_s=int(grace_s),
         next_run_at=schedule.next_run_at,
         next_run_local=local_time(schedule.next_run_at, schedule.timezone),
         runs=[ScheduleRun(**asdict(run)) for run in reversed(schedule.runs)],
         missed_total=schedule.missed_total, created_at=schedule.created_at,
         updated_at=schedule.updated_at, created_by=actor_view(schedule.created_by),
         updated_by=actor_view(schedule.updated_by))
+
+
+def template_view(template: dict[str, Any]) -> dict[str, Any]:
+    """A schedule's template as stored, with the lane its runs take (``standard`` for one
+    stored before lanes, or edited without naming one)."""
+    return {**template, "lane": template.get("lane") or Lane.STANDARD.value}
 
 
 def actor_view(actor: Actor | None) -> ActorView | None:

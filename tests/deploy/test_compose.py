@@ -407,8 +407,9 @@ def test_dashboard_promql_uses_herald_metrics_correctly(path: Path) -> None:
             else:  # a gauge: its value, never rate() of it
                 assert not (selector and selector[3]), f"{title}: range over gauge {name}"
             if name.endswith("_bucket"):
-                assert re.search(rf"histogram_quantile\(\s*0?\.\d+\s*,\s*sum by \(le\) \(rate\({name}\[",
-                                 expr), f"{title}: quantile of {name} must sum rates by le"
+                assert re.search(rf"histogram_quantile\(\s*0?\.\d+\s*,\s*sum by \(le(, \w+)*\) "
+                                 rf"\(rate\({name}\[", expr), \
+                    f"{title}: quantile of {name} must sum rates by le (and labels it splits by)"
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda path: path.name)
@@ -420,8 +421,17 @@ def test_dashboard_covers_what_operators_watch(path: Path) -> None:
         "herald_campaigns_finished_total", "herald_cancel_latency_seconds_bucket",
         "herald_cancel_sent_ratio_bucket", "herald_cancel_flags", "herald_cancel_unmatched_total",
         "herald_pods_live", "herald_chunks_dead_lettered_total", "herald_schedule_lag_seconds_bucket",
-        "herald_rate_limit_wait_seconds_total"}
+        "herald_rate_limit_wait_seconds_total", "herald_first_request_wait_seconds",
+        "herald_first_request_seconds_bucket"}
     assert wanted <= used, f"missing panels for {sorted(wanted - used)}"
+
+
+def test_the_lanes_row_splits_sends_and_first_requests_by_lane() -> None:
+    expressions = [expr for _, expr in _expressions(json.loads(DASHBOARDS[0].read_text()))]
+    assert "sum by (lane) (rate(herald_messages_total[$__rate_interval]))" in expressions
+    assert "max by (lane) (herald_first_request_wait_seconds)" in expressions
+    assert any(expr.startswith("histogram_quantile(0.95, sum by (le, lane) (rate("
+                               "herald_first_request_seconds_bucket[") for expr in expressions)
 
 
 def test_cancel_latency_panel_marks_the_target() -> None:

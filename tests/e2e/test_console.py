@@ -153,6 +153,12 @@ def create_in_the_console(page: Page, name: str) -> str:
     expect(page.locator("#payload-size")).to_have_text(f"{size:,} of 4,096 bytes")
     page.fill("#rate", str(RATE_PER_S))
     expect(page.locator("#estimate")).to_have_text(f"This will reach {POPULATION:,} devices.")
+    # Issue 29: the key's lanes (an operator may send urgent by default), standard chosen, and
+    # the forecast before the Send button, for this audience at this cap.
+    expect(page.locator("#lane input[type=radio]")).to_have_count(3)
+    expect(page.locator("#lane-standard")).to_be_checked()
+    expect(page.locator("#forecast")).to_contain_text(
+        re.compile(r"Sent now in the standard lane, the last device gets it in about \d+ s"))
     page.locator("#create").scroll_into_view_if_needed()
     screenshot(page, "new-campaign")
     page.click("#create")
@@ -184,9 +190,12 @@ def test_an_operator_stops_a_campaign_downloads_the_unsent_and_sends_them_the_fi
     fcm.configure(latency_ms=SLOW_FCM_MS)
     page = pages.signed_in(operator_key, shot="sign-in")
     campaign_id = create_in_the_console(page, "live-now")
+    expect(page.locator(".lane[data-lane=standard]")).to_be_visible()
     wait_for(lambda: shown_count(page, "sent") > 0, 30, "the first sends to show")
     first = shown_count(page, "sent")
     wait_for(lambda: shown_count(page, "sent") > first, 10, "the progress to move")
+    expect(page.locator("#eta")).to_contain_text("Last recipient expected in ")
+    page.evaluate("window.scrollTo(0, 0)")  # the form's scroll stays after the navigation
     screenshot(page, "campaign-sending")
 
     stop_in_the_console(page, "live-now")
@@ -194,6 +203,7 @@ def test_an_operator_stops_a_campaign_downloads_the_unsent_and_sends_them_the_fi
     counts = admin.wait_until(campaign_id, {"cancelled"}, timeout_s=CANCEL_TIMEOUT_S)["counts"]
     summary = page.locator("#stopped-summary")
     expect(summary).to_be_visible()
+    expect(page.locator("#eta")).to_be_hidden()
     assert 0 < counts["sent"] < POPULATION and counts["unsent"] > 0
     expect(summary).to_contain_text(
         f"Stopped: {counts['sent']:,} sent, {counts['unsent']:,} not sent")
@@ -224,7 +234,9 @@ def test_an_operator_stops_a_campaign_downloads_the_unsent_and_sends_them_the_fi
     expect(page.locator("#count-sent")).to_have_text(f"{counts['unsent']:,}")
 
     page.click("#nav a[data-page=campaigns]")
-    expect(page.locator(f"#campaigns tr[data-id='{campaign_id}']")).to_contain_text("cancelled")
+    row = page.locator(f"#campaigns tr[data-id='{campaign_id}']")
+    expect(row).to_contain_text("cancelled")
+    expect(row.locator(".lane")).to_have_text("standard")
     screenshot(page, "campaigns")
 
 
@@ -321,13 +333,14 @@ def test_schedules_pause_and_resume_and_pods_show_their_heartbeats(
         pages: PageMaker, admin: Api, operator_key: str) -> None:
     made = admin.http.post("/v1/schedules", json={
         "name": "monday-digest", "cron": "0 9 * * MON", "timezone": "Asia/Seoul",
-        "template": {"title": "Your week", "body": "Five stories"}})
+        "template": {"title": "Your week", "body": "Five stories", "lane": "bulk"}})
     assert made.status_code == 201, made.text
     schedule_id = made.json()["id"]
     page = pages.signed_in(operator_key)
     page.click("#nav a[data-page=schedules]")
     row = page.locator(f"#schedules tr[data-id='{schedule_id}']")
     expect(row).to_contain_text(made.json()["next_run_local"])
+    expect(row.locator(".lane")).to_have_text("bulk")
     row.get_by_role("button", name="Pause").click()
     expect(row).to_contain_text("paused")
     assert admin.http.get(f"/v1/schedules/{schedule_id}").json()["state"] == "paused"
@@ -491,3 +504,44 @@ def test_an_operator_pauses_a_rollout_in_its_hold_and_resumes_it(
     assert finished["counts"]["sent"] == finished["counts"]["targeted"] >= POPULATION
     expect(page.locator("#timeline li[data-step='Resumed']")).to_contain_text("marketing")
     expect(page.locator("#pause")).to_be_hidden()
+
+
+def test_urgent_is_offered_only_to_the_roles_allowed_and_shown_wherever_the_campaign_is(
+        browser: Browser, admin: Api, console_stack: Stack) -> None:
+    """Issue 29: an api where only admins may send urgent (HERALD_URGENT_ROLES=admin). An
+    operator is offered standard and bulk, and told why not urgent; an admin is offered all
+    three, sends an urgent campaign from the console, and sees its lane on the campaign and in
+    the list."""
+    port = free_port()
+    console_stack.start_service("api", "api-lanes", HERALD_API_PORT=str(port),
+                                HERALD_URGENT_ROLES="admin")
+    url = f"http://127.0.0.1:{port}"
+    pages = PageMaker(browser, url)
+    try:
+        operator = pages.signed_in(admin.mint_key("operator", "marketing-3"))
+        operator.click("#nav a[data-page=new]")
+        expect(operator.locator("#lane input[type=radio]")).to_have_count(2)
+        expect(operator.locator("#lane-urgent")).to_have_count(0)
+        expect(operator.locator("#lane-urgent-hint")).to_be_visible()
+
+        page = pages.signed_in(console_stack.config.api_key)
+        page.click("#nav a[data-page=new]")
+        page.fill("#name", "outage-notice")
+        page.fill("#title", "Service outage")
+        page.fill("#body", "We are on it; next update in 30 minutes")
+        page.fill("#user-ids", "user-1, user-2")
+        page.check("#lane-urgent")
+        expect(page.locator("#forecast")).to_contain_text("Sent now in the urgent lane")
+        page.locator("#create").scroll_into_view_if_needed()
+        screenshot(page, "new-urgent-campaign")
+        page.click("#create")
+        page.wait_for_url(CAMPAIGN_URL)
+        campaign_id = campaign_id_of(page)
+        expect(page.locator(".lane[data-lane=urgent]")).to_be_visible()
+        assert admin.wait_finished(campaign_id, timeout_s=30)["lane"] == "urgent"
+        page.click("#nav a[data-page=campaigns]")
+        expect(page.locator(f"#campaigns tr[data-id='{campaign_id}'] .lane")).to_have_text("urgent")
+        screenshot(page, "campaigns-lanes")
+    finally:
+        pages.close()
+        console_stack.processes.pop("api-lanes").terminate(timeout_s=15)

@@ -8,6 +8,7 @@ from typing import Any
 
 import aio_pika
 import pytest
+from bson import ObjectId
 from prometheus_client import REGISTRY
 
 from herald import names
@@ -17,6 +18,8 @@ from herald.adapters.rate_limit import RedisRateLimits
 from herald.adapters.records import to_bson
 from herald.adapters.redis import RedisCancelFlags, RedisPodRegistry
 from herald.clock import utcnow
+from herald.domain.documents import Approval, LocalTime
+from herald.domain.lanes import Lane
 from herald.domain.status import Status
 from herald.names import RedisKeys
 from herald.service_layer.ports import Stores
@@ -182,3 +185,35 @@ async def test_refresh_reports_every_watched_queue(
     assert gauge("herald_queue_messages_ready", queue=names.DISPATCH_QUEUE) == 1
     refreshed = gauge("herald_fleet_gauges_refreshed_timestamp_seconds")
     assert refreshed is not None and refreshed >= before_s - 1
+
+
+async def test_the_longest_wait_for_a_first_request_by_lane(
+        db: Database, redis: Any, keys: RedisKeys) -> None:
+    """Issue 29: a due campaign with no FCM request yet waits since it was due, or since it
+    was approved if that came later; one that had its request, one not due yet, one paused
+    and one sent in local time wait for nothing the gauge should show; 0 for an idle lane."""
+    now = utcnow()
+    due = {"due_at": now - timedelta(seconds=40)}
+    waiting = [
+        campaign(status=Status.PENDING, lane=Lane.URGENT, **due),
+        campaign(status=Status.IN_PROGRESS, lane=Lane.URGENT, due_at=now - timedelta(seconds=7)),
+        campaign(status=Status.PENDING, lane=Lane.BULK, approvals=(
+            Approval(digest="d", by=actor("reviewer"), at=now - timedelta(seconds=12)),), **due),
+        campaign(status=Status.IN_PROGRESS, first_request_at=now, **due),
+        campaign(status=Status.PENDING, due_at=now + timedelta(seconds=60)),
+        campaign(status=Status.PAUSED, **due),
+        campaign(status=Status.PENDING, local_time=LocalTime("09:00", "Asia/Seoul"), **due),
+    ]
+    for record in waiting:
+        await db[names.CAMPAIGNS].insert_one(to_bson(record))
+    # Stored before campaigns had the field: missing is null to the query.
+    await db[names.CAMPAIGNS].update_one({"_id": ObjectId(waiting[1].id)},
+                                         {"$unset": {"first_request_at": ""}})
+
+    reading = await refresh(db, redis, keys)
+
+    assert reading.first_request_wait_s["urgent"] == pytest.approx(40, abs=2)
+    assert reading.first_request_wait_s["bulk"] == pytest.approx(12, abs=2)
+    assert reading.first_request_wait_s["standard"] == 0
+    assert gauge("herald_first_request_wait_seconds", lane="urgent") == pytest.approx(40, abs=2)
+    assert gauge("herald_first_request_wait_seconds", lane="standard") == 0

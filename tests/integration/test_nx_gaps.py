@@ -157,3 +157,22 @@ async def test_the_first_request_of_a_campaign_is_noted_once(stores: Stores) -> 
     assert not await stores.campaigns.mark_first_request(campaign_id, second)
     noted = await stores.campaigns.get(campaign_id)
     assert noted is not None and noted.first_request_at == first
+
+
+async def test_a_null_test_beside_an_in_and_a_range_is_made_after_the_query(
+        db: Database) -> None:
+    """nx-27017 (0.8.1) answers ``{a: {$in: [...]}, b: null, c: {$lte: x}}`` with the
+    documents where ``b`` is missing, not those where it is an explicit null (alone, or beside
+    an equality, ``b: null`` matches both, as on MongoDB). The fleet gauge of the wait for a
+    first request (herald/adapters/fleet_gauges.py) queries status and due time only and tests
+    ``first_request_at`` on what comes back."""
+    now = utcnow()
+    collection = db[names.CAMPAIGNS]
+    await collection.insert_many([
+        {"name": "explicit", "status": "pending", "first_request_at": None, "due_at": now},
+        {"name": "missing", "status": "pending", "due_at": now},
+        {"name": "sent", "status": "pending", "first_request_at": now, "due_at": now}])
+    due = collection.find({"status": {"$in": ["pending", "in_progress"]},
+                           "due_at": {"$lte": now}})
+    waiting = sorted([d["name"] async for d in due if d.get("first_request_at") is None])
+    assert waiting == ["explicit", "missing"]

@@ -11,6 +11,8 @@ const LIST_REFRESH_MS = 1000;
 const PODS_REFRESH_MS = 2000;
 const RECONNECT_MS = 1000;
 const ESTIMATE_DELAY_MS = 350;
+const ETA_REFRESH_MS = 2000;
+const SENDING = new Set(["pending", "in_progress"]);
 
 // Mirrors herald/domain/payload.py: what FCM would refuse, refused as you type.
 const MAX_PAYLOAD_BYTES = 4096;
@@ -233,6 +235,14 @@ function widthOf(el, width) {
 }
 
 const statusBadge = (status) => h("span", { class: `status ${status}`, text: status.replace("_", " ") });
+// Which campaigns go first when several send at once (herald/domain/lanes.py).
+const LANES = {
+  urgent: "urgent — before everything (an outage notice, a security alert)",
+  standard: "standard — the default",
+  bulk: "bulk — what the others leave",
+};
+const laneBadge = (lane) => h("span", { class: `lane ${lane || "standard"}`, "data-lane": lane || "standard",
+  title: LANES[lane || "standard"], text: lane || "standard" });
 
 function campaignsPage(main) {
   const filter = h("select", { id: "status-filter", onchange: () => refresh() },
@@ -242,13 +252,13 @@ function campaignsPage(main) {
   main.append(h("div", { class: "head" }, h("h1", { text: "Campaigns" }),
     h("label", { class: "row" }, "Show ", filter)),
   h("table", { id: "campaigns" }, h("thead", {}, h("tr", {},
-    ["Campaign", "Status", "Created", "Progress"].map((t) => h("th", { text: t })),
+    ["Campaign", "Status", "Lane", "Created", "Progress"].map((t) => h("th", { text: t })),
     ["Sent", "Failed", "Unsent", "Targeted"].map((t) => h("th", { class: "num", text: t })))), body));
   const refresh = async () => {
     const query = filter.value ? `&status=${filter.value}` : "";
     const listed = await get(`/v1/campaigns?limit=50${query}`);
     body.replaceChildren(...listed.items.map(campaignRow));
-    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "muted", text: "No campaigns." })));
+    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 9, class: "muted", text: "No campaigns." })));
   };
   every(LIST_REFRESH_MS, refresh);
 }
@@ -259,6 +269,7 @@ function campaignRow(c) {
   return h("tr", { class: "row-link", "data-id": c.id, onclick: open },
     h("td", {}, h("a", { href: `#/campaigns/${c.id}`, text: label(c) })),
     h("td", {}, statusBadge(c.status)),
+    h("td", {}, laneBadge(c.lane)),
     h("td", { text: localTime(c.created_at) }),
     h("td", {}, progressBar(n)),
     [n.sent, n.failed, n.unsent, n.targeted].map((v) => h("td", { class: "num", text: fmt(v) })));
@@ -272,7 +283,7 @@ function campaignPage(main, id) {
     counts: h("dl", { class: "counts" }), stop: h("div"), stopped: h("div"),
     live: h("span", { class: "muted", id: "stream-state" }),
     timeline: h("ol", { class: "timeline", id: "timeline" }), followUps: h("div"),
-    approval: h("div", { id: "approval" }),
+    approval: h("div", { id: "approval" }), eta: h("p", { class: "forecast", id: "eta", hidden: true }),
     hold: h("div"), rollout: h("section", { class: "panel", id: "rollout", hidden: true }),
   };
   // Approve: only for keys whose role may approve; disabled, with why, for the creator's own.
@@ -287,7 +298,7 @@ function campaignPage(main, id) {
   addHoldButtons(parts, view);
   main.append(h("section", { class: "panel" },
     h("div", { class: "head" }, h("div", {}, parts.title, h("p", {}, parts.status, " ", parts.live), parts.meta), parts.stop),
-    parts.stopped, parts.approval, parts.bar, parts.counts),
+    parts.stopped, parts.approval, parts.bar, parts.eta, parts.counts),
   parts.rollout,
   parts.followUps,
   parts.testSend || "",
@@ -297,20 +308,38 @@ function campaignPage(main, id) {
     const first = view.campaign === null;
     view.campaign = campaign;
     renderCampaign(parts, view);
+    if (first) refreshEta(parts, view, id).catch(reportFailure);
     if (first || FINAL.has(campaign.status)) renderFollowUps(parts.followUps, campaign);
   };
   watchCampaign(id, update, (state) => {
     parts.live.textContent = state === "live" ? "" : "reconnecting…";
   });
+  const signal = page.signal;  // the first is read with the first event; then every few seconds
+  setTimeout(() => { if (!signal.aborted) every(ETA_REFRESH_MS, () => refreshEta(parts, view, id)); },
+    ETA_REFRESH_MS);
+}
+
+// While it sends, when its last recipient is expected (GET /v1/campaigns/{id}: eta); the
+// event stream carries no forecast, so it is read apart, every few seconds.
+async function refreshEta(parts, view, id) {
+  if (!view.campaign || !SENDING.has(view.campaign.status)) { parts.eta.hidden = true; return; }
+  const { eta } = await get(`/v1/campaigns/${id}`);
+  parts.eta.hidden = !eta;
+  if (!eta) return;
+  parts.eta.textContent = eta.finishes_in_s === null
+    ? "Nothing is sending it now: no sender is alive, or nothing is left for its lane."
+    : `Last recipient expected ${within(eta.finishes_in_s)} (${localTime(eta.finishes_at)}), ` +
+      `the fleet sending ${fmt(Math.round(eta.fleet_rate_per_s))}/s${eta.fleet_rate_measured ? "" : " (assumed)"}.`;
 }
 
 function renderCampaign(parts, view) {
   const c = view.campaign;
   parts.title.textContent = label(c);
-  parts.status.replaceChildren(statusBadge(c.status));
+  parts.status.replaceChildren(statusBadge(c.status), " ", laneBadge(c.lane));
   const tags = Object.keys(c.translations || {});
   parts.meta.textContent = `${c.title} — ${c.body}` + (tags.length ? ` (also in ${tags.join(", ")})` : "");
   parts.bar.replaceChildren(progressBar(c.counts, true));
+  if (!SENDING.has(c.status)) parts.eta.hidden = true;  // no forecast once it stopped sending
   parts.counts.replaceChildren(...[["targeted", "Targeted"], ["sent", "Sent"], ["failed", "Failed"],
     ["unsent", "Unsent"]].map(([k, t]) => h("div", { class: k },
     h("dt", { text: t }), h("dd", { id: `count-${k}`, text: fmt(c.counts[k]) }))));
@@ -843,9 +872,11 @@ function newCampaignPage(main) {
   const translations = translationsEditor(() => { estimate(); });
   const name = h("input", { type: "text", id: "name", maxlength: 200, placeholder: "optional, e.g. live-stream-2026-11" });
   const rate = h("input", { type: "number", id: "rate", min: 1, step: 1, placeholder: "no cap: as fast as FCM allows" });
+  const lane = laneChooser(() => estimate());
   const audience = audienceEditor(() => estimate());
   const when = whenEditor();
   const reach = h("p", { class: "reach", id: "estimate", text: "Counting the audience…" });
+  const forecast = h("p", { class: "forecast", id: "forecast", text: "" });
   const content = () => ({ ...editor.value(), translations: translations.value() });
   const preview = previewPanel(content);
   const idempotencyKey = crypto.randomUUID();
@@ -857,8 +888,13 @@ function newCampaignPage(main) {
       const mine = ++counter;
       try {
         const languages = Object.keys(translations.value());
-        const found = await post("/v1/audiences/estimate", { audience: audience.value(), languages });
-        if (mine === counter) reach.textContent = splitText(found);
+        const asked = { audience: audience.value(), languages, lane: lane.value() };
+        if (rate.value && Number(rate.value) > 0) asked.rate_per_s = Number(rate.value);
+        const found = await post("/v1/audiences/estimate", asked);
+        if (mine === counter) {
+          reach.textContent = splitText(found);
+          forecast.textContent = forecastText(found, asked.lane);
+        }
       } catch (error) {
         if (mine === counter && error.name !== "AbortError") reach.textContent = `The audience or a language is not valid: ${error.message}`;
       }
@@ -871,6 +907,7 @@ function newCampaignPage(main) {
     const body = { ...content(), audience: audience.value(), ...when.value() };
     if (name.value.trim()) body.name = name.value.trim();
     if (rate.value) body.rate_per_s = Number(rate.value);
+    body.lane = lane.value();
     submit.disabled = true;
     try {
       const created = await post("/v1/campaigns", body, { "Idempotency-Key": idempotencyKey });
@@ -883,9 +920,45 @@ function newCampaignPage(main) {
   h("label", { for: "name", text: "Name" }), name, editor.element, translations.element,
   h("h2", { text: "Audience" }), audience.element, h("h2", { text: "When" }), when.element,
   h("label", { for: "rate", text: "Rate cap (messages per second, this campaign only)" }), rate,
-  reach, h("p", {}, submit));
+  h("h2", { text: "Lane" }), lane.element,
+  reach, forecast, h("p", {}, submit));
+  rate.addEventListener("input", () => estimate());
   main.append(h("div", { class: "compose" }, form, preview.element));
   estimate();
+}
+
+// When the last recipient would be sent (POST /v1/audiences/estimate: finishes_in_s), and what
+// that rests on: the fleet's rate (measured, or assumed per sender) and the work ahead of it.
+function forecastText(found, lane) {
+  if (found.finishes_in_s === null || found.finishes_in_s === undefined) {
+    return `Sent now in the ${lane} lane, it would not go out: no sender is alive, or nothing is left for this lane.`;
+  }
+  const basis = `the fleet sends ${fmt(Math.round(found.fleet_rate_per_s))}/s` +
+    (found.fleet_rate_measured ? " (measured)" : " (assumed: not measured yet)") +
+    (found.recipients_ahead ? `; ${fmt(found.recipients_ahead)} recipients of running campaigns go first or alongside` : "");
+  return `Sent now in the ${lane} lane, the last device gets it ${within(found.finishes_in_s)} — ${basis}.`;
+}
+
+function within(seconds) {
+  if (seconds < 1) return "in under a second";
+  if (seconds < 90) return `in about ${Math.round(seconds)} s`;
+  if (seconds < 5400) return `in about ${Math.round(seconds / 60)} min`;
+  return `in about ${(seconds / 3600).toFixed(1)} h`;
+}
+
+// The lanes this key may send in, as the API says (GET /v1/me: urgent only for the roles of
+// HERALD_URGENT_ROLES); the API refuses the others anyway (403 lane_not_allowed).
+function laneChooser(onChange) {
+  const allowed = (session.me && session.me.lanes) || ["standard"];
+  const radios = allowed.map((name) => h("input", { type: "radio", name: "lane", value: name,
+    id: `lane-${name}`, checked: name === "standard", onchange: onChange }));
+  const element = h("div", {}, h("div", { class: "lanes", id: "lane" },
+    radios.map((radio) => h("label", { for: radio.id }, radio, laneBadge(radio.value),
+      h("span", { class: "hint", text: LANES[radio.value].split(" — ")[1] })))),
+  allowed.includes("urgent") ? "" : h("p", { class: "hint", id: "lane-urgent-hint",
+    text: "Urgent is kept for the roles allowed to interrupt everything else; yours is not one of them." }));
+  const value = () => (radios.find((radio) => radio.checked) || { value: "standard" }).value;
+  return { element, value };
 }
 
 function listInput(id, placeholder) {
@@ -968,12 +1041,12 @@ function whenEditor() {
 function schedulesPage(main) {
   const body = h("tbody");
   main.append(h("h1", { text: "Schedules" }), h("table", { id: "schedules" }, h("thead", {}, h("tr", {},
-    ["Schedule", "State", "Cron", "Next run (UTC)", "In the schedule's timezone", "In yours", "Missed", ""]
+    ["Schedule", "State", "Lane", "Cron", "Next run (UTC)", "In the schedule's timezone", "In yours", "Missed", ""]
       .map((t) => h("th", { text: t })))), body));
   const refresh = async () => {
     const listed = await get("/v1/schedules?limit=100");
     body.replaceChildren(...listed.items.map((s) => scheduleRow(s, refresh)));
-    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "muted", text: "No schedules." })));
+    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 9, class: "muted", text: "No schedules." })));
   };
   every(5000, refresh);
 }
@@ -990,6 +1063,7 @@ function scheduleRow(s, refresh) {
       s.state === "active" ? "Pause" : "Resume");
   return h("tr", { "data-id": s.id },
     h("td", { text: s.name || s.template.title }), h("td", { text: s.state }),
+    h("td", {}, laneBadge(s.template.lane)),
     h("td", { class: "mono", text: `${s.cron} (${s.timezone})` }),
     h("td", { class: "num", text: s.next_run_at ? new Date(s.next_run_at).toISOString().replace(".000Z", "Z") : "—" }),
     h("td", { class: "num", text: s.next_run_local || "—" }),

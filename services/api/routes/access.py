@@ -15,8 +15,8 @@ from herald.contracts.http import (
     OperatorLogPage,
 )
 from herald.domain.access import ROLE_SCOPES, Scope
-from services.api.auth import Caller, RequireKey, scoped
-from services.api.deps import ApiKeys, MintKey, OperatorLogEntries, RevokeKey
+from services.api.auth import Caller, RequireKey, lanes_of, scoped
+from services.api.deps import ApiKeys, MintKey, OperatorLogEntries, RevokeKey, UrgentRoles
 from services.api.operator_log import OperatorLoggedRoute, logged
 from services.api.views import api_key_view, log_entry_view
 
@@ -70,9 +70,10 @@ async def operator_log(
 
 
 @router.get("/me", response_model=Me)
-async def me(caller: Annotated[Caller, RequireKey()]) -> Me:
-    """The calling key: its name, role and scopes (what the console shows and hides)."""
+async def me(caller: Annotated[Caller, RequireKey()], urgent_roles: UrgentRoles) -> Me:
+    """The calling key: its name, role, scopes and the lanes it may send in (what the console
+    shows and hides)."""
     key = caller.key
     return Me(id=key.id, name=key.name, role=key.role,
               scopes=sorted(scope.value for scope in ROLE_SCOPES[key.role]),
-              expires_at=key.expires_at)
+              expires_at=key.expires_at, lanes=lanes_of(key.role, urgent_roles))

@@ -50,6 +50,7 @@ from services.api.deps import (
     Creator,
     EditScheduled,
     FindCampaign,
+    Forecasts,
     ListCampaigns,
     PauseUseCase,
     PreviewMessage,
@@ -62,7 +63,13 @@ from services.api.deps import (
 from services.api.errors import ApiError, not_found
 from services.api.operator_log import OperatorLoggedRoute, log_detail, logged
 from services.api.streams import StreamLease
-from services.api.views import campaign_view, correct_result, pause_info, view_of_test_send
+from services.api.views import (
+    campaign_view,
+    correct_result,
+    eta_view,
+    pause_info,
+    view_of_test_send,
+)
 
 router = APIRouter(prefix="/v1/campaigns", tags=["campaigns"], route_class=OperatorLoggedRoute)
 Reader = Annotated[Caller, scoped(Scope.CAMPAIGNS_READ)]
@@ -80,11 +87,12 @@ IdempotencyKey = Annotated[str | None, Header(
 @router.post("", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.create"))
 async def create_campaign(
-    body: CampaignCreate, creator: Creator, response: Response, caller: Sender,
-    urgent_roles: UrgentRoles, idempotency_key: IdempotencyKey = None,
+    body: CampaignCreate, creator: Creator, request: Request, response: Response,
+    caller: Sender, urgent_roles: UrgentRoles, idempotency_key: IdempotencyKey = None,
 ) -> CampaignCreated:
     require_lane(caller, body.lane, urgent_roles)
     result = await creator.create(body, idempotency_key, caller.actor)
+    log_detail(request, lane_detail(result.campaign))
     if not result.created:
         response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = f"/v1/campaigns/{result.campaign.id}"
@@ -100,8 +108,14 @@ async def preview_message(body: PreviewRequest, make: PreviewMessage, _: Sender)
 
 
 @router.get("/{campaign_id}", response_model=CampaignView)
-async def get_campaign(campaign_id: CampaignId, find: FindCampaign, _: Reader) -> CampaignView:
-    return campaign_view(await find(campaign_id))
+async def get_campaign(campaign_id: CampaignId, find: FindCampaign, forecasts: Forecasts,
+                       _: Reader) -> CampaignView:
+    """The campaign, its live counts, and while it sends (``pending``, ``in_progress``) when
+    its last recipient is expected (``eta``)."""
+    campaign = await find(campaign_id)
+    view = campaign_view(campaign)
+    view.eta = eta_view(await forecasts.campaign(campaign))
+    return view
 
 
 @router.get("", response_model=CampaignPage)
@@ -235,38 +249,47 @@ async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch, edit: Edi
     return campaign_view(updated)
 
 
-def _created(response: Response, campaign: Campaign | None, campaign_id: str,
+def lane_detail(campaign: Campaign) -> str:
+    """What the operator log says of a campaign just made: its lane (an urgent send is a
+    privilege: the log shows who used it)."""
+    return f"lane={campaign.lane.value}"
+
+
+def _created(request: Request, response: Response, campaign: Campaign | None, campaign_id: str,
              languages: dict[str, int] | None = None) -> CampaignCreated:
     """The answer of a route that made a follow-up of ``campaign_id`` (None: it is unknown)."""
     if campaign is None:
         raise not_found(campaign_id)
+    log_detail(request, lane_detail(campaign))
     response.headers["Location"] = f"/v1/campaigns/{campaign.id}"
     return CampaignCreated(id=campaign.id, status=campaign.status, languages=languages)
 
 
-async def _follow_up_of(find: FindCampaign, affected: AffectedLanguages, response: Response,
-                        made: Campaign | None, campaign_id: str,
+async def _follow_up_of(find: FindCampaign, affected: AffectedLanguages, request: Request,
+                        response: Response, made: Campaign | None, campaign_id: str,
                         outcome: Outcome) -> CampaignCreated:
     """A retarget's or amend's answer, with the languages of the original it affects."""
     if made is None:
         raise not_found(campaign_id)
-    return _created(response, made, campaign_id, await affected(await find(campaign_id), outcome))
+    return _created(request, response, made, campaign_id,
+                    await affected(await find(campaign_id), outcome))
 
 
 @router.post("/{campaign_id}/retry", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.retry"))
-async def retry_campaign(campaign_id: CampaignId, creator: Creator, response: Response,
-                         caller: Sender, body: RetryRequest | None = None,
+async def retry_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
+                         response: Response, caller: Sender, body: RetryRequest | None = None,
                          idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """Re-run a ``failed`` campaign for the recipients it did not reach (not dead tokens),
-    with its staged rollout unless ``rollout`` says otherwise."""
-    return _created(response, await creator.retry(campaign_id, caller.actor, idempotency_key,
-                                                  body), campaign_id)
+    in its lane, with its staged rollout unless ``rollout`` says otherwise."""
+    return _created(request, response, await creator.retry(
+        campaign_id, caller.actor, idempotency_key, body), campaign_id)
 
 
 @router.post("/{campaign_id}/retarget", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.retarget"))
-async def retarget_campaign(campaign_id: CampaignId, creator: Creator, response: Response,
+async def retarget_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
+                            response: Response,
                             caller: Sender, find: FindCampaign, affected: AffectedLanguages,
                             urgent_roles: UrgentRoles, body: RetargetRequest | None = None,
                             idempotency_key: IdempotencyKey = None) -> CampaignCreated:
@@ -275,12 +298,14 @@ async def retarget_campaign(campaign_id: CampaignId, creator: Creator, response:
     require_lane(caller, body.lane if body else None, urgent_roles)
     made = await creator.retarget(campaign_id, body or RetargetRequest(), caller.actor,
                                   idempotency_key)
-    return await _follow_up_of(find, affected, response, made, campaign_id, Outcome.UNSENT)
+    return await _follow_up_of(find, affected, request, response, made, campaign_id,
+                               Outcome.UNSENT)
 
 
 @router.post("/{campaign_id}/amend", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.amend"))
-async def amend_campaign(campaign_id: CampaignId, creator: Creator, response: Response,
+async def amend_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
+                         response: Response,
                          caller: Sender, find: FindCampaign, affected: AffectedLanguages,
                          urgent_roles: UrgentRoles, body: AmendRequest | None = None,
                          idempotency_key: IdempotencyKey = None) -> CampaignCreated:
@@ -291,7 +316,8 @@ async def amend_campaign(campaign_id: CampaignId, creator: Creator, response: Re
     require_lane(caller, body.lane if body else None, urgent_roles)
     made = await creator.amend(campaign_id, body or AmendRequest(), caller.actor,
                                idempotency_key)
-    return await _follow_up_of(find, affected, response, made, campaign_id, Outcome.SENT)
+    return await _follow_up_of(find, affected, request, response, made, campaign_id,
+                               Outcome.SENT)
 
 
 @router.post("/{campaign_id}/correct", status_code=202, response_model=CorrectResult,
@@ -314,8 +340,10 @@ async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: R
         correction,
         retarget=await affected(original, Outcome.UNSENT) if correction.retarget else {},
         amend=await affected(original, Outcome.SENT) if correction.amend else {})
-    log_detail(request, " ".join(f"{half}={made.id}" for half, made in
-                                 (("retarget", result.retarget), ("amend", result.amend)) if made))
+    halves = [f"{half}={made.id}" for half, made in
+              (("retarget", correction.retarget), ("amend", correction.amend)) if made]
+    made = correction.retarget or correction.amend
+    log_detail(request, " ".join([*halves, lane_detail(made)] if made else halves))
     return result
 
 

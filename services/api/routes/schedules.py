@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from herald.contracts.http import ScheduleCreate, SchedulePage, SchedulePatch, ScheduleView
 from herald.domain.access import Scope
@@ -21,7 +21,7 @@ from services.api.deps import (
     UrgentRoles,
 )
 from services.api.errors import schedule_not_found
-from services.api.operator_log import OperatorLoggedRoute, logged
+from services.api.operator_log import OperatorLoggedRoute, log_detail, logged
 from services.api.views import schedule_view
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"], route_class=OperatorLoggedRoute)
@@ -39,10 +39,11 @@ def _view(grace_s: float, schedule: Schedule) -> ScheduleView:
 @router.post("", status_code=201, response_model=ScheduleView,
              openapi_extra=logged("schedule.create"))
 async def create_schedule(body: ScheduleCreate, create: CreateSchedule, grace_s: MisfireGrace,
-                          response: Response, caller: Writer,
+                          request: Request, response: Response, caller: Writer,
                           urgent_roles: UrgentRoles) -> ScheduleView:
     require_lane(caller, body.template.lane, urgent_roles)
     schedule = await create(body, caller.actor)
+    log_detail(request, f"lane={body.template.lane.value}")
     response.headers["Location"] = f"/v1/schedules/{schedule.id}"
     return _view(grace_s, schedule)
 
