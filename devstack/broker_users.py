@@ -71,7 +71,7 @@ DEFAULT_EXCHANGE = "amq.default"
 """What RabbitMQ checks a publish to the default exchange (``""``) against."""
 _EXCHANGES = (names.CANCEL_EXCHANGE, names.DEAD_LETTER_EXCHANGE)
 _WORK_QUEUES = (names.DISPATCH_QUEUE, *names.CHUNK_QUEUES.values())
-_DEAD_QUEUES = (names.DEAD_CHUNKS_QUEUE, names.DEAD_MESSAGES_QUEUE)
+_DEAD_QUEUES = (names.DEAD_CHUNKS_QUEUE, names.DEAD_MESSAGES_QUEUE, names.DEAD_CANCELS_QUEUE)
 
 
 @dataclass(frozen=True)
@@ -187,6 +187,20 @@ def dead_messages_policy(vhost: str) -> dict[str, Any]:
                                            "overflow": "drop-head"}}
 
 
+DEAD_CANCELS_MAX_LENGTH = 1_000
+DEAD_CANCELS_MAX_BYTES = 8 * 1024 * 1024
+
+
+def dead_cancels_policy(vhost: str) -> dict[str, Any]:
+    """``herald.dead.cancel`` bounded the same way, smaller: at most 1,000 messages and 8 MiB
+    (a cancel message is at most 64 KiB: a larger one is dropped by the pods, not kept)."""
+    return {"vhost": vhost, "name": names.DEAD_CANCELS_POLICY,
+            "pattern": "^" + _literal(names.DEAD_CANCELS_QUEUE) + "$", "apply-to": "queues",
+            "priority": 10, "definition": {"max-length": DEAD_CANCELS_MAX_LENGTH,
+                                           "max-length-bytes": DEAD_CANCELS_MAX_BYTES,
+                                           "overflow": "drop-head"}}
+
+
 def vhost_definitions(vhost: str, users: BrokerUsers,
                       full_access: Sequence[str] = ()) -> dict[str, Any]:
     """A vhost with Herald's permissions for ``users`` (and every permission for each user
@@ -196,7 +210,8 @@ def vhost_definitions(vhost: str, users: BrokerUsers,
                    _permission(users.cancel.name, vhost, CANCEL_PERMISSIONS)]
     permissions += [_permission(user, vhost, FULL_PERMISSIONS) for user in full_access]
     return {"vhosts": [{"name": vhost}], "permissions": permissions,
-            "exchanges": [cancel_exchange(vhost)], "policies": [dead_messages_policy(vhost)]}
+            "exchanges": [cancel_exchange(vhost)],
+            "policies": [dead_messages_policy(vhost), dead_cancels_policy(vhost)]}
 
 
 def stack_definitions(vhost: str, users: BrokerUsers,

@@ -87,8 +87,8 @@ class VhostPool:
     """
 
     BATCH = 6
-    _HERALD_QUEUES = (names.CHUNKS_QUEUE, names.DISPATCH_QUEUE, names.DEAD_CHUNKS_QUEUE,
-                      names.DEAD_MESSAGES_QUEUE)
+    _HERALD_QUEUES = (*names.CHUNK_QUEUES.values(), names.DISPATCH_QUEUE,
+                      names.DEAD_CHUNKS_QUEUE, names.DEAD_MESSAGES_QUEUE, names.DEAD_CANCELS_QUEUE)
 
     def __init__(self, users: BrokerUsers, prefix: str = "herald_pool") -> None:
         self.users = users

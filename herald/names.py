@@ -36,10 +36,16 @@ DEAD_CHUNKS_QUEUE = "herald.chunks.dead"
 DEAD_CHUNKS_ROUTING_KEY = "chunks"
 
 DEAD_MESSAGES_QUEUE = "herald.dead"
-"""Malformed cancel and dispatch messages land here, for an operator to read."""
+"""Malformed dispatch and chunk messages land here, for an operator to read."""
 DEAD_MESSAGES_ROUTING_KEY = "malformed"
 DEAD_MESSAGES_POLICY = "herald-dead-bound"
 """The broker policy that bounds ``herald.dead`` (``devstack/broker_users.py``)."""
+
+DEAD_CANCELS_QUEUE = "herald.dead.cancel"
+"""Malformed messages published to ``herald.cancel``: a place of their own, so that whoever may
+publish a cancel cannot push out of ``herald.dead`` what operators keep there."""
+DEAD_CANCELS_ROUTING_KEY = "cancel"
+DEAD_CANCELS_POLICY = "herald-dead-cancel-bound"
 
 
 def pod_cancel_queue(pod_id: str) -> str:

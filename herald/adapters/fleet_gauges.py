@@ -44,7 +44,7 @@ UNFINISHED = tuple(status for status in Status if status not in TERMINAL)
 """Statuses ``herald_campaigns`` reports (finished campaigns only ever grow in number)."""
 
 WATCHED_QUEUES = (*names.CHUNK_QUEUES.values(), names.DISPATCH_QUEUE, names.DEAD_CHUNKS_QUEUE,
-                  names.DEAD_MESSAGES_QUEUE)
+                  names.DEAD_MESSAGES_QUEUE, names.DEAD_CANCELS_QUEUE)
 
 CLOSE_TIMEOUT_S = 3.0
 

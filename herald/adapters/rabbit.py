@@ -68,13 +68,17 @@ DEAD_MESSAGES_QUEUE = RabbitQueue(
     names.DEAD_MESSAGES_QUEUE, queue_type=QueueType.QUORUM, durable=True,
     routing_key=names.DEAD_MESSAGES_ROUTING_KEY,
 )
+DEAD_CANCELS_QUEUE = RabbitQueue(
+    names.DEAD_CANCELS_QUEUE, queue_type=QueueType.QUORUM, durable=True,
+    routing_key=names.DEAD_CANCELS_ROUTING_KEY,
+)
 
 
 def pod_cancel_queue(pod_id: str) -> RabbitQueue:
     """The pod's own queue on the cancel fanout: gone when the pod's connection goes."""
     arguments: ClassicQueueArgs = {
         "x-dead-letter-exchange": names.DEAD_LETTER_EXCHANGE,
-        "x-dead-letter-routing-key": names.DEAD_MESSAGES_ROUTING_KEY,
+        "x-dead-letter-routing-key": names.DEAD_CANCELS_ROUTING_KEY,
     }
     return RabbitQueue(names.pod_cancel_queue(pod_id), durable=False, exclusive=True,
                        auto_delete=True, arguments=arguments)
@@ -153,8 +157,8 @@ async def _dead_letter(message: RabbitMessage, kind: type[Command], error: Valid
         return
     problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}"
                          for e in error.errors(include_url=False, include_input=False)[:5])
-    log.warning("malformed %s message (%d bytes) dead-lettered to %s: %s", kind.__name__,
-                len(message.body), names.DEAD_MESSAGES_QUEUE, problems[:500])
+    log.warning("malformed %s message (%d bytes) dead-lettered: %s", kind.__name__,
+                len(message.body), problems[:500])
     await message.reject(requeue=False)
 
 
@@ -180,7 +184,7 @@ async def declare_topology(broker: RabbitBroker) -> None:
     each service does it at start, after its own consumers have declared their queues)."""
     await broker.declare_exchange(CANCEL_EXCHANGE)
     dead_letters = await broker.declare_exchange(DEAD_LETTER_EXCHANGE)
-    for queue in (DEAD_CHUNKS_QUEUE, DEAD_MESSAGES_QUEUE):
+    for queue in (DEAD_CHUNKS_QUEUE, DEAD_MESSAGES_QUEUE, DEAD_CANCELS_QUEUE):
         declared = await broker.declare_queue(queue)
         await declared.bind(dead_letters, routing_key=queue.routing_key)
     for queue in CHUNK_QUEUES.values():

@@ -37,6 +37,7 @@ from herald.domain.types import (
     AttributeName,
     Locale,
     ObjectIdStr,
+    PlainText,
     Scalar,
     TimezoneName,
     Token,
@@ -693,11 +694,11 @@ class CampaignPage(BaseModel):
 
 
 class CancelRequest(Strict):
-    reason: str | None = Field(default=None, max_length=500)
+    reason: PlainText | None = Field(default=None, max_length=500)
 
 
 class PauseRequest(Strict):
-    reason: str | None = Field(default=None, max_length=500)
+    reason: PlainText | None = Field(default=None, max_length=500)
 
 
 class PauseResult(BaseModel):

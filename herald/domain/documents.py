@@ -43,6 +43,14 @@ def new_id() -> str:
     return f"{int(time.time()):08x}{_PROCESS}{next(_SEQUENCE) % 0x1000000:06x}"
 
 
+def new_campaign_id() -> str:
+    """A fresh campaign id: 24 hex digits laid out as an ObjectId (seconds since the epoch, then
+    64 random bits). Every device sees a campaign's id in its replacement key (``herald-<id>``)
+    and the cancel credential may see one: with a counter in it, one id tells the ids of the
+    campaigns made around it; with random bits, nothing (ids still sort by their second)."""
+    return f"{int(time.time()):08x}{os.urandom(8).hex()}"
+
+
 Cursor = str | int | tuple[int, str] | None
 """Where paging stopped in a recipient source: a device id (an audience), ``(wave, device id)``
 (per-device local time), a position (the follow-up of another campaign), or nothing yet."""

@@ -14,7 +14,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from herald.domain.lanes import Route
-from herald.domain.types import ObjectIdStr, UserId
+from herald.domain.types import ObjectIdStr, PlainText, UserId
+
+CANCEL_MESSAGE_MAX_BYTES = 64 * 1024
+"""A message on ``herald.cancel`` larger than this is dropped by the pods (one log line): a
+cancel needs a few hundred bytes, and every pod receives a copy of each."""
 
 
 class CancelCampaign(BaseModel):
@@ -32,8 +36,8 @@ class CancelCampaign(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     campaign_id: ObjectIdStr
-    reason: str | None = Field(default=None, max_length=500)
-    requested_by: str | None = Field(default=None, max_length=200)
+    reason: PlainText | None = Field(default=None, max_length=500)
+    requested_by: PlainText | None = Field(default=None, max_length=200)
     action: Literal["cancel", "pause", "resume"] = "cancel"
     decision_id: str | None = Field(default=None, max_length=64)
     replaces: str | None = Field(default=None, max_length=64)

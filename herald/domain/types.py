@@ -33,6 +33,23 @@ Scalar = StrictStr | StrictBool | StrictInt | StrictFloat
 Locale = Annotated[str, Field(pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$")]
 
 
+_NOT_PLAIN = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Control characters (C0, C1, DEL) and the bidirectional marks and overrides that make a
+reason or a name read differently from what it is (a log line, the console, a CSV cell)."""
+
+
+def _plain(text: str) -> str:
+    found = _NOT_PLAIN.search(text)
+    if found is not None:
+        raise ValueError(f"control or bidirectional-override character U+{ord(found.group()):04X} "
+                         f"at position {found.start()}: plain printable text only")
+    return text
+
+
+PlainText = Annotated[str, AfterValidator(_plain)]
+"""Text people read as written: a reason, a name a publisher gives itself."""
+
+
 def _known_timezone(name: str) -> str:
     try:
         ZoneInfo(name)

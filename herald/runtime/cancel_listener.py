@@ -22,7 +22,7 @@ from herald import names
 from herald.adapters import rabbit
 from herald.domain.access import Actor, amqp_actor
 from herald.domain.documents import DecisionKind
-from herald.domain.messages import CancelCampaign
+from herald.domain.messages import CANCEL_MESSAGE_MAX_BYTES, CancelCampaign
 from herald.domain.status import CancelDecision, PauseDecision, Status
 from herald.observability import CANCEL_UNMATCHED
 from herald.service_layer.access import OperatorLog
@@ -53,6 +53,9 @@ class CancelListener:
     async def on_message(self, message: RabbitMessage) -> None:
         raw = message.raw_message
         user_id = raw.user_id
+        if len(message.body) > CANCEL_MESSAGE_MAX_BYTES:
+            await self._drop_oversized(message, user_id)
+            return
 
         async def apply(command: CancelCampaign) -> None:
             seen = f"{raw.message_id or ''}|{user_id or ''}|".encode() + message.body
@@ -62,6 +65,19 @@ class CancelListener:
         # pod: the first pod to claim its digest in Redis dead-letters it and logs it, the others
         # drop their copies.
         await rabbit.execute(message, CancelCampaign, apply, first_copy=self._first_copy)
+
+    async def _drop_oversized(self, message: RabbitMessage, user_id: str | None) -> None:
+        """Too large to be a cancel: dropped, never kept or parsed; one line from the first pod
+        that sees it (every pod gets a copy)."""
+        try:
+            first = await self._first_copy(message.body)
+        except Exception:  # Redis away: a line per pod beats none
+            first = True
+        if first:
+            log.warning("message of %d bytes on %s dropped (a cancel is at most %d), "
+                        "published by %s", len(message.body), names.CANCEL_EXCHANGE,
+                        CANCEL_MESSAGE_MAX_BYTES, user_id or "an unnamed user")
+        await message.ack()
 
     async def handle(self, command: CancelCampaign, actor: Actor, seen: bytes) -> None:
         """One message of ``herald.cancel``: a decision told, or a request to decide."""

@@ -25,7 +25,7 @@ from herald.domain.documents import (
     FollowUpOf,
     IdempotencyBinding,
     LocalTime,
-    new_id,
+    new_campaign_id,
 )
 from herald.domain.lanes import Lane
 from herald.domain.rollout import HaltWhen, Rollout, RolloutProgress, RolloutWave
@@ -151,7 +151,7 @@ def new_campaign(*, content: CampaignContent, name: str | None, audience: Audien
     """A fresh campaign, ``scheduled`` if ``due_at`` is in the future, else ``pending``;
     ``replace_key`` is the key it names (None: the one derived from its id)."""
     return Campaign(
-        id=new_id(), status=Status.SCHEDULED if due_at > now else Status.PENDING,
+        id=new_campaign_id(), status=Status.SCHEDULED if due_at > now else Status.PENDING,
         content=content, name=name, audience=audience, follow_up=follow_up,
         chunk_size=chunk_size, rate_per_s=rate_per_s, lane=lane, source=source,
         schedule_id=schedule_id,

@@ -83,7 +83,7 @@ async def test_a_malformed_cancel_message_is_dead_lettered_and_the_pod_lives_on(
     connection = await aio_pika.connect(vhost)
     async with connection:
         channel = await connection.channel()
-        dead = await channel.get_queue(names.DEAD_MESSAGES_QUEUE, ensure=False)
+        dead = await channel.get_queue(names.DEAD_CANCELS_QUEUE, ensure=False)
 
         async def arrived() -> aio_pika.abc.AbstractIncomingMessage | None:
             return await dead.get(fail=False, no_ack=True)

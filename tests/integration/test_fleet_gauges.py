@@ -181,7 +181,7 @@ async def test_refresh_reports_every_watched_queue(
         await depths.close()
     assert reading.queues_ready == {**{queue: 0 for queue in names.CHUNK_QUEUES.values()},
                                     names.DISPATCH_QUEUE: 1, names.DEAD_CHUNKS_QUEUE: 0,
-                                    names.DEAD_MESSAGES_QUEUE: 0}
+                                    names.DEAD_MESSAGES_QUEUE: 0, names.DEAD_CANCELS_QUEUE: 0}
     assert gauge("herald_queue_messages_ready", queue=names.DISPATCH_QUEUE) == 1
     refreshed = gauge("herald_fleet_gauges_refreshed_timestamp_seconds")
     assert refreshed is not None and refreshed >= before_s - 1

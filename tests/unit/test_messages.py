@@ -6,12 +6,14 @@ documented fields, tolerate fields it does not know, and refuse anything it cann
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from herald.domain.documents import new_campaign_id
 from herald.domain.messages import CancelCampaign, DispatchCampaign, Recipient, SendChunk
 
 CAMPAIGN_ID = "65f1c2a9e4b0a1b2c3d4e5f6"
@@ -166,3 +168,28 @@ def test_messages_are_immutable() -> None:
     message = SendChunk.model_validate(chunk())
     with pytest.raises(ValidationError):
         message.seq = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("reason", ["stop\x00it", "line\nbreak", "evil\u202etxt.exe", "mark\u200f",
+                                    "isolate\u2066x\u2069", "c1\x85"])
+def test_a_reason_or_a_name_with_control_or_bidi_characters_is_refused(reason: str) -> None:
+    """Issue 31: what a publisher writes is read in logs, the console and CSV cells as written."""
+    with pytest.raises(ValidationError, match="plain printable text"):
+        CancelCampaign(campaign_id="6b0137d0eaff6ead39685496", reason=reason)
+    with pytest.raises(ValidationError, match="plain printable text"):
+        CancelCampaign(campaign_id="6b0137d0eaff6ead39685496", requested_by=reason)
+
+
+@pytest.mark.parametrize("reason", ["broken link", "Lien cassé — désolé", "リンク切れ", "🔥 hot"])
+def test_plain_text_in_any_script_is_accepted(reason: str) -> None:
+    assert CancelCampaign(campaign_id="6b0137d0eaff6ead39685496", reason=reason).reason == reason
+
+
+def test_campaign_ids_tell_nothing_of_each_other() -> None:
+    """Issue 31: the cancel credential sees a campaign id; the ids made around it are not
+    guessable from it (64 random bits after the second)."""
+    ids = [new_campaign_id() for _ in range(1_000)]
+    assert len({i[8:] for i in ids}) == 1_000
+    assert all(len(i) == 24 and int(i, 16) >= 0 for i in ids)
+    tails = [int(i[8:], 16) for i in ids]
+    assert len({b - a for a, b in itertools.pairwise(tails)}) > 990
