@@ -76,8 +76,8 @@ class Row:
     dispatcher_ms: list[float] = field(default_factory=list)
     nx_ms: list[float] = field(default_factory=list)
     wall_ms: list[float] = field(default_factory=list)
-    parts_ms: dict[str, list[float]] = field(default_factory=dict)
-    """Each recovery's dispatcher CPU per sweep."""
+    parts: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """Each recovery's share of a sweep: ``dispatcher``, ``nx`` and ``wall`` ms."""
     load_average: tuple[float, float] = (0.0, 0.0)
     """1-minute load average before and after the row."""
 
@@ -150,10 +150,12 @@ async def one_sweep(parts: PodParts, dispatcher: Dispatcher, nx_pid: int, row: R
     nx_before, wall_before, cpu_before = process_cpu_s(nx_pid), time.perf_counter(), \
         time.process_time()
     for recover in recoveries(dispatcher):
-        started = time.process_time()
+        part = row.parts.setdefault(part_name(recover), {"dispatcher": [], "nx": [], "wall": []})
+        started = time.process_time(), process_cpu_s(nx_pid), time.perf_counter()
         await recover(utcnow())
-        row.parts_ms.setdefault(part_name(recover), []).append(
-            1000 * (time.process_time() - started))
+        ended = time.process_time(), process_cpu_s(nx_pid), time.perf_counter()
+        for what, before, after in zip(("dispatcher", "nx", "wall"), started, ended, strict=True):
+            part[what].append(1000 * (after - before))
     row.dispatcher_ms.append(1000 * (time.process_time() - cpu_before))
     row.wall_ms.append(1000 * (time.perf_counter() - wall_before))
     row.nx_ms.append(1000 * (process_cpu_s(nx_pid) - nx_before))
@@ -183,14 +185,24 @@ async def measure(settings: Settings, nx_pid: int, sizes: Sequence[int], sweeps:
 
 def table(rows: list[Row]) -> str:
     base = rows[0]
-    parts = list(base.parts_ms)
     return format_table(
         ["running campaigns", "dispatcher CPU ms/sweep", "x first row", "nx-27017 CPU ms/sweep",
-         "x first row", "wall ms/sweep", *(f"{name} ms" for name in parts), "load 1m"],
+         "x first row", "wall ms/sweep", "load 1m (before-after)"],
         [(f"{row.campaigns:,}", f"{row.dispatcher:.1f}", f"{row.dispatcher / base.dispatcher:.1f}",
           f"{row.nx:.0f}", f"{row.nx / base.nx:.1f}" if base.nx else "-", f"{row.wall:.0f}",
-          *(f"{statistics.median(row.parts_ms[name]):.1f}" for name in parts),
           f"{row.load_average[0]:.1f}-{row.load_average[1]:.1f}") for row in rows])
+
+
+def parts_table(rows: list[Row]) -> str:
+    """Each part of the sweep, medians, every size side by side."""
+    def cells(row: Row, name: str) -> list[str]:
+        part = row.parts[name]
+        return [f"{statistics.median(part[what]):.1f}" for what in ("dispatcher", "nx", "wall")]
+    header = [f"{row.campaigns:,}: {what}" for row in rows
+              for what in ("dispatcher CPU ms", "nx-27017 CPU ms", "wall ms")]
+    return format_table(["part of the sweep", *header],
+                        [(name, *(cell for row in rows for cell in cells(row, name)))
+                         for name in rows[0].parts])
 
 
 def main() -> None:
@@ -209,6 +221,8 @@ def main() -> None:
                                   args.recipients))
     print(f"{at:%Y-%m-%d %H:%M} UTC, {source_version()}")
     print(table(rows))
+    print()
+    print(parts_table(rows))
     record: dict[str, Any] = {"bench": "sweep", "at": at.isoformat(), "source": source_version(),
                               "machine": machine(["pymongo", "nx-27017"]),
                               "recipients_per_chunk": args.recipients,
