@@ -129,3 +129,44 @@ def test_five_campaigns_share_the_fleet_fairly_and_a_small_one_is_not_starved(
     assert index >= 0.9, counts
     assert small_s <= 10 * LOAD_MARGIN, small_s
     assert len(small_tokens & {r.token for r in received}) == 500
+
+
+WAVE_RATES = (20, 100, 40)
+"""The campaign's cap at creation, then after each PATCH. A delivery of a wave of 5 that took
+its tokens in blocks of a tenth of a second's worth (10 at 100/s, 4 at 40/s) would use 10 and 8
+tokens for 5 requests: FCM would see 50/s and 25/s. The first cap only lets the dispatcher publish
+chunks ahead of the senders (about 4 chunks a second are sent at 20/s)."""
+
+
+def test_a_rollout_wave_of_5_per_chunk_takes_5_tokens_per_chunk_whatever_its_rate(
+        fleet: Fleet, api: Api, emulator: EmulatorClient, campaigns: list[str]) -> None:
+    """Wave 1 (10%) of chunks of 50 puts about 5 recipients in each chunk: its requests reach
+    FCM at the campaign's cap, up and down, as the emulator's arrival times measure it (each
+    rate over 2 s, from 1 s after it was set)."""
+    emulator.configure(latency_ms=5)
+    _, audience = own_devices(fleet, api, 8_000)
+    campaigns.append(api.create_campaign(audience=audience, chunk_size=50,
+                                         rate_per_s=WAVE_RATES[0], rollout={
+                                             "waves": [{"percent": 10, "hold_s": 600},
+                                                       {"percent": 100}]}))
+    wait_for(lambda: emulator.received(), 30, "the first wave to be sending")
+    time.sleep(2.0)
+    measured = [rate_over(emulator, time.time(), 2.0)]
+    for cap in WAVE_RATES[1:]:
+        response = api.http.patch(f"/v1/campaigns/{campaigns[0]}", json={"rate_per_s": cap})
+        assert response.status_code == 200, response.text
+        time.sleep(1.0)
+        measured.append(rate_over(emulator, time.time(), 2.0))
+    sent = len(emulator.received())
+    print(f"a wave of ~5 per chunk, capped at {WAVE_RATES}: {[round(r) for r in measured]}/s "
+          f"(each from 1 s after the cap was set, over 2 s); {sent} of the wave's ~800 sent")
+    assert all(rate <= 1.3 * cap for rate, cap in zip(measured, WAVE_RATES, strict=True))
+    assert all(rate >= 0.7 * cap for rate, cap in zip(measured[1:], WAVE_RATES[1:], strict=True))
+    assert api.campaign(campaigns[0])["rollout"]["wave"] == 1
+
+
+def rate_over(emulator: EmulatorClient, start: float, seconds: float) -> float:
+    """Requests a second the emulator received from ``start`` for ``seconds`` (waits them out)."""
+    time.sleep(max(0.0, start + seconds - time.time()) + 0.2)
+    return sum(start <= r.received_at < start + seconds
+               for r in emulator.received()) / seconds

@@ -12,7 +12,7 @@ from herald.domain.messages import SendChunk
 from herald.domain.rollout import RolloutProgress
 from herald.domain.status import Status
 from herald.service_layer.ports import Stores
-from herald.service_layer.sending.rescue import rescue_chunks_of_dead_senders
+from herald.service_layer.sending.rescue import READ_ALL_FROM, rescue_chunks_of_dead_senders
 from tests.factories import pod_beat, sending_campaign
 from tests.unit.fakes import FakeBus, FakeRegistry
 
@@ -100,3 +100,21 @@ async def test_a_rollout_s_chunk_whose_wave_is_sent_waits_for_the_next_wave(
     bus.delivered = len(bus.chunks)  # nothing ready in the queue
     offered = await rescue(stores, registry, bus, later_s=OFFER_AGAIN_AFTER.total_seconds() + 1)
     assert offered == 1 and [c.seq for c in bus.chunks] == [1]
+
+
+async def test_with_many_campaigns_to_look_up_the_same_chunks_are_offered(
+        stores: Stores, registry: FakeRegistry, bus: FakeBus) -> None:
+    """From ``READ_ALL_FROM`` campaigns on, the rescue reads every running campaign at once
+    instead of each alone: a chunk of a campaign that is no longer sending is still left alone,
+    a chunk held by a live sender still kept, every other one offered."""
+    many = READ_ALL_FROM + 4
+    sending = [await sending_campaign(stores, [[f"t{i}"]]) for i in range(many)]
+    cancelling = await sending_campaign(stores, [["x"]], status=Status.CANCELLING)
+    await registry.beat(pod_beat("alive"))
+    until = utcnow() + timedelta(minutes=5)
+    await stores.chunks.claim(sending[0].id, 0, "alive", None, until)
+    await stores.chunks.claim(sending[1].id, 0, "frozen", None, until)
+    await stores.chunks.claim(cancelling.id, 0, "frozen", None, until)
+    offered = await rescue(stores, registry, bus, later_s=OFFER_AGAIN_AFTER.total_seconds() + 1)
+    assert offered == many - 1
+    assert {c.campaign_id for c in bus.chunks} == {c.id for c in sending[1:]}
