@@ -185,6 +185,12 @@ class Settings(BaseSettings):
     """A campaign, schedule run or follow-up reaching at least this many devices waits
     ``awaiting_approval`` for a second key; unset: nothing waits."""
 
+    # What is kept, and for how long.
+    idempotency_ttl_s: PositiveFloat = 24 * 3600.0
+    """How long an ``Idempotency-Key`` binds a retry to the first answer."""
+    retention_days: PositiveFloat = 90.0
+    """How long per-recipient records are kept (today: test sends' records)."""
+
     # Scheduler.
     scheduler_poll_s: PositiveFloat = 0.5
     misfire_grace_s: PositiveFloat = 300.0

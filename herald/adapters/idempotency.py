@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pymongo.errors import DuplicateKeyError
 
 from herald import names
@@ -31,6 +33,11 @@ class IdempotencyKeys:
             earlier = await self._keys.find_one({"_id": binding.key})
             return None if earlier is None else _binding(earlier)
         return None
+
+    async def expire(self, before: datetime) -> int:
+        """Forget keys bound before ``before``; how many."""
+        result = await self._keys.delete_many({"created_at": {"$lt": before}})
+        return result.deleted_count
 
     async def rebind(self, key: str, stale_campaign_id: str, campaign_id: str) -> bool:
         """Take over a key whose first request died before creating its campaign."""

@@ -63,6 +63,10 @@ INDEXES: dict[str, list[tuple[list[tuple[str, int]], dict[str, Any]]]] = {
     ],
     names.TEST_SENDS: [
         ([("campaign_id", ASCENDING)], {"name": "campaign_id"}),
+        ([("at", ASCENDING)], {"name": "at"}),
+    ],
+    names.IDEMPOTENCY_KEYS: [
+        ([("created_at", ASCENDING)], {"name": "created_at"}),
     ],
     names.SCHEDULES: [
         ([("state", ASCENDING), ("next_run_at", ASCENDING)], {"name": "state_next_run"}),

@@ -3,6 +3,8 @@ kept apart from its chunks and deliveries so that no count or audit ever include
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pymongo import DESCENDING
 
 from herald import names
@@ -16,6 +18,11 @@ class TestSendStore:
     __test__ = False  # not a pytest test class
     def __init__(self, db: Database) -> None:
         self._sends = db[names.TEST_SENDS]
+
+    async def expire(self, before: datetime) -> int:
+        """Delete the records of test sends made before ``before``; how many."""
+        result = await self._sends.delete_many({"at": {"$lt": before}})
+        return result.deleted_count
 
     async def insert(self, record: TestSend) -> None:
         await self._sends.insert_one(to_bson(record))

@@ -9,7 +9,15 @@ import itertools
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AnyHttpUrl, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AnyHttpUrl,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from herald.domain.access import ActorKind, LogOutcome, Role
 from herald.domain.audience import Audience, Platform
@@ -315,10 +323,11 @@ class ScheduleCreate(Strict):
         default=None, ge=0, le=7 * 24 * 3600,
         description="A run found overdue by more than this is marked missed, not sent late")
 
-    @model_validator(mode="after")
-    def _valid_cron(self) -> ScheduleCreate:
-        validate_cron(self.cron)
-        return self
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        """A field validator, so that the 422 names ``cron`` (``0 0 30 2 *`` never happens)."""
+        return validate_cron(value)
 
 
 class SchedulePatch(Strict):
@@ -329,11 +338,10 @@ class SchedulePatch(Strict):
     timezone: TimezoneName | None = None
     misfire_grace_s: int | None = Field(default=None, ge=0, le=7 * 24 * 3600)
 
-    @model_validator(mode="after")
-    def _valid_cron(self) -> SchedulePatch:
-        if self.cron is not None:
-            validate_cron(self.cron)
-        return self
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str | None) -> str | None:
+        return None if value is None else validate_cron(value)
 
 
 class ScheduleRun(BaseModel):

@@ -260,6 +260,9 @@ class TestSendRepository(Protocol):
 
     async def insert(self, record: TestSend) -> None: ...
     async def of_campaign(self, campaign_id: str, limit: int = 50) -> list[TestSend]: ...
+    async def expire(self, before: datetime) -> int:
+        """Delete the records of test sends made before ``before``; how many."""
+        ...
 
 
 class ScheduleRepository(Protocol):
@@ -279,6 +282,9 @@ class ScheduleRepository(Protocol):
 class IdempotencyRepository(Protocol):
     async def reserve(self, binding: IdempotencyBinding) -> IdempotencyBinding | None: ...
     async def rebind(self, key: str, stale_campaign_id: str, campaign_id: str) -> bool: ...
+    async def expire(self, before: datetime) -> int:
+        """Forget keys bound before ``before``; how many."""
+        ...
 
 
 class ApiKeyRepository(Protocol):

@@ -8,6 +8,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 from fastapi import Depends, FastAPI
 
@@ -27,6 +28,7 @@ from herald.service_layer.access import Authenticator, OperatorLog, ensure_boots
 from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaigns import CampaignCreator
 from herald.service_layer.forecasting import Forecaster, ForecastSettings
+from herald.service_layer.retention import Retention, RetentionPolicy
 from herald.service_layer.test_sends import TestSender
 from herald.settings import Settings
 from services.api import errors
@@ -75,6 +77,7 @@ def create_app(settings: Settings) -> FastAPI:
                 fleet_rate = FleetRate(parts.resources.redis, parts.resources.keys)
                 app.state.services = _services(parts, gauges, client, fleet_rate)
                 parts.background.spawn(_refresh_gauges(parts, gauges, fleet_rate), "gauges")
+                parts.background.spawn(_expire(parts), "retention")
                 log.info("api ready: pod %s on :%d", parts.identity.id, settings.api_port)
                 yield
         except StartTimedOut as failure:  # raised by the pod's start only, before the yield
@@ -183,6 +186,21 @@ async def _refresh_gauges(parts: PodParts, loop: GaugeLoop, fleet_rate: FleetRat
             await asyncio.sleep(GAUGE_REFRESH_S)
     finally:
         await depths.close()
+
+
+async def _expire(parts: PodParts) -> None:
+    """The api's part of retention (``service_layer/retention.py``): what expired is deleted,
+    every few minutes; a failure is logged and tried again."""
+    stores, settings = parts.resources.stores, parts.settings
+    retention = Retention(stores.idempotency, stores.test_sends, RetentionPolicy(
+        idempotency_ttl=timedelta(seconds=settings.idempotency_ttl_s),
+        test_sends_kept=timedelta(days=settings.retention_days)))
+    while True:
+        try:
+            await retention.recover(utcnow())
+        except Exception:
+            log.warning("expiring old records failed; trying again", exc_info=True)
+        await asyncio.sleep(GAUGE_REFRESH_S)
 
 
 async def _refresh_once(resources: Resources, depths: QueueDepths, fcm_rate_per_min: int,

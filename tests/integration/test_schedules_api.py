@@ -168,3 +168,18 @@ async def test_a_campaign_cancelled_before_it_targeted_anyone_cannot_be_retarget
     response = await api.post(f"/v1/campaigns/{campaign_id}/retarget")
     assert (response.status_code, error_code(response)) == (409, "not_retargetable")
     assert "create it again" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("cron", ["0 0 30 2 *", "0 0 31 4 *", "every monday", "61 9 * * *"])
+async def test_a_cron_that_never_happens_is_a_422_naming_cron(api: httpx.AsyncClient,
+                                                             cron: str) -> None:
+    """Issue 31: ``0 0 30 2 *`` answered 422 naming no field; on create and on edit it names
+    ``cron``, and nothing is stored."""
+    response = await api.post("/v1/schedules", json={**SCHEDULE, "cron": cron})
+    assert response.status_code == 422, response.text
+    assert [d["loc"][-1] for d in response.json()["error"]["details"]] == ["cron"]
+    schedule_id = (await api.post("/v1/schedules", json=SCHEDULE)).json()["id"]
+    edited = await api.patch(f"/v1/schedules/{schedule_id}", json={"cron": cron})
+    assert edited.status_code == 422
+    assert [d["loc"][-1] for d in edited.json()["error"]["details"]] == ["cron"]
+    assert (await api.get(f"/v1/schedules/{schedule_id}")).json()["cron"] == SCHEDULE["cron"]

@@ -878,6 +878,13 @@ class FakeIdempotency:
             self._bindings[binding.key] = binding
         return earlier
 
+    async def expire(self, before: datetime) -> int:
+        await _round_trip()
+        gone = [key for key, b in self._bindings.items() if b.created_at < before]
+        for key in gone:
+            del self._bindings[key]
+        return len(gone)
+
     async def rebind(self, key: str, stale_campaign_id: str, campaign_id: str) -> bool:
         await _round_trip()
         bound = self._bindings.get(key)
@@ -988,6 +995,11 @@ class FakeTestSends:
 
     def __init__(self) -> None:
         self.records: list[TestSend] = []
+
+    async def expire(self, before: datetime) -> int:
+        kept = [r for r in self.records if r.at >= before]
+        gone, self.records = len(self.records) - len(kept), kept
+        return gone
 
     async def insert(self, record: TestSend) -> None:
         self.records.append(record)

@@ -31,6 +31,7 @@ from herald.domain.documents import (
     PauseRecord,
     ScheduleRunRecord,
     ScheduleState,
+    TestSend,
     new_id,
 )
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
@@ -883,3 +884,22 @@ class IdempotencyContract:
 class StoreContract(CampaignContract, ChunkContract, DeviceContract, ScheduleContract,
                     IdempotencyContract):
     """Every repository's contract; subclass it with a ``stores`` fixture."""
+
+    # --- retention ---------------------------------------------------------------------------
+    async def test_idempotency_keys_and_test_sends_expire_by_their_time(
+            self, stores: Stores) -> None:
+        """Issue 31: neither grows forever (``service_layer/retention.py`` runs this)."""
+        old, new = utcnow() - timedelta(days=2), utcnow()
+        for key, at_ in (("old", old), ("new", new)):
+            await stores.idempotency.reserve(IdempotencyBinding(key, "f", new_id(), at_))
+        assert await stores.idempotency.expire(utcnow() - timedelta(days=1)) == 1
+        assert await stores.idempotency.reserve(IdempotencyBinding("old", "g", new_id(), new)
+                                                ) is None, "free again"
+        assert await stores.idempotency.reserve(IdempotencyBinding("new", "g", new_id(), new)
+                                                ) is not None, "still bound"
+        for at_ in (old, new):
+            await stores.test_sends.insert(TestSend(id=new_id(), campaign_id="c", at=at_,
+                                                    by=actor("ops"), status=Status.PENDING,
+                                                    outcomes=()))
+        assert await stores.test_sends.expire(utcnow() - timedelta(days=1)) == 1
+        assert [r.at for r in await stores.test_sends.of_campaign("c")] == [new]
