@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import AnyHttpUrl, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from herald.domain.access import ActorKind, LogOutcome, Role
+from herald.domain.access import OWNER_PATTERN, ActorKind, LogOutcome, Role
 from herald.domain.audience import Audience, Platform
 from herald.domain.lanes import Lane
 from herald.domain.locales import LanguageTag
@@ -60,12 +60,19 @@ class ActorView(BaseModel):
     name: str
     kind: ActorKind
     verified: bool
+    owner: str | None = Field(
+        default=None, description="The person the key belongs to (none: recorded before keys "
+                                  "had owners, or not a key)")
 
 
 class ApiKeyCreate(Strict):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")
     role: Role
     expires_at: AwareDatetime | None = Field(default=None, description="Never, when omitted")
+    owner: str | None = Field(
+        default=None, pattern=OWNER_PATTERN,
+        description="The person the key is for (a login or e-mail address): the keys of one "
+                    "person are one person for approval. Omitted: the minting key's owner")
 
 
 class ApiKeyView(BaseModel):
@@ -73,6 +80,8 @@ class ApiKeyView(BaseModel):
     prefix: str = Field(description="The key's non-secret beginning, to recognise it")
     name: str
     role: Role
+    owner: str = Field(description="The person it belongs to (a key minted before owners "
+                                   "existed: its own id)")
     created_at: datetime
     created_by: ActorView | None
     expires_at: datetime | None
@@ -94,6 +103,7 @@ class Me(BaseModel):
     id: str
     name: str
     role: Role
+    owner: str = Field(description="The person the key belongs to")
     scopes: list[str]
     expires_at: datetime | None
     lanes: list[Lane] = Field(

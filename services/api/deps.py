@@ -159,7 +159,8 @@ MisfireGrace = Annotated[float, provided(lambda s: s.settings.misfire_grace_s)]
 """How late a run may fire, as a schedule's view shows it."""
 
 # --- access ---------------------------------------------------------------------------------
-MintKey = Annotated[Callable[[str, Role, datetime | None, Actor], Awaitable[MintedKey]],
+MintKey = Annotated[Callable[[str, Role, datetime | None, Actor, str | None],
+                             Awaitable[MintedKey]],
                     provided(lambda s: partial(mint_key, s.stores.api_keys))]
 RevokeKey = Annotated[Callable[[str, Actor], Awaitable[ApiKey]],
                       provided(lambda s: partial(revoke_key, s.stores.api_keys))]

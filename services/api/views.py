@@ -179,12 +179,12 @@ def template_view(template: dict[str, Any]) -> dict[str, Any]:
 
 def actor_view(actor: Actor | None) -> ActorView | None:
     return None if actor is None else ActorView(id=actor.id, name=actor.name, kind=actor.kind,
-                                                verified=actor.verified)
+                                                verified=actor.verified, owner=actor.owner)
 
 
 def api_key_view(key: ApiKey) -> ApiKeyView:
     return ApiKeyView(id=key.id, prefix=key.prefix, name=key.name, role=key.role,
-                      created_at=key.created_at, created_by=actor_view(key.created_by),
+                      owner=key.person, created_at=key.created_at, created_by=actor_view(key.created_by),
                       expires_at=key.expires_at, last_used_at=key.last_used_at,
                       revoked_at=key.revoked_at, revoked_by=actor_view(key.revoked_by))
 

@@ -929,7 +929,8 @@ class FakeApiKeys:
         found = await self.by_digest(secret_hash)
         if found is None:
             found = ApiKey(id=f"bootstrap{len(self.rows):016x}", name="bootstrap",
-                           role=Role.ADMIN, secret_hash=secret_hash, created_at=now)
+                           role=Role.ADMIN, secret_hash=secret_hash, created_at=now,
+                           owner="bootstrap")
             self.rows[found.id] = found
         return found
 
