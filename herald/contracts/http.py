@@ -369,6 +369,9 @@ class ScheduleView(BaseModel):
     updated_at: datetime
     created_by: ActorView | None = None
     updated_by: ActorView | None = None
+    template_authors: list[ActorView] = Field(
+        default_factory=list, description="Who replaced its template: like its creator, none "
+                                          "of their persons may approve its runs")
 
 
 class SchedulePage(BaseModel):
@@ -503,16 +506,22 @@ class ApprovalView(BaseModel):
     digest: str = Field(description="SHA-256 of the content, audience and options approved")
     by: ActorView
     at: datetime
+    rate_per_s: int | None = Field(
+        default=None, description="The rate cap approved (null: uncapped); a lower one keeps "
+                                  "the approval, a higher one needs a new approval")
+    not_before: datetime | None = Field(
+        default=None, description="The earliest time approved; a later one keeps the approval, "
+                                  "an earlier one needs a new approval")
     revoked_at: datetime | None = Field(
         default=None, description="When an edit of what it covered revoked it")
     revoked_by: ActorView | None = None
 
 
 class ApproveRequest(Strict):
-    digest: str | None = Field(
-        default=None, pattern=r"^[0-9a-f]{64}$",
-        description="The `content_digest` the approver read: refused (409 approval_stale) if "
-                    "the campaign changed since")
+    digest: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="The `content_digest` the approver read (required): refused (409 "
+                    "approval_stale) if the campaign changed since")
 
 
 class TestSendRequest(Strict):
@@ -681,7 +690,12 @@ class CampaignView(BaseModel):
                                   "(counted only when approvals are configured)")
     content_digest: str = Field(
         default="", description="SHA-256 of what an approval covers (content, audience, "
-                                "options); an approval is in force while it equals this")
+                                "options, rate cap, rollout): what an approver sends back")
+    editors: list[ActorView] = Field(
+        default_factory=list,
+        description="Who changed what an approval covers since its last approval (for a "
+                    "schedule's run, also who wrote its template): like its creator, none "
+                    "of their persons may approve it")
     approval: ApprovalView | None = Field(
         default=None, description="The approval in force: who approved, and when")
     approvals: list[ApprovalView] = Field(

@@ -17,6 +17,7 @@ from herald.adapters.mongo import Database
 from herald.clock import utcnow
 from herald.contracts.http import DeviceIn
 from herald.domain.access import Role
+from herald.domain.approval import approval_digest
 from herald.domain.audience import Platform
 from herald.domain.status import Status, Transition
 from herald.service_layer.access import ensure_bootstrap_key
@@ -131,7 +132,8 @@ GROUPS: dict[str, tuple[Call, set[Role]]] = {
                  {Role.OPERATOR, Role.ADMIN}),
     "preview": (lambda c, ids: c.post("/v1/campaigns/preview", json={
         "campaign_id": ids["running"], "token": ids["device"]}), {Role.OPERATOR, Role.ADMIN}),
-    "approve": (lambda c, ids: c.post(f"/v1/campaigns/{ids['awaiting']}/approve"),
+    "approve": (lambda c, ids: c.post(f"/v1/campaigns/{ids['awaiting']}/approve",
+                                      json={"digest": ids["awaiting_digest"]}),
                 {Role.OPERATOR, Role.ADMIN}),
     "test send": (lambda c, ids: c.post(f"/v1/campaigns/{ids['awaiting']}/test",
                                         json={"tokens": [ids["tester"]]}),
@@ -164,6 +166,7 @@ async def _objects(api: httpx.AsyncClient, api_app: FastAPI, role: Role) -> dict
     await stores.devices.upsert([DeviceIn(token=tester, platform="android")], utcnow())
     return {"running": running.id, "finished": finished, "token": role.value,
             "device": device.token, "awaiting": awaiting.id, "tester": tester,
+            "awaiting_digest": approval_digest(awaiting),
             "to_pause": to_pause.id, "paused": paused.id}
 
 
