@@ -85,7 +85,8 @@ def _approved_after_a_test_send(approving_api: Api, marketing: Api, marketing_ke
                                         *(arg for t in tested for arg in ("--token", t))])
     assert test.exit_code == 0, test.output
     assert "2 accepted, 0 refused" in test.output
-    own_approval = marketing.http.post(f"/v1/campaigns/{campaign_id}/approve")
+    own_approval = marketing.http.post(f"/v1/campaigns/{campaign_id}/approve", json={
+        "digest": marketing.campaign(campaign_id)["content_digest"]})
     assert own_approval.status_code == 403
     assert own_approval.json()["error"]["code"] == "self_approval"
     time.sleep(QUIET_S)

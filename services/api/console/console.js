@@ -470,13 +470,13 @@ function approvalSummary(c) {
   for (const [tag, t] of Object.entries(c.translations || {})) rows.push([`In ${tag}`, `${t.title} — ${t.body}`]);
   if (c.options) rows.push(["Options", JSON.stringify(c.options)]);
   rows.push(["Reaches", c.retarget ? `the ${c.retarget.outcome} recipients of ${c.retarget.campaign_id}`
-    : JSON.stringify(c.audience || {})]);
+    : JSON.stringify(c.audience || {}, (key, value) => (value === null ? undefined : value))]);
   rows.push(["Rate", c.rate_per_s ? `${fmt(c.rate_per_s)}/s` : "uncapped"]);
   if (c.rollout) rows.push(["Rollout", c.rollout.waves.map((w) => `${w.percent}% (hold ${w.hold_s} s)`).join(", ")]);
   rows.push(["Sends at", localTime(c.due_at)]);
   rows.push(["Digest", c.content_digest]);
   return h("dl", { class: "facts", id: "approval-content" },
-    rows.map(([term, value]) => [h("dt", { text: term }), h("dd", { text: value })]));
+    rows.flatMap(([term, value]) => [h("dt", { text: term }), h("dd", { text: value })]));
 }
 
 async function approveCampaign(parts, view) {
