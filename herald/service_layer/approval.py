@@ -44,9 +44,9 @@ class ApprovalRefused(Exception):
                               "can be approved",
         Refusal.CHANGED: "the campaign changed since you read it: read it again and approve "
                          "what it is now",
-        Refusal.NEEDS_APPROVAL: "{what} goes beyond what was approved: it needs a new "
-                                "approval, so only a person who may approve it ({person} "
-                                "{part}) may do it",
+        Refusal.NEEDS_APPROVAL: "{what} goes beyond what was approved and needs a new "
+                                "approval: only a person who could approve the campaign may "
+                                "do it, and {person} {part}",
     }
 
     def __init__(self, refusal: Refusal, status: Status, *, person: str = "",

@@ -20,15 +20,16 @@ from herald import names
 from herald.adapters import rabbit
 from herald.adapters.mongo import Database
 from herald.clock import utcnow
+from herald.contracts.http import AmendRequest, RetargetRequest
 from herald.domain.access import Role
 from herald.domain.rollout import RolloutProgress
-from herald.domain.status import Transition
+from herald.domain.status import Status, Transition
 from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaigns import CampaignCreator
 from herald.service_layer.scheduling import SchedulerPolicy, Scheduling
 from herald.settings import Settings
 from services.api.app import create_app
-from tests.factories import CAMPAIGN_BODY
+from tests.factories import ACTOR, CAMPAIGN_BODY, cancelled_paged_campaign
 from tests.integration.helpers import client_of, mint
 from tests.support import error_code
 
@@ -360,3 +361,19 @@ async def test_a_resume_that_skips_an_approved_rollout_s_hold_is_refused_to_its_
     assert (refused.status_code, error_code(refused)) == (403, "approval_required")
     assert "skips a staged rollout's hold" in refused.json()["error"]["message"]
     assert await _snapshot(db) == before
+
+
+async def test_follow_ups_of_one_original_are_judged_together_on_the_stores(
+        approving_app: FastAPI, broker: RabbitBroker) -> None:
+    """On nx-27017 (MongoDB's wire): the follow-ups of an original are found by their source,
+    and what went without an approval is added to the next one's reach."""
+    stores = approving_app.state.services.stores
+    original = await cancelled_paged_campaign(stores)  # 12 sent, 17 unsent
+    creator = CampaignCreator(stores.campaigns, stores.idempotency, rabbit.RabbitBus(broker),
+                              ApprovalGate(stores.devices, 20))
+    retarget = await creator.retarget(original.id, RetargetRequest(), ACTOR)
+    amend = await creator.amend(original.id, AmendRequest(), ACTOR)
+    assert retarget is not None and amend is not None
+    assert (retarget.status, amend.status) == (Status.PENDING, Status.AWAITING_APPROVAL)
+    assert [c.id for c in await stores.campaigns.follow_ups_of(original.id)] == [
+        retarget.id, amend.id]
