@@ -15,10 +15,10 @@
 ``--api`` (or ``HERALD_API_URL``) chooses the API, ``http://127.0.0.1:8000`` by default;
 ``--api-key`` (or ``HERALD_API_KEY``) is the key every call carries.
 
-    herald approve ID                                  # another key than the creator's
+    herald approve ID                                  # shows what you approve, asks, sends its digest
     herald test ID --token TOKEN --token TOKEN         # or --user-id; at most 100 devices
 
-    herald keys create --name on-call --role responder
+    herald keys create --name on-call --role responder --owner dana@example.com
     herald keys list
     herald keys revoke KEY_ID
 """
@@ -515,15 +515,47 @@ def forecast_line(answer: dict[str, Any], lane: str) -> str:
     return f"in the {lane} lane: done in about {took_s:,.0f} s (fleet {rate}; {ahead})"
 
 
+def approval_lines(campaign: dict[str, Any]) -> list[str]:
+    """What an approver is shown before approving: everything the approval covers."""
+    lines = [f"campaign  {campaign['id']}  {campaign.get('name') or ''}  ({campaign['status']})",
+             f"title     {campaign['title']}", f"body      {campaign['body']}"]
+    lines += [f"data      {key} = {value}" for key, value in (campaign.get("data") or {}).items()]
+    if campaign.get("image_url"):
+        lines.append(f"image     {campaign['image_url']}")
+    for tag, text in (campaign.get("translations") or {}).items():
+        lines.append(f"[{tag}]      {text.get('title')} — {text.get('body')}")
+    if campaign.get("options"):
+        lines.append(f"options   {orjson.dumps(campaign['options']).decode()}")
+    follow_up = campaign.get("retarget")
+    reach = (f"the {follow_up['outcome']} recipients of {follow_up['campaign_id']}" if follow_up
+             else orjson.dumps(campaign.get("audience") or {}).decode())
+    lines.append(f"reaches   {reach}: {campaign.get('audience_estimate')} devices")
+    rate = campaign.get("rate_per_s")
+    lines.append(f"rate      {f'{rate}/s' if rate else 'uncapped'}; lane {campaign.get('lane')}")
+    if campaign.get("rollout"):
+        waves = ", ".join(f"{w['percent']}% (hold {w['hold_s']:.0f} s)"
+                          for w in campaign["rollout"]["waves"])
+        lines.append(f"rollout   {waves}")
+    lines.append(f"sends at  {campaign.get('due_at')}")
+    lines.append(f"digest    {campaign['content_digest']}")
+    return lines
+
+
 @app.command("approve")
 def approve(campaign_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
-            digest: Annotated[str | None, typer.Option(
-                help="The content_digest you read: refused if the campaign changed since")
-            ] = None) -> None:
-    """Approve a campaign awaiting approval (with a key other than its creator's)."""
-    body = {"digest": digest} if digest else None
-    campaign = _call(Endpoint(api, api_key), "POST", f"/v1/campaigns/{campaign_id}/approve",
-                     json=body).json()
+            yes: Annotated[bool, typer.Option(
+                "--yes", help="Approve what is shown without asking")] = False) -> None:
+    """Show what a campaign awaiting approval would send, and approve exactly that (its digest
+    is sent: refused if it changed since). A person other than whoever created it or changed
+    it since its last approval must approve it."""
+    target = Endpoint(api, api_key)
+    shown = _call(target, "GET", f"/v1/campaigns/{campaign_id}").json()
+    for line in approval_lines(shown):
+        console.print(line, highlight=False, markup=False)
+    if not yes and not typer.confirm("Approve exactly this?"):
+        _fail("not approved")
+    campaign = _call(target, "POST", f"/v1/campaigns/{campaign_id}/approve",
+                     json={"digest": shown["content_digest"]}).json()
     approval = campaign["approval"] or {}
     console.print(f"{campaign['id']} approved by {approval.get('by', {}).get('name')} at "
                   f"{approval.get('at')}: now {campaign['status']}", highlight=False)
@@ -564,25 +596,32 @@ def create_key(
     role: Annotated[str, typer.Option(help="viewer, responder, operator, ingest or admin")],
     expires_at: Annotated[datetime | None, typer.Option(
         help="ISO 8601 instant with an offset; never when omitted")] = None,
+    owner: Annotated[str | None, typer.Option(
+        help="The person it is for (a login or e-mail address; a person's keys are one person "
+             "for approval); omitted: yours")] = None,
     api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
 ) -> None:
     """Mint a key and print its secret (shown this once)."""
     body: dict[str, Any] = {"name": name, "role": role}
     if expires_at is not None:
         body["expires_at"] = expires_at.isoformat()
+    if owner is not None:
+        body["owner"] = owner
     created = _call(Endpoint(api, api_key), "POST", "/v1/api-keys", json=body).json()
-    errors.print(f"key {created['id']} ({created['role']}); its secret, shown once:")
+    errors.print(f"key {created['id']} ({created['role']}) of {created['owner']}; its secret, "
+                 "shown once:")
     console.print(created["secret"], highlight=False)
 
 
 @keys.command("list")
 def list_keys(api: ApiOption = DEFAULT_API, api_key: KeyOption = None) -> None:
-    """Every key: id, name, role, last use, expiry, revocation (never a secret)."""
+    """Every key: id, owner, name, role, last use, expiry, revocation (never a secret)."""
     for key in _call(Endpoint(api, api_key), "GET", "/v1/api-keys").json()["items"]:
         state = f"revoked {key['revoked_at']}" if key["revoked_at"] else (
             f"expires {key['expires_at']}" if key["expires_at"] else "active")
-        console.print(f"{key['id']:<24}  {key['role']:<9}  {key['name']:<24}  "
-                      f"last used {key['last_used_at'] or 'never'}  {state}", highlight=False)
+        console.print(f"{key['id']:<24}  {key['owner']:<24}  {key['role']:<9}  "
+                      f"{key['name']:<24}  last used {key['last_used_at'] or 'never'}  {state}",
+                      highlight=False, markup=False)
 
 
 @keys.command("revoke")

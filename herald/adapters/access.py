@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime
 
 from pymongo import DESCENDING, ReturnDocument
@@ -18,7 +18,14 @@ from pymongo.errors import DuplicateKeyError
 from herald import names
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, maybe, object_id, to_bson
-from herald.domain.access import TALLY_WINDOW_S, Actor, ApiKey, LogEntry, Role
+from herald.domain.access import (
+    BOOTSTRAP_OWNER,
+    TALLY_WINDOW_S,
+    Actor,
+    ApiKey,
+    LogEntry,
+    Role,
+)
 
 BOOTSTRAP_KEY_ID = "bootstrap"
 """The name of every bootstrap key, and the beginning of its id (``bootstrap<16 hex>``; the
@@ -56,16 +63,21 @@ class ApiKeyStore:
         await self._keys.update_one({"_id": key_id}, {"$set": {"last_used_at": now}})
 
     async def ensure_bootstrap(self, secret_hash: str, now: datetime) -> ApiKey:
-        """The ``admin`` key named ``bootstrap`` with exactly this secret: made the first time
-        the secret is configured, and from then on kept as it is. Its revocation is never undone:
+        """The ``admin`` key named ``bootstrap`` with exactly this secret, owned by
+        ``bootstrap``: made the first time the secret is configured, and from then on kept as it
+        is (one made before keys had owners is given its owner). Its revocation is never undone:
         a revoked bootstrap key stays revoked, however often the api starts with its secret.
         Concurrent api replicas never duplicate it (the digest's index is unique)."""
         with contextlib.suppress(DuplicateKeyError):  # configured before, or by a replica now
             await self.insert(ApiKey(id=f"{BOOTSTRAP_KEY_ID}{secrets.token_hex(8)}",
                                      name=BOOTSTRAP_KEY_ID, role=Role.ADMIN,
-                                     secret_hash=secret_hash, created_at=now))
+                                     secret_hash=secret_hash, created_at=now,
+                                     owner=BOOTSTRAP_OWNER))
         stored = await self.by_digest(secret_hash)
         assert stored is not None
+        if stored.owner is None:
+            await self._keys.update_one({"_id": stored.id}, {"$set": {"owner": BOOTSTRAP_OWNER}})
+            stored = replace(stored, owner=BOOTSTRAP_OWNER)
         return stored
 
     async def retire_bootstraps_before(self, current: ApiKey, by: Actor,

@@ -36,7 +36,7 @@ from herald.domain.status import TERMINAL, Status, Transition, sources_for, targ
 from herald.domain.timing import Wave
 
 _EDITED = ("name", "content", "audience", "due_at", "local_time", "edited_by", "rate_per_s",
-           "status", "approvals", "approval_required", "audience_estimate")
+           "status", "approvals", "approval_required", "audience_estimate", "editors")
 """What an edit of a campaign that has not fired writes."""
 
 _STILL_COUNTING = sorted(status.value for status in Status if status not in TERMINAL)
@@ -185,18 +185,31 @@ class CampaignStore:
 
     async def approve(self, campaign: Campaign, transition: Transition,
                       approvals: Sequence[Approval], now: datetime) -> Campaign | None:
-        """``transition`` with ``approvals`` recorded, only at the revision that was read."""
+        """``transition`` with ``approvals`` recorded, only at the revision that was read; its
+        editors since the last approval start afresh."""
         return await self.transition(
             campaign.id, transition, now, where={"revision": campaign.revision},
-            also_set={"approvals": [asdict(approval) for approval in approvals]})
+            also_set={"approvals": [asdict(approval) for approval in approvals], "editors": []})
+
+    async def hold_for_approval(self, campaign_id: str, audience_estimate: int, now: datetime,
+                                *, due_at: datetime) -> Campaign | None:
+        """``scheduled → awaiting_approval`` with its audience as counted now, only while it
+        is still due at ``due_at`` (as the scheduler read it)."""
+        return await self.transition(
+            campaign_id, Transition.HOLD_FOR_APPROVAL, now, where={"due_at": due_at},
+            also_set={"approval_required": True, "audience_estimate": audience_estimate})
 
     async def set_rate(self, campaign_id: str, rate_per_s: int | None, by: Actor, now: datetime,
-                       *, among: Iterable[Status]) -> Campaign | None:
-        """Change the campaign's own rate while its status is one of ``among``."""
+                       *, among: Iterable[Status],
+                       approvals: Sequence[Approval] | None = None) -> Campaign | None:
+        """Change the campaign's own rate while its status is one of ``among`` (and, given,
+        record ``approvals``: a rate above the approved one is a new approval)."""
+        changes: Document = {"rate_per_s": rate_per_s, "edited_by": asdict(by), "updated_at": now}
+        if approvals is not None:
+            changes["approvals"] = [asdict(approval) for approval in approvals]
         return maybe(Campaign, await self._campaigns.find_one_and_update(
             {"_id": object_id(campaign_id), "status": {"$in": sorted(s.value for s in among)}},
-            {"$set": {"rate_per_s": rate_per_s, "edited_by": asdict(by), "updated_at": now}},
-            return_document=ReturnDocument.AFTER))
+            {"$set": changes}, return_document=ReturnDocument.AFTER))
 
     # --- dispatch: claims, leases, checkpoints ---------------------------------------------------
     async def claim_for_dispatch(self, campaign_id: str | None, pod_id: str, now: datetime,
@@ -396,6 +409,10 @@ class CampaignStore:
             return_document=ReturnDocument.AFTER))
 
     # --- follow-ups ------------------------------------------------------------------------------
+    async def follow_ups_of(self, campaign_id: str) -> list[Campaign]:
+        """Every retarget, amend and retry made of ``campaign_id``, oldest first."""
+        return await self._find({"follow_up.campaign_id": campaign_id}, sort=("_id", 1))
+
     async def link_amendment(self, campaign_id: str, amend_id: str) -> None:
         """List ``amend_id`` among the amends of ``campaign_id``, once, after the earlier ones.
 

@@ -44,6 +44,7 @@ INDEXES: dict[str, list[tuple[list[tuple[str, int]], dict[str, Any]]]] = {
         ([("status", ASCENDING), ("created_at", DESCENDING)], {"name": "status_created"}),
         ([("status", ASCENDING), ("due_at", ASCENDING)], {"name": "status_due"}),
         ([("schedule_id", ASCENDING)], {"name": "schedule_id"}),
+        ([("follow_up.campaign_id", ASCENDING)], {"name": "follow_up_of"}),
         ([("run_key", ASCENDING)], {"name": "run_key_unique", "unique": True, "sparse": True}),
     ],
     names.CHUNKS: [

@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from herald.domain.access import ActorKind, LogOutcome, Role
+from herald.domain.access import OWNER_PATTERN, ActorKind, LogOutcome, Role
 from herald.domain.audience import Audience, Platform
 from herald.domain.lanes import Lane
 from herald.domain.locales import LanguageTag
@@ -69,12 +69,19 @@ class ActorView(BaseModel):
     name: str
     kind: ActorKind
     verified: bool
+    owner: str | None = Field(
+        default=None, description="The person the key belongs to (none: recorded before keys "
+                                  "had owners, or not a key)")
 
 
 class ApiKeyCreate(Strict):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")
     role: Role
     expires_at: AwareDatetime | None = Field(default=None, description="Never, when omitted")
+    owner: str | None = Field(
+        default=None, pattern=OWNER_PATTERN,
+        description="The person the key is for (a login or e-mail address): the keys of one "
+                    "person are one person for approval. Omitted: the minting key's owner")
 
 
 class ApiKeyView(BaseModel):
@@ -82,6 +89,8 @@ class ApiKeyView(BaseModel):
     prefix: str = Field(description="The key's non-secret beginning, to recognise it")
     name: str
     role: Role
+    owner: str = Field(description="The person it belongs to (a key minted before owners "
+                                   "existed: its own id)")
     created_at: datetime
     created_by: ActorView | None
     expires_at: datetime | None
@@ -103,6 +112,7 @@ class Me(BaseModel):
     id: str
     name: str
     role: Role
+    owner: str = Field(description="The person the key belongs to")
     scopes: list[str]
     expires_at: datetime | None
     lanes: list[Lane] = Field(
@@ -368,6 +378,9 @@ class ScheduleView(BaseModel):
     updated_at: datetime
     created_by: ActorView | None = None
     updated_by: ActorView | None = None
+    template_authors: list[ActorView] = Field(
+        default_factory=list, description="Who replaced its template: like its creator, none "
+                                          "of their persons may approve its runs")
 
 
 class SchedulePage(BaseModel):
@@ -502,16 +515,22 @@ class ApprovalView(BaseModel):
     digest: str = Field(description="SHA-256 of the content, audience and options approved")
     by: ActorView
     at: datetime
+    rate_per_s: int | None = Field(
+        default=None, description="The rate cap approved (null: uncapped); a lower one keeps "
+                                  "the approval, a higher one needs a new approval")
+    not_before: datetime | None = Field(
+        default=None, description="The earliest time approved; a later one keeps the approval, "
+                                  "an earlier one needs a new approval")
     revoked_at: datetime | None = Field(
         default=None, description="When an edit of what it covered revoked it")
     revoked_by: ActorView | None = None
 
 
 class ApproveRequest(Strict):
-    digest: str | None = Field(
-        default=None, pattern=r"^[0-9a-f]{64}$",
-        description="The `content_digest` the approver read: refused (409 approval_stale) if "
-                    "the campaign changed since")
+    digest: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="The `content_digest` the approver read (required): refused (409 "
+                    "approval_stale) if the campaign changed since")
 
 
 class TestSendRequest(Strict):
@@ -680,7 +699,12 @@ class CampaignView(BaseModel):
                                   "(counted only when approvals are configured)")
     content_digest: str = Field(
         default="", description="SHA-256 of what an approval covers (content, audience, "
-                                "options); an approval is in force while it equals this")
+                                "options, rate cap, rollout): what an approver sends back")
+    editors: list[ActorView] = Field(
+        default_factory=list,
+        description="Who changed what an approval covers since its last approval (for a "
+                    "schedule's run, also who wrote its template): like its creator, none "
+                    "of their persons may approve it")
     approval: ApprovalView | None = Field(
         default=None, description="The approval in force: who approved, and when")
     approvals: list[ApprovalView] = Field(

@@ -68,12 +68,21 @@ class ActorKind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Actor:
     """Who made a change. ``verified`` is False only for what a caller declared about itself
-    (an AMQP cancel without a ``user_id`` property names its sender in ``requested_by``)."""
+    (an AMQP cancel without a ``user_id`` property names its sender in ``requested_by``).
+    ``owner`` is the person a key belongs to (``ApiKey.person``), recorded with the change: the
+    keys of one person are one person for approval."""
 
     id: str
     name: str
     kind: ActorKind
     verified: bool = True
+    owner: str | None = None
+
+    @property
+    def person(self) -> str:
+        """Who is behind it: its key's owner; an actor recorded before keys had owners (or
+        not a key) is a person of its own, its id."""
+        return self.owner or self.id
 
     @property
     def label(self) -> str:
@@ -95,6 +104,13 @@ def amqp_actor(user_id: str | None, declared: str | None) -> Actor:
     return Actor(id="amqp", name=name, kind=ActorKind.AMQP, verified=False)
 
 
+OWNER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}$"
+"""A key's owner: a person's principal (an e-mail address, a login), plain printable text."""
+
+BOOTSTRAP_OWNER = "bootstrap"
+"""The owner of every bootstrap key (and so of every key a bootstrap key mints for nobody)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ApiKey:
     id: str
@@ -107,6 +123,14 @@ class ApiKey:
     revoked_at: datetime | None = None
     revoked_by: Actor | None = None
     last_used_at: datetime | None = None
+    owner: str | None = None
+    """The person the key belongs to, named when it was minted (else its minter's person).
+    None only for keys minted before owners existed: each is then a person of its own."""
+
+    @property
+    def person(self) -> str:
+        """Who holds the key, for approval: its owner, or (a key older than owners) its id."""
+        return self.owner or self.id
 
     @property
     def prefix(self) -> str:
@@ -117,7 +141,12 @@ class ApiKey:
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
 
     def as_actor(self) -> Actor:
-        return Actor(id=self.id, name=self.name, kind=ActorKind.API_KEY)
+        return Actor(id=self.id, name=self.name, kind=ActorKind.API_KEY, owner=self.person)
+
+
+def owner_of_new_key(named: str | None, minter: Actor) -> str:
+    """Whose a new key is: the person the admin named, else the minter's own."""
+    return named or minter.person
 
 
 def new_token(key_id: str) -> str:

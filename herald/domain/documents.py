@@ -15,7 +15,7 @@ import itertools
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -253,8 +253,19 @@ class CampaignContent:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovedLimits:
+    """How fast and how soon an approval let the campaign send: a change within them (a lower
+    rate cap, a later time) keeps the approval; one beyond them needs a new one."""
+
+    rate_per_s: int | None
+    """The rate cap approved (None: uncapped)."""
+    due_at: datetime
+    """The earliest time approved."""
+
+
+@dataclass(frozen=True, slots=True)
 class Approval:
-    """A second key's approval of a large campaign, bound to ``digest`` (``approval.py``)."""
+    """A second person's approval of a large campaign, bound to ``digest`` (``approval.py``)."""
 
     digest: str
     by: Actor
@@ -262,9 +273,11 @@ class Approval:
     revoked_at: datetime | None = None
     revoked_by: Actor | None = None
     """Who changed what was approved (an edit), which revoked it."""
+    limits: ApprovedLimits | None = None
+    """None only for approvals given before limits were recorded (then only ``digest`` binds)."""
 
     def revoked(self, now: datetime, by: Actor) -> Approval:
-        return Approval(self.digest, self.by, self.at, revoked_at=now, revoked_by=by)
+        return replace(self, revoked_at=now, revoked_by=by)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +316,9 @@ class Campaign:
     nx-27017's ``$addToSet`` on a missing field does nothing."""
     created_by: Actor | None = None
     edited_by: Actor | None = None
+    editors: tuple[Actor, ...] = ()
+    """Who changed what an approval covers since its last approval was given (for a schedule's
+    run: also who wrote its schedule's template). Neither they nor its creator may approve it."""
     run_key: str | None = None
     started_at: datetime | None = None
     first_request_at: datetime | None = None
@@ -518,6 +534,9 @@ class Schedule:
     missed_total: int = 0
     created_by: Actor | None = None
     updated_by: Actor | None = None
+    template_authors: tuple[Actor, ...] = ()
+    """Who replaced its template since it was made (one actor per person): they, like its
+    creator, may not approve its runs."""
 
 
 # --- devices ---------------------------------------------------------------------------------------

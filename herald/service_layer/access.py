@@ -28,6 +28,7 @@ from herald.domain.access import (
     matches,
     new_token,
     outcome_of,
+    owner_of_new_key,
     tallied,
 )
 from herald.domain.documents import new_id
@@ -108,13 +109,17 @@ class Authenticator:
 
 
 async def mint_key(keys: ApiKeyRepository, name: str, role: Role, expires_at: datetime | None,
-                   by: Actor) -> MintedKey:
+                   by: Actor, owner: str | None = None) -> MintedKey:
+    """A new key for ``owner`` (the person it belongs to; None: ``by``'s own person, so an
+    admin's key minted for nobody in particular is the admin's for approval)."""
     key_id = new_id()
     token = new_token(key_id)
     key = ApiKey(id=key_id, name=name, role=role, secret_hash=digest(token),
-                 created_at=utcnow(), created_by=by, expires_at=expires_at)
+                 created_at=utcnow(), created_by=by, expires_at=expires_at,
+                 owner=owner_of_new_key(owner, by))
     await keys.insert(key)
-    log.info("API key %s (%s, %s) created by %s", key.prefix, name, role.value, by.label)
+    log.info("API key %s (%s, %s) of %s created by %s", key.prefix, name, role.value,
+             key.owner, by.label)
     return MintedKey(key, token)
 
 

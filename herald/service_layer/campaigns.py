@@ -15,8 +15,15 @@ from pydantic import BaseModel, ValidationError
 from herald.clock import utcnow
 from herald.contracts import http
 from herald.contracts.http import CampaignCreate, CampaignPatch, RetargetRequest, RetryRequest
-from herald.domain.access import Actor
-from herald.domain.approval import after_edit
+from herald.domain.access import Actor, Role
+from herald.domain.approval import (
+    after_edit,
+    approval_of,
+    editors_after,
+    unapproved_reach,
+    widening_refusal,
+    widens_rate,
+)
 from herald.domain.audience import Audience
 from herald.domain.documents import (
     Campaign,
@@ -31,7 +38,7 @@ from herald.domain.lanes import Lane
 from herald.domain.rollout import HaltWhen, Rollout, RolloutProgress, RolloutWave
 from herald.domain.status import EDITABLE, TERMINAL, Status, Transition, apply
 from herald.domain.timing import AmbiguousTime, first_instant_anywhere, to_utc
-from herald.service_layer.approval import ApprovalGate
+from herald.service_layer.approval import ApprovalGate, ApprovalRefused
 from herald.service_layer.ports import Bus, IdempotencyRepository, NewCampaigns, ScheduledCampaigns
 
 log = logging.getLogger(__name__)
@@ -255,15 +262,30 @@ class CampaignCreator:
         self._bus = bus
         self._approvals = approvals
 
-    async def held_if_large(self, campaign: Campaign, size: int | None = None) -> Campaign:
+    @property
+    def approvals(self) -> ApprovalGate | None:
+        """The approval threshold its campaigns are held by (None: none)."""
+        return self._approvals
+
+    async def held_if_large(self, campaign: Campaign, size: int | None = None,
+                            together: int | None = None) -> Campaign:
         """``campaign`` held ``awaiting_approval`` if it reaches at least
-        ``HERALD_APPROVAL_MIN_AUDIENCE`` devices (its audience counted now, or ``size``)."""
+        ``HERALD_APPROVAL_MIN_AUDIENCE`` devices (its audience counted now, or ``size``; or,
+        given, ``together``: what it sends with other sends that need no approval)."""
         gate = self._approvals
         if gate is None or gate.min_audience is None:
             return campaign
         if size is None and campaign.audience is not None:
             size = await gate.size_of(campaign.audience)
-        return gate.held(campaign, size)
+        return gate.held(campaign, size, together)
+
+    async def _reach_together(self, parent: Campaign, size: int) -> int | None:
+        """What a follow-up of ``size`` recipients sends together with the follow-ups of the
+        same original that went without an approval (None: approvals are off)."""
+        gate = self._approvals
+        if gate is None or gate.min_audience is None:
+            return None
+        return size + unapproved_reach(await self._campaigns.follow_ups_of(parent.id))
 
     async def create(self, request: CampaignCreate, idempotency_key: str | None,
                      by: Actor) -> Created:
@@ -345,10 +367,12 @@ class CampaignCreator:
         counts = parent.counts
         if counts.unsent == 0 and counts.sent == 0:
             raise NothingToCorrect(parent.status)
+        # Both halves are one correction: the threshold judges them together, never each apart.
+        together = await self._reach_together(parent, counts.unsent + counts.sent)
         retarget = await self._follow_up(parent, request, FollowUpOf.UNSENT, by,
-                                         idempotency_key) if counts.unsent else None
+                                         idempotency_key, together) if counts.unsent else None
         amend = await self._follow_up(parent, request, FollowUpOf.SENT, by,
-                                      idempotency_key) if counts.sent else None
+                                      idempotency_key, together) if counts.sent else None
         return Correction(parent, retarget, amend)
 
     async def retry(self, parent_id: str, by: Actor, idempotency_key: str | None = None,
@@ -373,12 +397,17 @@ class CampaignCreator:
         return campaign
 
     async def _follow_up(self, parent: Campaign, request: RetargetRequest, of: FollowUpOf,
-                         by: Actor, idempotency_key: str | None) -> Campaign:
+                         by: Actor, idempotency_key: str | None,
+                         together: int | None = None) -> Campaign:
         """A campaign to the ``of`` recipients of ``parent``. It carries ``parent``'s
         replacement key: an amend must, to replace; a retarget or retry reaches devices that
         were meant to get ``parent`` (and may have, in the crash gap, or had the original of an
         amend), so there too it replaces rather than adds. It keeps ``parent``'s staged rollout
-        and gate unless ``request`` says otherwise (:func:`follow_up_rollout`)."""
+        and gate unless ``request`` says otherwise (:func:`follow_up_rollout`).
+
+        Whether it waits for an approval is judged on what it sends together with the other
+        follow-ups of ``parent`` that need none (``together``; by default counted now): an
+        original's recipients split into follow-ups each under the threshold still need one."""
         now = utcnow()
         source = FOLLOW_UP_SOURCES[of]
         campaign = new_campaign(
@@ -389,7 +418,10 @@ class CampaignCreator:
             due_at=now, now=now, source=source, schedule_id=parent.schedule_id,
             replace_key=parent.sent_with_key, created_by=by,
             rollout=follow_up_rollout(request, parent), lane=request.lane or parent.lane)
-        campaign = await self.held_if_large(campaign, FOLLOW_UP_SIZES[of](parent.counts))
+        size = FOLLOW_UP_SIZES[of](parent.counts)
+        if together is None:
+            together = await self._reach_together(parent, size)
+        campaign = await self.held_if_large(campaign, size, together)
         if idempotency_key is not None:
             # Scoped to the action, the original and the key: never equal to a creation's key.
             key = f"{source}/{parent.id}/{by.id}:{idempotency_key}"
@@ -474,7 +506,7 @@ def _edited(current: Campaign, patch: CampaignPatch, by: Actor) -> Campaign:
     if patch.send_at is not None or patch.timezone is not None:
         due_at, local_time = _moved(current, patch)
         edited = replace(edited, due_at=due_at, local_time=local_time)
-    return edited
+    return replace(edited, editors=editors_after(current, edited, by))
 
 
 RATE_EDITABLE = frozenset({Status.PENDING, Status.IN_PROGRESS, Status.PAUSED, Status.FINALIZING})
@@ -482,17 +514,18 @@ RATE_EDITABLE = frozenset({Status.PENDING, Status.IN_PROGRESS, Status.PAUSED, St
 
 
 async def edit_scheduled(campaigns: ScheduledCampaigns, campaign_id: str, patch: CampaignPatch,
-                         by: Actor, approvals: ApprovalGate | None = None) -> Campaign | None:
+                         role: Role, by: Actor, approvals: ApprovalGate | None = None
+                         ) -> Campaign | None:
     """Change the time or content of a campaign that has not fired yet (``scheduled`` or
     ``awaiting_approval``), or the rate of one that sends (``rate_per_s`` alone: senders read
     it again within ``STATUS_REFRESH_S``); None if unknown. A change of what an approval
     covers revokes it and holds the campaign ``awaiting_approval`` again
-    (``domain/approval.after_edit``)."""
+    (``domain/approval.after_edit``); ``by`` (a key of ``role``) joins its editors."""
     current = await campaigns.get(campaign_id)
     if current is None:
         return None
     if current.status in RATE_EDITABLE and patch.model_fields_set == {"rate_per_s"}:
-        return await _set_rate(campaigns, current, patch.rate_per_s, by)
+        return await _set_rate(campaigns, current, patch.rate_per_s, role, by)
     if current.status not in EDITABLE:
         raise NotEditable(current.status)
     if current.follow_up is not None and patch.audience is not None:
@@ -506,9 +539,20 @@ async def edit_scheduled(campaigns: ScheduledCampaigns, campaign_id: str, patch:
 
 
 async def _set_rate(campaigns: ScheduledCampaigns, current: Campaign, rate_per_s: int | None,
-                    by: Actor) -> Campaign:
-    """The rate of a campaign that sends, changed; ``NotEditable`` if it stopped meanwhile."""
-    changed = await campaigns.set_rate(current.id, rate_per_s, by, utcnow(), among=RATE_EDITABLE)
+                    role: Role, by: Actor) -> Campaign:
+    """The rate of a campaign that sends, changed; ``NotEditable`` if it stopped meanwhile.
+    Above the cap an approval allowed (or uncapped), it is a new approval: only a person who
+    could approve the campaign may set it (``ApprovalRefused``), and it is recorded as theirs."""
+    now = utcnow()
+    approvals = None
+    if widens_rate(current, rate_per_s):
+        refusal = widening_refusal(current, role, by)
+        if refusal is not None:
+            raise ApprovalRefused.of(refusal, current, by, "raising or removing its rate cap")
+        widened = replace(current, rate_per_s=rate_per_s)
+        approvals = (*current.approvals, approval_of(widened, by, now))
+    changed = await campaigns.set_rate(current.id, rate_per_s, by, now, among=RATE_EDITABLE,
+                                       approvals=approvals)
     if changed is None:
         latest = await campaigns.get(current.id)
         raise NotEditable(latest.status if latest else current.status)

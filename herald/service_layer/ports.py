@@ -65,6 +65,9 @@ class NewCampaigns(CampaignLookup, Protocol):
 
     async def insert(self, campaign: Campaign) -> None: ...
     async def link_amendment(self, campaign_id: str, amend_id: str) -> None: ...
+    async def follow_ups_of(self, campaign_id: str) -> list[Campaign]:
+        """Every follow-up (retarget, amend, retry) made of ``campaign_id``."""
+        ...
 
 
 class ScheduledCampaigns(CampaignLookup, Protocol):
@@ -79,7 +82,13 @@ class ScheduledCampaigns(CampaignLookup, Protocol):
         more)."""
         ...
     async def set_rate(self, campaign_id: str, rate_per_s: int | None, by: Actor, now: datetime,
-                       *, among: Iterable[Status]) -> Campaign | None: ...
+                       *, among: Iterable[Status],
+                       approvals: Sequence[Approval] | None = None) -> Campaign | None: ...
+    async def hold_for_approval(self, campaign_id: str, audience_estimate: int, now: datetime,
+                                *, due_at: datetime) -> Campaign | None:
+        """``scheduled → awaiting_approval`` (counted at its time, it needs an approval) only
+        while the campaign is still due at ``due_at``."""
+        ...
     async def fire(self, campaign_id: str, now: datetime, fired_by: str, *,
                    due_at: datetime) -> Campaign | None:
         """``scheduled → pending`` only while the campaign is still due at ``due_at`` (as the
@@ -98,8 +107,9 @@ class CampaignApprovals(CampaignLookup, Protocol):
 
     async def approve(self, campaign: Campaign, transition: Transition,
                       approvals: Sequence[Approval], now: datetime) -> Campaign | None:
-        """Apply ``transition`` and record ``approvals`` only if the campaign is still as read
-        (its status allows it and its revision is ``campaign.revision``)."""
+        """Apply ``transition``, record ``approvals`` and clear its ``editors`` only if the
+        campaign is still as read (its status allows it and its revision is
+        ``campaign.revision``)."""
         ...
 
 

@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 from herald.clock import utcnow
 from herald.contracts.http import CampaignTemplate, ScheduleCreate
 from herald.domain.access import Actor
+from herald.domain.approval import with_person
 from herald.domain.documents import Campaign, Schedule, ScheduleRunRecord, ScheduleState, new_id
 from herald.domain.status import Status
 from herald.domain.timing import next_occurrence, occurrences_until
@@ -78,6 +79,9 @@ class Scheduling:
         return handled
 
     async def _fire_campaign(self, campaign: Campaign, overdue_s: float, now: datetime) -> int:
+        held = await self._held_at_its_time(campaign, now)
+        if held is not None:
+            return held
         fired = await self._campaigns.fire(campaign.id, now, self._policy.pod_id,
                                            due_at=campaign.due_at)
         if fired is None:
@@ -87,6 +91,23 @@ class Scheduling:
         SCHEDULE_LAG_SECONDS.observe(max(0.0, overdue_s))
         log.info("fired %s, due %s (%.3fs late)", fired.id, fired.due_at.isoformat(), overdue_s)
         await self._creator.wake_dispatcher(fired.id)
+        return 1
+
+    async def _held_at_its_time(self, campaign: Campaign, now: datetime) -> int | None:
+        """If ``campaign``, its audience counted again now, needs an approval it does not
+        have, it waits ``awaiting_approval`` instead of firing: 1 (0 if it was changed
+        meanwhile; the next round reads it again). None: it needs none, fire it."""
+        gate = self._creator.approvals
+        size = await gate.unapproved_size_at_its_time(campaign) if gate else None
+        if size is None:
+            return None
+        held = await self._campaigns.hold_for_approval(campaign.id, size, now,
+                                                       due_at=campaign.due_at)
+        if held is None:
+            SCHEDULE_CLAIMS_LOST.inc()
+            return 0
+        log.info("campaign %s reaches %d devices at its time: held for approval", campaign.id,
+                 size)
         return 1
 
     async def _miss_campaign(self, campaign: Campaign, overdue_s: float, grace_s: float,
@@ -149,8 +170,10 @@ class Scheduling:
             rate_per_s=template.rate_per_s, due_at=occurrence, now=now, source="schedule",
             schedule_id=schedule.id, run_key=run_key(schedule, occurrence),
             created_by=schedule.created_by, lane=template.lane)
-        # A large run waits, awaiting_approval, for a key other than the schedule's creator's.
-        held = await self._creator.held_if_large(fresh)
+        # A large run (its audience counted now) waits, awaiting_approval, for a person other
+        # than the schedule's creator and whoever wrote its template.
+        held = await self._creator.held_if_large(
+            replace(fresh, editors=schedule.template_authors))
         run = await self._campaigns.insert_run(
             replace(held, fired_at=now, fired_by=self._policy.pod_id))
         SCHEDULE_CLAIMS.inc()
@@ -221,6 +244,9 @@ async def replan(schedules: ScheduleRepository, schedule_id: str, changes: dict[
     timezone = changes.get("timezone", current.timezone)
     state = changes.get("state", current.state)
     now = utcnow()
+    if "template" in changes:  # its author may not approve its runs, like its creator
+        changes["template_authors"] = [
+            asdict(author) for author in with_person(current.template_authors, by)]
     if {"cron", "timezone", "state"} & set(changes) and state == ScheduleState.ACTIVE:
         changes["next_run_at"] = next_occurrence(cron, timezone, now)
     updated = await schedules.update(

@@ -103,8 +103,12 @@ CancelUseCase = Annotated[Callable[..., Awaitable[Decided[CancelDecision]]],
                           provided(lambda s: s.decider.cancel)]
 PauseUseCase = Annotated[Callable[..., Awaitable[Decided[PauseDecision]]],
                          provided(lambda s: s.decider.pause)]
-ResumeUseCase = Annotated[Callable[[str, Actor | None], Awaitable[Campaign]],
-                          provided(lambda s: s.decider.resume)]
+ResumeUseCase = Annotated[
+    Callable[[str, Role, Actor], Awaitable[Campaign]],
+    provided(lambda s: partial(approval.resume_within_approval, s.stores.campaigns,
+                               s.decider.resume))]
+"""The stopping protocol's resume, unless it skips an approved rollout's hold for someone who
+could not approve it (``approval.resume_within_approval``)."""
 FindCampaign = Annotated[Callable[[str], Awaitable[Campaign]],
                          provided(lambda s: partial(queries.campaign, s.stores.campaigns))]
 ListCampaigns = Annotated[
@@ -118,10 +122,10 @@ AffectedLanguages = Annotated[
     provided(lambda s: partial(variants_of, s.stores))]
 """The languages a follow-up affects: the original's recipients of one outcome, by variant."""
 EditScheduled = Annotated[
-    Callable[[str, CampaignPatch, Actor], Awaitable[Campaign | None]],
+    Callable[[str, CampaignPatch, Role, Actor], Awaitable[Campaign | None]],
     provided(lambda s: partial(edit_scheduled, s.stores.campaigns, approvals=s.approvals))]
 Approve = Annotated[
-    Callable[[str, Role, Actor, str | None], Awaitable[Campaign]],
+    Callable[[str, Role, Actor, str], Awaitable[Campaign]],
     provided(lambda s: partial(approval.approve, s.stores.campaigns, s.creator.wake_dispatcher))]
 SendTest = Annotated[TestSender, provided(lambda s: s.test_sender)]
 TestSends = Annotated[TestSendRepository, provided(lambda s: s.stores.test_sends)]
@@ -159,7 +163,8 @@ MisfireGrace = Annotated[float, provided(lambda s: s.settings.misfire_grace_s)]
 """How late a run may fire, as a schedule's view shows it."""
 
 # --- access ---------------------------------------------------------------------------------
-MintKey = Annotated[Callable[[str, Role, datetime | None, Actor], Awaitable[MintedKey]],
+MintKey = Annotated[Callable[[str, Role, datetime | None, Actor, str | None],
+                             Awaitable[MintedKey]],
                     provided(lambda s: partial(mint_key, s.stores.api_keys))]
 RevokeKey = Annotated[Callable[[str, Actor], Awaitable[ApiKey]],
                       provided(lambda s: partial(revoke_key, s.stores.api_keys))]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -84,6 +85,7 @@ def campaign_view(campaign: Campaign) -> CampaignView:
         content_digest=approval_digest(campaign),
         approval=approval_view(campaign.approval) if campaign.approval else None,
         approvals=[approval_view(a) for a in campaign.approvals],
+        editors=actor_views(campaign.editors),
         testable=campaign.status in TESTABLE)
 
 
@@ -104,7 +106,10 @@ def eta_view(forecast: Forecast | None) -> Eta | None:
 def approval_view(approval: Approval) -> ApprovalView:
     by = actor_view(approval.by)
     assert by is not None
+    limits = approval.limits
     return ApprovalView(digest=approval.digest, by=by, at=approval.at,
+                        rate_per_s=limits.rate_per_s if limits else None,
+                        not_before=limits.due_at if limits else None,
                         revoked_at=approval.revoked_at,
                         revoked_by=actor_view(approval.revoked_by))
 
@@ -168,7 +173,8 @@ def schedule_view(schedule: Schedule, misfire_grace_s: float) -> ScheduleView:
         runs=[ScheduleRun(**asdict(run)) for run in reversed(schedule.runs)],
         missed_total=schedule.missed_total, created_at=schedule.created_at,
         updated_at=schedule.updated_at, created_by=actor_view(schedule.created_by),
-        updated_by=actor_view(schedule.updated_by))
+        updated_by=actor_view(schedule.updated_by),
+        template_authors=actor_views(schedule.template_authors))
 
 
 def template_view(template: dict[str, Any]) -> dict[str, Any]:
@@ -179,12 +185,16 @@ def template_view(template: dict[str, Any]) -> dict[str, Any]:
 
 def actor_view(actor: Actor | None) -> ActorView | None:
     return None if actor is None else ActorView(id=actor.id, name=actor.name, kind=actor.kind,
-                                                verified=actor.verified)
+                                                verified=actor.verified, owner=actor.owner)
+
+
+def actor_views(actors: Iterable[Actor]) -> list[ActorView]:
+    return [view for view in map(actor_view, actors) if view is not None]
 
 
 def api_key_view(key: ApiKey) -> ApiKeyView:
     return ApiKeyView(id=key.id, prefix=key.prefix, name=key.name, role=key.role,
-                      created_at=key.created_at, created_by=actor_view(key.created_by),
+                      owner=key.person, created_at=key.created_at, created_by=actor_view(key.created_by),
                       expires_at=key.expires_at, last_used_at=key.last_used_at,
                       revoked_at=key.revoked_at, revoked_by=actor_view(key.revoked_by))
 

@@ -26,10 +26,13 @@ class Api:
     def as_key(self, key: str) -> Api:
         return Api(str(self.http.base_url), key)
 
-    def mint_key(self, role: str, name: str | None = None) -> str:
-        """A new key of ``role`` (the caller must be an admin); its secret."""
-        response = self.http.post("/v1/api-keys", json={"name": name or f"test-{role}",
-                                                        "role": role})
+    def mint_key(self, role: str, name: str | None = None, owner: str | None = None) -> str:
+        """A new key of ``role`` for ``owner`` (the caller must be an admin; None: the
+        caller's own person); its secret."""
+        body = {"name": name or f"test-{role}", "role": role}
+        if owner is not None:
+            body["owner"] = owner
+        response = self.http.post("/v1/api-keys", json=body)
         assert response.status_code == 201, response.text
         return str(response.json()["secret"])
 

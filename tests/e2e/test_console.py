@@ -420,8 +420,8 @@ def test_a_large_campaign_is_approved_by_a_second_key_after_a_test_send(
     pages = PageMaker(browser, url)
     holding = Api(url, console_stack.config.api_key)
     try:
-        marketing_key = holding.mint_key("operator", "marketing-2")
-        reviewer_key = holding.mint_key("operator", "reviewer")
+        marketing_key = holding.mint_key("operator", "marketing-2", owner="marketing-2")
+        reviewer_key = holding.mint_key("operator", "reviewer", owner="reviewer")
         viewer_key = holding.mint_key("viewer", "watcher-2")
         marketing = holding.as_key(marketing_key)
         campaign_id = marketing.create_campaign(
@@ -435,6 +435,7 @@ def test_a_large_campaign_is_approved_by_a_second_key_after_a_test_send(
         expect(creator.locator(".status.awaiting_approval")).to_have_text("awaiting approval")
         expect(creator.locator("#approve")).to_be_disabled()
         expect(creator.locator("#approve-hint")).to_contain_text("another operator or an admin")
+        expect(creator.locator("#approval-content")).to_contain_text(FIXED)
         screenshot(creator, "approval-awaiting")
         creator.select_option("#test-kind", "user_ids")
         creator.fill("#test-targets", "user-2")

@@ -55,7 +55,7 @@ def _fields(request: Received) -> tuple[object, ...]:
 def test_a_large_campaign_is_sent_only_once_another_key_approves_it(
         fleet: Fleet, approving_api: Api, emulator: EmulatorClient) -> None:
     own, audience = fleet.import_own(approving_api, reachable_devices(POPULATION))
-    marketing_key = approving_api.mint_key("operator", "marketing")
+    marketing_key = approving_api.mint_key("operator", "marketing", owner="marketing")
     marketing = approving_api.as_key(marketing_key)
     try:
         _approved_after_a_test_send(approving_api, marketing, marketing_key, own, audience,
@@ -67,7 +67,7 @@ def test_a_large_campaign_is_sent_only_once_another_key_approves_it(
 def _approved_after_a_test_send(approving_api: Api, marketing: Api, marketing_key: str,
                                 own: list[dict[str, Any]], audience: dict[str, Any],
                                 emulator: EmulatorClient) -> None:
-    reviewer_key = approving_api.mint_key("operator", "reviewer")
+    reviewer_key = approving_api.mint_key("operator", "reviewer", owner="reviewer")
     campaign_id = marketing.create_campaign(
         audience=audience, data={"landingUrl": "https://example.com/live"},
         options={"priority": "high", "android_channel_id": "live"})
@@ -85,7 +85,8 @@ def _approved_after_a_test_send(approving_api: Api, marketing: Api, marketing_ke
                                         *(arg for t in tested for arg in ("--token", t))])
     assert test.exit_code == 0, test.output
     assert "2 accepted, 0 refused" in test.output
-    own_approval = marketing.http.post(f"/v1/campaigns/{campaign_id}/approve")
+    own_approval = marketing.http.post(f"/v1/campaigns/{campaign_id}/approve", json={
+        "digest": marketing.campaign(campaign_id)["content_digest"]})
     assert own_approval.status_code == 403
     assert own_approval.json()["error"]["code"] == "self_approval"
     time.sleep(QUIET_S)
@@ -93,7 +94,7 @@ def _approved_after_a_test_send(approving_api: Api, marketing: Api, marketing_ke
         "FCM received something of an unapproved campaign besides the test send"
     assert marketing.campaign(campaign_id)["status"] == "awaiting_approval"
 
-    approved = CliRunner().invoke(cli.app, ["approve", campaign_id, "--api",
+    approved = CliRunner().invoke(cli.app, ["approve", campaign_id, "--yes", "--api",
                                             str(approving_api.http.base_url),
                                             "--api-key", reviewer_key])
     assert approved.exit_code == 0, approved.output

@@ -17,6 +17,7 @@ from herald.adapters.mongo import Database
 from herald.clock import utcnow
 from herald.contracts.http import DeviceIn
 from herald.domain.access import Role
+from herald.domain.approval import approval_digest
 from herald.domain.audience import Platform
 from herald.domain.status import Status, Transition
 from herald.service_layer.access import ensure_bootstrap_key
@@ -131,7 +132,8 @@ GROUPS: dict[str, tuple[Call, set[Role]]] = {
                  {Role.OPERATOR, Role.ADMIN}),
     "preview": (lambda c, ids: c.post("/v1/campaigns/preview", json={
         "campaign_id": ids["running"], "token": ids["device"]}), {Role.OPERATOR, Role.ADMIN}),
-    "approve": (lambda c, ids: c.post(f"/v1/campaigns/{ids['awaiting']}/approve"),
+    "approve": (lambda c, ids: c.post(f"/v1/campaigns/{ids['awaiting']}/approve",
+                                      json={"digest": ids["awaiting_digest"]}),
                 {Role.OPERATOR, Role.ADMIN}),
     "test send": (lambda c, ids: c.post(f"/v1/campaigns/{ids['awaiting']}/test",
                                         json={"tokens": [ids["tester"]]}),
@@ -164,6 +166,7 @@ async def _objects(api: httpx.AsyncClient, api_app: FastAPI, role: Role) -> dict
     await stores.devices.upsert([DeviceIn(token=tester, platform="android")], utcnow())
     return {"running": running.id, "finished": finished, "token": role.value,
             "device": device.token, "awaiting": awaiting.id, "tester": tester,
+            "awaiting_digest": approval_digest(awaiting),
             "to_pause": to_pause.id, "paused": paused.id}
 
 
@@ -254,6 +257,43 @@ async def test_keys_are_listed_without_secrets(api: httpx.AsyncClient) -> None:
     backend = next(key for key in listed if key["name"] == "app backend")
     assert backend["role"] == "ingest" and secret.startswith(backend["prefix"] + "_")
     assert backend["created_by"]["name"] == "bootstrap" and backend["revoked_at"] is None
+
+
+async def test_a_key_belongs_to_the_person_named_or_to_its_minter_s(
+        api: httpx.AsyncClient, api_app: FastAPI, db: Database) -> None:
+    named = await mint(api, Role.OPERATOR, "dana's laptop", owner="dana@example.com")
+    spare = await mint(api, Role.ADMIN, "spare admin")
+    listed = {key["name"]: key for key in (await api.get("/v1/api-keys")).json()["items"]}
+    assert listed["dana's laptop"]["owner"] == "dana@example.com"
+    assert listed["spare admin"]["owner"] == listed["bootstrap"]["owner"] == "bootstrap"
+    async with client_of(api_app, spare) as client:
+        assert (await client.get("/v1/me")).json()["owner"] == "bootstrap"
+        minted = await client.post("/v1/api-keys", json={"name": "by spare", "role": "viewer"})
+    assert minted.json()["owner"] == "bootstrap"  # a key minted for nobody is its minter's
+    async with client_of(api_app, named) as client:
+        me = (await client.get("/v1/me")).json()
+        made = await client.post("/v1/campaigns", json=CAMPAIGN_BODY)
+    assert me["owner"] == "dana@example.com"
+    view = (await api.get(f"/v1/campaigns/{made.json()['id']}")).json()
+    assert view["created_by"]["owner"] == "dana@example.com"
+    log = (await api.get("/v1/operator-log")).json()["items"]
+    assert any(e["action"] == "key.create" and e["detail"] == "owner=dana@example.com "
+               "role=operator" for e in log)
+    before = await db[names.API_KEYS].count_documents({})
+    for owner in ("", "a b", "x" * 101, "\u202eevil", "-leading"):
+        refused = await api.post("/v1/api-keys", json={"name": "n", "role": "viewer",
+                                                       "owner": owner})
+        assert refused.status_code == 422, owner
+    assert await db[names.API_KEYS].count_documents({}) == before
+
+
+async def test_a_key_minted_before_owners_existed_is_a_person_of_its_own(
+        api: httpx.AsyncClient, db: Database) -> None:
+    """The migration: nothing to run; a stored key without ``owner`` is owned by its own id."""
+    await mint(api, Role.OPERATOR, "old key", owner="someone")
+    await db[names.API_KEYS].update_one({"name": "old key"}, {"$unset": {"owner": ""}})
+    listed = {key["name"]: key for key in (await api.get("/v1/api-keys")).json()["items"]}
+    assert listed["old key"]["owner"] == listed["old key"]["id"]
 
 
 async def test_an_idempotency_key_is_scoped_to_the_api_key_that_used_it(

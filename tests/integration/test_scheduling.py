@@ -16,6 +16,7 @@ from herald.adapters.mongo import Database
 from herald.adapters.records import from_bson
 from herald.clock import utcnow
 from herald.contracts.http import CampaignPatch, ScheduleCreate
+from herald.domain.access import Role
 from herald.domain.documents import Campaign, Schedule, ScheduleState
 from herald.domain.status import Status
 from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
@@ -95,7 +96,7 @@ async def test_a_campaign_moved_later_after_it_was_read_as_due_is_neither_fired_
         due = await read_due(now, limit)
         for campaign in due:
             await edit_scheduled(stores.campaigns, campaign.id,
-                                 CampaignPatch.model_validate({"send_at": later}), ACTOR)
+                                 CampaignPatch.model_validate({"send_at": later}), Role.OPERATOR, ACTOR)
         return due
 
     monkeypatch.setattr(stores.campaigns, "due_scheduled", read_then_moved)

@@ -272,7 +272,7 @@ class FakeCampaigns:
             current, name=edited.name, content=edited.content, audience=edited.audience,
             due_at=edited.due_at, local_time=edited.local_time, edited_by=edited.edited_by,
             rate_per_s=edited.rate_per_s, status=edited.status, approvals=edited.approvals,
-            approval_required=edited.approval_required,
+            approval_required=edited.approval_required, editors=edited.editors,
             audience_estimate=edited.audience_estimate, revision=current.revision + 1,
             updated_at=now))
 
@@ -283,7 +283,15 @@ class FakeCampaigns:
         if current is None or current.revision != campaign.revision:
             return None
         return self._apply(campaign.id, transition, now,
-                           lambda c: replace(c, approvals=tuple(approvals)))
+                           lambda c: replace(c, approvals=tuple(approvals), editors=()))
+
+    async def hold_for_approval(self, campaign_id: str, audience_estimate: int, now: datetime,
+                                *, due_at: datetime) -> Campaign | None:
+        await _round_trip()
+        if not self._due_at(campaign_id, due_at):
+            return None
+        return self._apply(campaign_id, Transition.HOLD_FOR_APPROVAL, now, lambda c: replace(
+            c, approval_required=True, audience_estimate=audience_estimate))
 
     async def claim_for_dispatch(self, campaign_id: str | None, pod_id: str, now: datetime,
                                  lease_until: datetime) -> Campaign | None:
@@ -460,11 +468,13 @@ class FakeCampaigns:
                            and c.rollout_progress is not None)
 
     async def set_rate(self, campaign_id: str, rate_per_s: int | None, by: Actor, now: datetime,
-                       *, among: Iterable[Status]) -> Campaign | None:
+                       *, among: Iterable[Status],
+                       approvals: Sequence[Approval] | None = None) -> Campaign | None:
         await _round_trip()
         statuses = set(among)
         changed = self._update(campaign_id, lambda c: c.status in statuses, lambda c: replace(
-            c, rate_per_s=rate_per_s, edited_by=by, updated_at=now))
+            c, rate_per_s=rate_per_s, edited_by=by, updated_at=now,
+            approvals=c.approvals if approvals is None else tuple(approvals)))
         return self._rows[campaign_id] if changed else None
 
     async def update_rollout(self, campaign_id: str, wave: int, progress: RolloutProgress
@@ -508,6 +518,11 @@ class FakeCampaigns:
             return replace(c, pause=pause)
 
         return self._decide(campaign_id, Transition.RESUME, decision, after, resumed)
+
+    async def follow_ups_of(self, campaign_id: str) -> list[Campaign]:
+        await _round_trip()
+        return self._where(lambda c: c.follow_up is not None
+                           and c.follow_up.campaign_id == campaign_id)
 
     async def link_amendment(self, campaign_id: str, amend_id: str) -> None:
         await _round_trip()
@@ -936,7 +951,8 @@ class FakeApiKeys:
         found = await self.by_digest(secret_hash)
         if found is None:
             found = ApiKey(id=f"bootstrap{len(self.rows):016x}", name="bootstrap",
-                           role=Role.ADMIN, secret_hash=secret_hash, created_at=now)
+                           role=Role.ADMIN, secret_hash=secret_hash, created_at=now,
+                           owner="bootstrap")
             self.rows[found.id] = found
         return found
 

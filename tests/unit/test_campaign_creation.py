@@ -11,6 +11,7 @@ import pytest
 
 from herald.clock import utcnow
 from herald.contracts.http import CampaignCreate, CampaignPatch, RetargetRequest
+from herald.domain.access import Role
 from herald.domain.audience import Audience, Platform
 from herald.domain.documents import (
     Campaign,
@@ -259,7 +260,8 @@ async def test_a_scheduled_campaign_takes_the_changes_given(
     current = await scheduled(creator)
     audience = Audience(platforms=[Platform.IOS])
     edited = await edit_scheduled(stores.campaigns, current.id, patch(
-        title="New", data={"k": "w"}, audience=audience.model_dump(), name="renamed"), ACTOR)
+        title="New", data={"k": "w"}, audience=audience.model_dump(), name="renamed"),
+              Role.OPERATOR, ACTOR)
     assert edited is not None
     assert edited.content == CampaignContent("New", "Tap to watch", {"k": "w"}, "https://i.test/a")
     assert (edited.name, edited.audience, edited.due_at) == ("renamed", audience,
@@ -271,7 +273,7 @@ async def test_nulls_in_a_patch_change_nothing(stores: Stores, creator: Campaign
     current = await scheduled(creator)
     edited = await edit_scheduled(stores.campaigns, current.id, patch(
         title=None, body=None, data=None, image_url=None, name=None, audience=None,
-        send_at=None, timezone=None), ACTOR)
+        send_at=None, timezone=None), Role.OPERATOR, ACTOR)
     assert edited is not None
     assert (edited.content, edited.name, edited.audience, edited.due_at) == (
         current.content, current.name, current.audience, current.due_at)
@@ -282,7 +284,7 @@ async def test_a_change_past_fcms_size_limit_is_refused(stores: Stores,
     current = await scheduled(creator)
     with pytest.raises(InvalidChange) as refused:
         await edit_scheduled(stores.campaigns, current.id, patch(data={"big": "x" * 3900},
-                                                       body="y" * 400), ACTOR)
+                                                       body="y" * 400), Role.OPERATOR, ACTOR)
     assert "FCM accepts at most 4096" in str(refused.value)
     assert await stored(stores, current.id) == current
 
@@ -291,7 +293,8 @@ async def test_moving_a_campaign_moves_its_due_time(stores: Stores,
                                                      creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     later = utcnow().replace(microsecond=0) + timedelta(hours=5)
-    edited = await edit_scheduled(stores.campaigns, current.id, patch(send_at=later.isoformat()), ACTOR)
+    edited = await edit_scheduled(stores.campaigns, current.id, patch(send_at=later.isoformat()),
+                                  Role.OPERATOR, ACTOR)
     assert edited is not None and edited.due_at == later
 
 
@@ -299,7 +302,8 @@ async def test_a_local_time_campaign_moved_to_another_zone_keeps_its_wall_clock(
         stores: Stores, creator: CampaignCreator) -> None:
     current = await scheduled(creator, send_at="2030-06-01T09:00:00", timezone="Asia/Seoul",
                               deliver_in_local_time=True)
-    edited = await edit_scheduled(stores.campaigns, current.id, patch(timezone="Europe/Madrid"), ACTOR)
+    edited = await edit_scheduled(stores.campaigns, current.id, patch(timezone="Europe/Madrid"),
+                                  Role.OPERATOR, ACTOR)
     assert edited is not None
     assert edited.local_time == LocalTime("2030-06-01T09:00:00", "Europe/Madrid")
     assert edited.due_at == current.due_at  # still where 09:00 comes first on Earth
@@ -309,26 +313,29 @@ async def test_a_timezone_alone_does_not_move_a_campaign(stores: Stores,
                                                           creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     with pytest.raises(AmbiguousTime):
-        await edit_scheduled(stores.campaigns, current.id, patch(timezone="Asia/Seoul"), ACTOR)
+        await edit_scheduled(stores.campaigns, current.id, patch(timezone="Asia/Seoul"),
+                             Role.OPERATOR, ACTOR)
 
 
 async def test_a_campaign_cannot_be_moved_into_the_past(stores: Stores,
                                                         creator: CampaignCreator) -> None:
     current = await scheduled(creator)
     with pytest.raises(SendAtInPast):
-        await edit_scheduled(stores.campaigns, current.id, patch(send_at="2020-01-01T00:00:00Z"), ACTOR)
+        await edit_scheduled(stores.campaigns, current.id, patch(send_at="2020-01-01T00:00:00Z"),
+                             Role.OPERATOR, ACTOR)
 
 
 @pytest.mark.parametrize("status", [Status.PENDING, Status.IN_PROGRESS, Status.CANCELLED])
 async def test_only_a_scheduled_campaign_is_edited(stores: Stores, status: Status) -> None:
     campaign_id = await insert(stores, status=status)
     with pytest.raises(NotEditable) as refused:
-        await edit_scheduled(stores.campaigns, campaign_id, patch(title="New"), ACTOR)
+        await edit_scheduled(stores.campaigns, campaign_id, patch(title="New"), Role.OPERATOR, ACTOR)
     assert refused.value.status is status
 
 
 async def test_an_unknown_campaign_is_not_edited(stores: Stores) -> None:
-    assert await edit_scheduled(stores.campaigns, new_id(), patch(title="New"), ACTOR) is None
+    assert await edit_scheduled(stores.campaigns, new_id(), patch(title="New"),
+                                Role.OPERATOR, ACTOR) is None
 
 
 class FiresWhileEdited(FakeCampaigns):
@@ -346,6 +353,6 @@ async def test_a_campaign_that_fired_during_the_edit_is_not_edited(bus: FakeBus)
     stores = replace(fake_stores(), campaigns=FiresWhileEdited())
     current = await scheduled(CampaignCreator(stores.campaigns, stores.idempotency, bus))
     with pytest.raises(NotEditable) as refused:
-        await edit_scheduled(stores.campaigns, current.id, patch(title="New"), ACTOR)
+        await edit_scheduled(stores.campaigns, current.id, patch(title="New"), Role.OPERATOR, ACTOR)
     assert refused.value.status is Status.PENDING
     assert (await stored(stores, current.id)).content.title == "Live now"

@@ -11,7 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from herald.clock import utcnow
-from herald.contracts.http import CampaignPatch, ScheduleCreate
+from herald.contracts.http import CampaignPatch, CampaignTemplate, DeviceIn, ScheduleCreate
+from herald.domain.access import Actor, ActorKind, Role
+from herald.domain.approval import approval_of
 from herald.domain.documents import (
     Campaign,
     Schedule,
@@ -21,6 +23,7 @@ from herald.domain.documents import (
     new_id,
 )
 from herald.domain.status import Status
+from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
 from herald.service_layer.ports import Stores
 from herald.service_layer.scheduling import (
@@ -33,6 +36,7 @@ from herald.service_layer.scheduling import (
     replan,
 )
 from tests.factories import ACTOR, insert, schedule
+from tests.factories import campaign as a_campaign
 from tests.unit.fakes import FakeBus, FakeCampaigns, FakeSchedules, fake_stores
 
 GRACE_S = 60
@@ -108,7 +112,7 @@ class MovedAfterTheRead(FakeCampaigns):
         later = (utcnow() + timedelta(hours=1)).isoformat()
         for campaign in due:
             await edit_scheduled(self, campaign.id,
-                                 CampaignPatch.model_validate({"send_at": later}), ACTOR)
+                                 CampaignPatch.model_validate({"send_at": later}), Role.OPERATOR, ACTOR)
         return due
 
 
@@ -341,3 +345,57 @@ async def test_an_ended_schedule_has_no_next_run_and_refuses_edits(stores: Store
 async def test_an_unknown_schedule_is_neither_edited_nor_ended(stores: Stores) -> None:
     assert await replan(stores.schedules, new_id(), {"name": "x"}, ACTOR) is None
     assert await end_schedule(stores.schedules, new_id(), ACTOR) is None
+
+
+# --- approval at its time ----------------------------------------------------------------------
+def approving_scheduling(stores: Stores, bus: FakeBus, min_audience: int) -> Scheduling:
+    creator = CampaignCreator(stores.campaigns, stores.idempotency, bus,
+                              ApprovalGate(stores.devices, min_audience))
+    return Scheduling(stores.campaigns, stores.schedules, creator,
+                      SchedulerPolicy(pod_id="scheduler-1", misfire_grace_s=GRACE_S, lease_s=30))
+
+
+async def register(stores: Stores, count: int) -> None:
+    await stores.devices.upsert([DeviceIn(token=f"tok-{i}", platform="ios")
+                                 for i in range(count)], utcnow())
+
+
+async def test_a_campaign_whose_audience_grew_to_the_threshold_waits_at_its_time(
+        stores: Stores, bus: FakeBus) -> None:
+    campaign_id = await insert(stores, due_in_s=-1, status=Status.SCHEDULED,
+                               audience_estimate=0)  # counted 0 when it was made
+    await register(stores, 3)
+    assert await approving_scheduling(stores, bus, 3).fire_due_campaigns(utcnow()) == 1
+    held = await stored(stores, campaign_id)
+    assert (held.status, held.audience_estimate, held.approval_required) == (
+        Status.AWAITING_APPROVAL, 3, True)
+    assert bus.dispatches == []
+
+
+async def test_an_approved_campaign_or_a_small_one_fires_at_its_time(
+        stores: Stores, bus: FakeBus) -> None:
+    await register(stores, 3)
+    small = await insert(stores, due_in_s=-1, status=Status.SCHEDULED)
+    approved = a_campaign(-1, status=Status.SCHEDULED, approval_required=True)
+    approved = replace(approved, approvals=(approval_of(approved, ACTOR, utcnow()),))
+    await stores.campaigns.insert(approved)
+    assert await approving_scheduling(stores, bus, 4).fire_due_campaigns(utcnow()) == 2
+    assert await approving_scheduling(stores, bus, 3).fire_due_campaigns(utcnow()) == 0
+    assert sorted(bus.dispatches) == sorted([small, approved.id])
+
+
+async def test_whoever_replaced_a_schedule_s_template_is_an_editor_of_its_runs(
+        stores: Stores, bus: FakeBus) -> None:
+    made = await create_schedule(stores.schedules, create_request(), ACTOR)
+    author = Actor(id="k2", name="b", kind=ActorKind.API_KEY, owner="bea")
+    template = CampaignTemplate(title="B's", body="text").model_dump(mode="json")
+    await replan(stores.schedules, made.id, {"template": template}, author)
+    renamed = await replan(stores.schedules, made.id, {"name": "n", "template": template},
+                           replace(author, id="k3"))
+    assert renamed is not None and renamed.template_authors == (author,)
+    await stores.schedules.update(made.id, {"next_run_at": NOW.replace(second=0)})
+    await register(stores, 3)
+    assert await approving_scheduling(stores, bus, 3).run_due_schedules(NOW) == 1
+    [run] = await runs_of(stores, made.id)
+    assert (run.status, run.created_by, run.editors) == (
+        Status.AWAITING_APPROVAL, ACTOR, (author,))

@@ -428,24 +428,55 @@ function confirmStop(parts, view) {
 }
 
 // --- approval of a large send ---------------------------------------------------------------
+// A person is a key's owner (or, for a key older than owners, the key itself): the keys of one
+// person are one person, and whoever created the campaign or changed it since its last approval
+// may not approve it.
+const personOf = (actor) => actor && (actor.owner || actor.id);
+
+function ownPart(c) {
+  const me = session.me && session.me.owner;
+  if (!me) return null;
+  if (personOf(c.created_by) === me) return "You created this campaign (or its schedule)";
+  if ((c.editors || []).some((a) => personOf(a) === me)) return "You changed it since its last approval";
+  return null;
+}
+
 function renderApproval(parts, view) {
   const c = view.campaign;
   if (c.status !== "awaiting_approval") { parts.approval.replaceChildren(); return; }
-  const mine = Boolean(session.me && c.created_by && c.created_by.id === session.me.id);
+  const own = ownPart(c);
   const reach = c.audience_estimate === null || c.audience_estimate === undefined
     ? "" : ` It reaches ${fmt(c.audience_estimate)} devices.`;
   const children = [h("strong", { text: "Awaiting approval." }),
-    ` Nothing is sent until someone other than its creator approves it.${reach}`];
+    ` Nothing is sent until someone other than whoever created or changed it approves it.${reach}`,
+    approvalSummary(c)];
   if (parts.approveButton) {
-    parts.approveButton.disabled = mine || view.approving === true;
-    parts.approveButton.title = mine ? "You created this campaign: another operator or an admin must approve it." : "";
+    const why = own ? `${own}: another operator or an admin must approve it.` : "";
+    parts.approveButton.disabled = Boolean(own) || view.approving === true;
+    parts.approveButton.title = why;
     children.push(" ", parts.approveButton);
-    if (mine) children.push(h("p", { class: "hint", id: "approve-hint",
-      text: "You created this campaign: another operator or an admin must approve it." }));
+    if (own) children.push(h("p", { class: "hint", id: "approve-hint", text: why }));
   } else {
     children.push(h("p", { class: "hint", text: "An operator or an admin may approve it." }));
   }
   parts.approval.replaceChildren(h("div", { class: "notice awaiting" }, ...children));
+}
+
+// Everything the approval covers, as the approver approves it (its digest is what is sent).
+function approvalSummary(c) {
+  const rows = [["Title", c.title], ["Body", c.body]];
+  for (const [key, value] of Object.entries(c.data || {})) rows.push([`Data ${key}`, value]);
+  if (c.image_url) rows.push(["Image", c.image_url]);
+  for (const [tag, t] of Object.entries(c.translations || {})) rows.push([`In ${tag}`, `${t.title} — ${t.body}`]);
+  if (c.options) rows.push(["Options", JSON.stringify(c.options)]);
+  rows.push(["Reaches", c.retarget ? `the ${c.retarget.outcome} recipients of ${c.retarget.campaign_id}`
+    : JSON.stringify(c.audience || {}, (key, value) => (value === null ? undefined : value))]);
+  rows.push(["Rate", c.rate_per_s ? `${fmt(c.rate_per_s)}/s` : "uncapped"]);
+  if (c.rollout) rows.push(["Rollout", c.rollout.waves.map((w) => `${w.percent}% (hold ${w.hold_s} s)`).join(", ")]);
+  rows.push(["Sends at", localTime(c.due_at)]);
+  rows.push(["Digest", c.content_digest]);
+  return h("dl", { class: "facts", id: "approval-content" },
+    rows.flatMap(([term, value]) => [h("dt", { text: term }), h("dd", { text: value })]));
 }
 
 async function approveCampaign(parts, view) {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from herald.contracts.http import (
     ApiKeyCreate,
@@ -17,7 +17,7 @@ from herald.contracts.http import (
 from herald.domain.access import ROLE_SCOPES, Scope
 from services.api.auth import Caller, RequireKey, lanes_of, scoped
 from services.api.deps import ApiKeys, MintKey, OperatorLogEntries, RevokeKey, UrgentRoles
-from services.api.operator_log import OperatorLoggedRoute, logged
+from services.api.operator_log import OperatorLoggedRoute, log_detail, logged
 from services.api.views import api_key_view, log_entry_view
 
 router = APIRouter(prefix="/v1", tags=["access"], route_class=OperatorLoggedRoute)
@@ -27,10 +27,12 @@ KeyId = Annotated[str, Path(pattern=r"^[0-9a-z]{1,32}$", description="The key's 
 
 @router.post("/api-keys", status_code=201, response_model=ApiKeyCreated,
              openapi_extra=logged("key.create"))
-async def create_key(body: ApiKeyCreate, mint: MintKey, response: Response,
+async def create_key(body: ApiKeyCreate, mint: MintKey, request: Request, response: Response,
                      caller: Annotated[Caller, scoped(Scope.KEYS_MANAGE)]) -> ApiKeyCreated:
-    """Mint a key; its secret is in this answer and nowhere else, ever."""
-    minted = await mint(body.name, body.role, body.expires_at, caller.actor)
+    """Mint a key for ``owner`` (the person it belongs to; omitted: the calling key's owner);
+    its secret is in this answer and nowhere else, ever."""
+    minted = await mint(body.name, body.role, body.expires_at, caller.actor, body.owner)
+    log_detail(request, f"owner={minted.key.person} role={minted.key.role.value}")
     response.headers["Location"] = f"/v1/api-keys/{minted.key.id}"
     return ApiKeyCreated(**api_key_view(minted.key).model_dump(), secret=minted.token)
 
@@ -40,7 +42,7 @@ async def list_keys(api_keys: ApiKeys, _: Annotated[Caller, scoped(Scope.KEYS_MA
                     limit: Annotated[int, Query(ge=1, le=200)] = 100,
                     cursor: Annotated[str | None, Query(pattern=r"^[0-9a-z]{1,32}$")] = None,
                     ) -> ApiKeyPage:
-    """Keys with their role, creation, last use and expiry; never a secret."""
+    """Keys with their owner, role, creation, last use and expiry; never a secret."""
     found = await api_keys.page(cursor, limit + 1)
     items = [api_key_view(key) for key in found[:limit]]
     return ApiKeyPage(items=items, next_cursor=items[-1].id if len(found) > limit else None)
@@ -74,6 +76,6 @@ async def me(caller: Annotated[Caller, RequireKey()], urgent_roles: UrgentRoles)
     """The calling key: its name, role, scopes and the lanes it may send in (what the console
     shows and hides)."""
     key = caller.key
-    return Me(id=key.id, name=key.name, role=key.role,
+    return Me(id=key.id, name=key.name, role=key.role, owner=key.person,
               scopes=sorted(scope.value for scope in ROLE_SCOPES[key.role]),
               expires_at=key.expires_at, lanes=lanes_of(key.role, urgent_roles))

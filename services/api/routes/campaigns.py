@@ -224,8 +224,14 @@ async def pause_campaign(campaign_id: CampaignId, pause: PauseUseCase, response:
 async def resume_campaign(campaign_id: CampaignId, resume: ResumeUseCase, response: Response,
                           caller: Sender) -> PauseResult:
     """Send the rest of a ``paused`` campaign: exactly the recipients not sent yet (409
-    ``not_paused`` otherwise). Who may: the operator role and up."""
-    return _paused(await resume(campaign_id, caller.actor), response, already=True)
+    ``not_paused`` otherwise); a staged rollout held between waves starts its next wave. Who
+    may: the operator role and up; a resume that skips the hold of an approved rollout only a
+    person who could approve it (403 ``approval_required``)."""
+    try:
+        resumed = await resume(campaign_id, caller.key.role, caller.actor)
+    except ApprovalRefused as refused:
+        raise _refused(refused) from None
+    return _paused(resumed, response, already=True)
 
 
 def _paused(campaign: Campaign, response: Response, *, already: bool) -> PauseResult:
@@ -242,8 +248,14 @@ async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch, edit: Edi
     """Change the time or content of a campaign that is still ``scheduled`` or
     ``awaiting_approval`` (else 409), or ``rate_per_s`` alone while it is pending, sending or
     paused: every sender follows the new rate within a second. A change of content, audience
-    or options revokes its approval: it waits ``awaiting_approval`` for a new one."""
-    updated = await edit(campaign_id, body, caller.actor)
+    or options, a higher (or no) rate cap or an earlier time revokes its approval: it waits
+    ``awaiting_approval`` for a new one; a lower cap, a later time or a new name keep it. Once
+    it sends, a rate cap above the approved one only a person who could approve it may set
+    (403 ``approval_required``)."""
+    try:
+        updated = await edit(campaign_id, body, caller.key.role, caller.actor)
+    except ApprovalRefused as refused:
+        raise _refused(refused) from None
     if updated is None:
         raise not_found(campaign_id)
     return campaign_view(updated)
@@ -348,25 +360,30 @@ async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: R
 
 
 APPROVAL_STATUS = {Refusal.NO_SCOPE: 403, Refusal.OWN_CAMPAIGN: 403, Refusal.NOT_AWAITING: 409,
-                   Refusal.CHANGED: 409}
+                   Refusal.CHANGED: 409, Refusal.NEEDS_APPROVAL: 403}
+
+
+def _refused(refused: ApprovalRefused) -> ApiError:
+    return ApiError(APPROVAL_STATUS[refused.refusal], refused.refusal.value, str(refused))
 
 
 @router.post("/{campaign_id}/approve", response_model=CampaignView,
              responses={403: {"model": ErrorResponse, "description": "`self_approval`: the "
-                              "key that created the campaign cannot approve it"}},
+                              "approving key's person created the campaign, or changed it "
+                              "(or its schedule's template) since its last approval"}},
              openapi_extra=logged("campaign.approve"))
-async def approve_campaign(campaign_id: CampaignId, approve: Approve, request: Request,
-                           caller: Approver, body: ApproveRequest | None = None) -> CampaignView:
-    """Approve a campaign ``awaiting_approval`` with a key other than its creator's: it is
-    sent at once if due (``pending``), or fires at its time (``scheduled``). 403
-    ``self_approval``, 409 ``not_awaiting_approval`` or ``approval_stale`` (the campaign
-    changed since the `digest` given); a refused approval changes nothing."""
+async def approve_campaign(campaign_id: CampaignId, body: ApproveRequest, approve: Approve,
+                           request: Request, caller: Approver) -> CampaignView:
+    """Approve a campaign ``awaiting_approval`` as you read it (``digest``: its
+    ``content_digest``, required) with a key of a person other than whoever created it or
+    changed it since its last approval: it is sent at once if due (``pending``), or fires at
+    its time (``scheduled``). 403 ``self_approval``, 409 ``not_awaiting_approval`` or
+    ``approval_stale`` (the campaign changed since the `digest` given), 422 without a
+    digest; a refused approval changes nothing."""
     try:
-        approved = await approve(campaign_id, caller.key.role, caller.actor,
-                                 body.digest if body else None)
+        approved = await approve(campaign_id, caller.key.role, caller.actor, body.digest)
     except ApprovalRefused as refused:
-        raise ApiError(APPROVAL_STATUS[refused.refusal], refused.refusal.value,
-                       str(refused)) from None
+        raise _refused(refused) from None
     if approved.approval is not None:
         log_detail(request, f"digest={approved.approval.digest} now {approved.status.value}")
     return campaign_view(approved)
