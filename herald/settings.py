@@ -185,6 +185,12 @@ class Settings(BaseSettings):
     """A campaign, schedule run or follow-up reaching at least this many devices waits
     ``awaiting_approval`` for a second key; unset: nothing waits."""
 
+    # Test sends (issue 31: they stay tests).
+    test_send_max_devices: PositiveInt = 25
+    """Distinct devices a campaign's test sends may reach, all of them together."""
+    test_send_per_device_per_hour: PositiveInt = 5
+    """Test sends one device may get in an hour, whatever the campaign."""
+
     # What is kept, and for how long.
     idempotency_ttl_s: PositiveFloat = 24 * 3600.0
     """How long an ``Idempotency-Key`` binds a retry to the first answer."""

@@ -3,6 +3,8 @@ kept apart from its chunks and deliveries so that no count or audit ever include
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime
 
 from pymongo import DESCENDING
@@ -31,3 +33,13 @@ class TestSendStore:
         """The campaign's test sends, newest first."""
         cursor = self._sends.find({"campaign_id": campaign_id}).sort("_id", DESCENDING)
         return [from_bson(TestSend, document) async for document in cursor.limit(limit)]
+
+    async def per_device_since(self, device_ids: Sequence[str], since: datetime
+                               ) -> dict[str, int]:
+        """How many test sends reached each of ``device_ids`` since ``since``."""
+        wanted, counts = set(device_ids), Counter[str]()
+        async for document in self._sends.find({"at": {"$gte": since}},
+                                               {"outcomes.device_id": 1}):
+            counts.update(o["device_id"] for o in document.get("outcomes", ())
+                          if o.get("device_id") in wanted)
+        return dict(counts)

@@ -546,6 +546,9 @@ class TestSendRequest(Strict):
     def _one_of(self) -> TestSendRequest:
         if (self.tokens is None) == (self.user_ids is None):
             raise ValueError("give either tokens or user_ids")
+        named = self.tokens or self.user_ids or []
+        if len(set(named)) != len(named):
+            raise ValueError("each device (token or user id) at most once per test send")
         return self
 
 

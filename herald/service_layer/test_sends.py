@@ -17,6 +17,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from herald.clock import utcnow
 from herald.domain.access import Actor
@@ -26,11 +27,19 @@ from herald.domain.fcm_errors import CONFIGURATION_ERRORS, FcmError, SendResult
 from herald.domain.rendering import CompiledContent
 from herald.domain.status import TESTABLE, Status
 from herald.service_layer.errors import CampaignNotFound
-from herald.service_layer.ports import CampaignLookup, DeviceRepository, Fcm, TestSendRepository
+from herald.service_layer.ports import (
+    CampaignLookup,
+    DeviceRepository,
+    Fcm,
+    RateBucket,
+    TestSendRepository,
+)
 from herald.service_layer.sending.campaigns import message_of
 
 MAX_TEST_DEVICES = 100
+"""What one call may name at most (the contract's bound; the policy's is lower)."""
 TOKEN_SUFFIX_CHARS = 8
+HOUR = timedelta(hours=1)
 MISCONFIGURED = CONFIGURATION_ERRORS | {FcmError.UNAUTHENTICATED}
 """Answers that say Herald's FCM configuration (project, credentials, request) is wrong."""
 
@@ -53,10 +62,43 @@ class UnknownDevices(ValueError):
 
 
 class TooManyDevices(ValueError):
-    def __init__(self, count: int) -> None:
-        super().__init__(f"a test send reaches at most {MAX_TEST_DEVICES} devices; these name "
-                         f"{count}")
+    def __init__(self, count: int, most: int = MAX_TEST_DEVICES, earlier: int = 0) -> None:
+        before = f" ({earlier} reached by its earlier test sends)" if earlier else ""
+        super().__init__(f"a campaign's test sends reach at most {most} distinct devices in "
+                         f"all; these would make {count}{before}")
         self.count = count
+
+
+class PushDisabled(ValueError):
+    """Some named devices turned push off: a test send is no way around that."""
+
+    def __init__(self, device_ids: Sequence[str]) -> None:
+        super().__init__(f"{len(device_ids)} of the devices named have push disabled; nothing "
+                         "was sent")
+        self.device_ids = list(device_ids)
+
+
+class TestedTooOften(ValueError):
+    """Some named devices had their handful of test sends this hour."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, device_ids: Sequence[str], most: int) -> None:
+        super().__init__(f"{len(device_ids)} of the devices named had {most} test sends in the "
+                         "last hour already; nothing was sent")
+        self.device_ids = list(device_ids)
+
+
+@dataclass(frozen=True)
+class TestSendPolicy:
+    """How far test sends go (issue 31: they stay tests): ``max_devices`` distinct devices per
+    campaign across all its test sends, and each device at most ``per_device_per_hour`` test
+    sends an hour, whatever the campaign."""
+
+    __test__ = False  # not a pytest test class
+
+    max_devices: int = 25
+    per_device_per_hour: int = 5
 
 
 class FcmMisconfigured(Exception):
@@ -84,8 +126,12 @@ class TestSender:
 
     def __init__(self, campaigns: CampaignLookup, devices: DeviceRepository,
                  records: TestSendRepository, fcm: Fcm,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, *,
+                 rate: RateBucket | None = None,
+                 policy: TestSendPolicy = TestSendPolicy()) -> None:
         self._campaigns = campaigns
+        self._rate = rate
+        self._policy = policy
         self._wall_clock = wall_clock
         self._devices = devices
         self._records = records
@@ -101,6 +147,9 @@ class TestSender:
         devices = await (self._by_tokens(tokens) if tokens else self._by_users(user_ids or ()))
         if len(devices) > MAX_TEST_DEVICES:
             raise TooManyDevices(len(devices))
+        await self._within_policy(campaign_id, devices)
+        if self._rate is not None:  # like any send: the fleet's FCM rate
+            await self._rate.take(len(devices))
         compiled = message_of(campaign)
         outcomes = await asyncio.gather(*(self._send_one(compiled, d) for d in devices))
         record = TestSend(id=new_id(), campaign_id=campaign.id, at=utcnow(), by=by,
@@ -110,6 +159,22 @@ class TestSender:
         if refused is not None and refused.error is not None:
             raise FcmMisconfigured(record, refused.error, refused.message)
         return record
+
+    async def _within_policy(self, campaign_id: str, devices: Sequence[_Device]) -> None:
+        """Refused (nothing sent) unless every device has push on, the campaign's test sends
+        stay within their distinct devices, and no device had its handful this hour."""
+        disabled = [d.id for d in devices if not d.fields.push_enabled]
+        if disabled:
+            raise PushDisabled(disabled)
+        earlier = {o.device_id for r in await self._records.of_campaign(campaign_id, limit=0)
+                   for o in r.outcomes}
+        reached = earlier | {d.id for d in devices}
+        if len(reached) > self._policy.max_devices:
+            raise TooManyDevices(len(reached), self._policy.max_devices, len(earlier))
+        counts = await self._records.per_device_since([d.id for d in devices], utcnow() - HOUR)
+        often = [d.id for d in devices if counts.get(d.id, 0) >= self._policy.per_device_per_hour]
+        if often:
+            raise TestedTooOften(often, self._policy.per_device_per_hour)
 
     async def _by_tokens(self, tokens: Sequence[str]) -> list[_Device]:
         found = await asyncio.gather(*(self._devices.find_by_token(t) for t in tokens))

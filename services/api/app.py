@@ -17,7 +17,7 @@ from herald.adapters import fcm
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.fleet_gauges import FleetReading, QueueDepths, refresh_fleet_gauges
 from herald.adapters.fleet_rate import BUSY_CHUNKS_PER_SENDER, FleetRate
-from herald.adapters.rate_limit import Budget, FailedAuthentications, Rate, RequestBudget
+from herald.adapters.rate_limit import Budget, FailedAuthentications, Rate, RequestBudget, TokenBucket
 from herald.adapters.redis import StreamSlots
 from herald.clock import utcnow
 from herald.observability import CANCEL_FLAGS, PODS_LIVE
@@ -29,7 +29,7 @@ from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaigns import CampaignCreator
 from herald.service_layer.forecasting import Forecaster, ForecastSettings
 from herald.service_layer.retention import Retention, RetentionPolicy
-from herald.service_layer.test_sends import TestSender
+from herald.service_layer.test_sends import TestSender, TestSendPolicy
 from herald.settings import Settings
 from services.api import errors
 from services.api.auth import document_scopes
@@ -129,7 +129,12 @@ def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient,
         pod_id=parts.identity.id, settings=settings, stores=stores,
         creator=CampaignCreator(stores.campaigns, stores.idempotency, resources.bus, approvals),
         approvals=approvals,
-        test_sender=TestSender(stores.campaigns, stores.devices, stores.test_sends, client),
+        test_sender=TestSender(
+            stores.campaigns, stores.devices, stores.test_sends, client,
+            rate=TokenBucket(resources.redis, resources.keys.rate_bucket(names.FLEET_RATE_BUCKET),
+                             settings.project_rate_per_s),
+            policy=TestSendPolicy(max_devices=settings.test_send_max_devices,
+                                  per_device_per_hour=settings.test_send_per_device_per_hour)),
         forecaster=Forecaster(stores.campaigns, stores.devices, resources.registry, fleet_rate,
                               ForecastSettings(settings.project_rate_per_s,
                                                settings.urgent_reserve_share,

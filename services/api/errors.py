@@ -40,7 +40,12 @@ from herald.service_layer.preview import DeviceNotFound
 from herald.service_layer.queries import ScheduleNotFound
 from herald.service_layer.scheduling import ScheduleEnded
 from herald.service_layer.stopping import CampaignNotFound, CannotCancel, CannotPause, CannotResume
-from herald.service_layer.test_sends import NotTestable, TooManyDevices
+from herald.service_layer.test_sends import (
+    NotTestable,
+    PushDisabled,
+    TestedTooOften,
+    TooManyDevices,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +103,8 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     IdempotencyInFlight: (409, "idempotency_key_in_flight"),
     NotTestable: (409, "not_testable"),
     TooManyDevices: (422, "too_many_devices"),
+    PushDisabled: (422, "push_disabled"),
+    TestedTooOften: (429, "tested_too_often"),
 }
 
 

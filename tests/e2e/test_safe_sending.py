@@ -11,6 +11,7 @@ only the real send."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -114,3 +115,28 @@ def _approved_after_a_test_send(approving_api: Api, marketing: Api, marketing_ke
         test_sent, sent = sorted(by_token[token], key=lambda r: r.received_at)
         assert _fields(test_sent) == _fields(sent)
         assert test_sent.accepted and sent.accepted
+
+
+def test_test_sends_stay_tests(fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
+    """Issue 31 point 2: a campaign's test sends reach at most 25 distinct devices in all, a
+    device named twice or with push disabled is refused, and nothing of a refused call is
+    sent; FCM's own record says so."""
+    own, audience = fleet.import_own(api, reachable_devices(30))
+    disabled, _ = fleet.import_own(api, [{**reachable_devices(1)[0], "push_enabled": False}])
+    campaign_id = api.create_campaign(audience=audience, send_at="2099-01-01T00:00:00Z")
+    tokens = [d["token"] for d in own]
+
+    def test(named: list[str]) -> int:
+        return api.http.post(f"/v1/campaigns/{campaign_id}/test",
+                             json={"tokens": named}).status_code
+
+    assert test([tokens[0]] * 2) == 422, "a device twice in one call"
+    assert test(tokens[:20]) == 200
+    assert test(tokens[15:25]) == 200  # 25 distinct in all: the bound
+    assert test(tokens[25:26]) == 422, "a 26th distinct device"
+    refused = api.http.post(f"/v1/campaigns/{campaign_id}/test",
+                            json={"tokens": [tokens[0], disabled[0]["token"]]})
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "push_disabled"
+    received = Counter(r.token for r in emulator.received())
+    assert set(received) == set(tokens[:25]) and sum(received.values()) == 30
+    api.http.post(f"/v1/campaigns/{campaign_id}/cancel", json={"reason": "test over"})

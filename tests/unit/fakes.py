@@ -1021,7 +1021,15 @@ class FakeTestSends:
         self.records.append(record)
 
     async def of_campaign(self, campaign_id: str, limit: int = 50) -> list[TestSend]:
-        return [r for r in reversed(self.records) if r.campaign_id == campaign_id][:limit]
+        found = [r for r in reversed(self.records) if r.campaign_id == campaign_id]
+        return found[:limit] if limit else found
+
+    async def per_device_since(self, device_ids: Sequence[str], since: datetime
+                               ) -> dict[str, int]:
+        wanted = set(device_ids)
+        counted = Counter(o.device_id for r in self.records if r.at >= since
+                          for o in r.outcomes if o.device_id in wanted)
+        return dict(counted)
 
 
 class FakeBackground:

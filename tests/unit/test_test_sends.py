@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from pydantic import ValidationError
 
 from herald.clock import utcnow
-from herald.contracts.http import DeviceIn
+from herald.contracts.http import DeviceIn, TestSendRequest
 from herald.domain.documents import CampaignContent
 from herald.domain.fcm_errors import FcmError, SendResult
 from herald.domain.payload import ClickActions, SendOptions
@@ -21,11 +22,15 @@ from herald.service_layer.stopping import PodView
 from herald.service_layer.test_sends import (
     FcmMisconfigured,
     NotTestable,
+    PushDisabled,
+    TestedTooOften,
     TestSender,
+    TestSendPolicy,
+    TooManyDevices,
     UnknownDevices,
 )
 from tests.factories import actor, campaign
-from tests.unit.fakes import FakeFcm, FakeFlags, fake_stores
+from tests.unit.fakes import FakeFcm, FakeFlags, UnlimitedBucket, fake_stores
 
 OPTIONS = SendOptions(ttl_s=30, priority="high", android_channel_id="news", sound="default",
                       badge=3, click=ClickActions(android="OPEN", ios="OPEN",
@@ -114,3 +119,64 @@ async def test_a_configuration_error_is_raised_with_the_record_kept() -> None:
     with pytest.raises(FcmMisconfigured):
         await sender.send(held.id, ["tok-0"], None, WHO)
     assert len(stores.test_sends.records) == 1
+
+
+# --- they stay tests (issue 31 point 2) ------------------------------------------------------
+async def _testable(stores: Stores) -> str:
+    record = campaign(status=Status.AWAITING_APPROVAL)
+    await stores.campaigns.insert(record)
+    return record.id
+
+
+async def _tested(stores: Stores, fcm: FakeFcm, **policy: int) -> TestSender:
+    return TestSender(stores.campaigns, stores.devices, stores.test_sends, fcm,
+                      policy=TestSendPolicy(**policy), rate=CountingRate())
+
+
+class CountingRate(UnlimitedBucket):
+    """The fleet's FCM rate as a test send takes from it."""
+
+
+async def test_a_campaigns_test_sends_reach_a_few_distinct_devices_in_all() -> None:
+    stores, _, fcm = await _rig()
+    campaign_id = await _testable(stores)
+    sender = await _tested(stores, fcm, max_devices=3)
+    await sender.send(campaign_id, ["tok-0", "tok-1"], None, WHO)
+    await sender.send(campaign_id, ["tok-1", "tok-2"], None, WHO)  # 3 distinct: allowed
+    with pytest.raises(TooManyDevices, match="at most 3 distinct devices"):
+        await sender.send(campaign_id, ["tok-3"], None, WHO)
+    assert sorted(fcm.sent) == ["tok-0", "tok-1", "tok-1", "tok-2"]
+    assert len(await stores.test_sends.of_campaign(campaign_id)) == 2
+
+
+async def test_a_device_gets_a_handful_of_test_sends_an_hour_whatever_the_campaign() -> None:
+    stores, _, fcm = await _rig()
+    sender = await _tested(stores, fcm, per_device_per_hour=2)
+    for _ in range(2):
+        await sender.send(await _testable(stores), ["tok-0"], None, WHO)
+    with pytest.raises(TestedTooOften):
+        await sender.send(await _testable(stores), ["tok-0", "tok-1"], None, WHO)
+    assert fcm.sent == ["tok-0", "tok-0"], "a refused call sends nothing"
+
+
+async def test_a_device_with_push_disabled_is_refused_and_nothing_is_sent() -> None:
+    stores, _, fcm = await _rig()
+    await stores.devices.upsert([DeviceIn(token="tok-off", platform="ios", push_enabled=False)],
+                                utcnow())
+    sender = await _tested(stores, fcm)
+    with pytest.raises(PushDisabled):
+        await sender.send(await _testable(stores), ["tok-0", "tok-off"], None, WHO)
+    assert fcm.sent == []
+
+
+async def test_a_test_send_takes_its_tokens_from_the_fleets_rate() -> None:
+    stores, _, fcm = await _rig()
+    rate = CountingRate()
+    sender = TestSender(stores.campaigns, stores.devices, stores.test_sends, fcm, rate=rate)
+    await sender.send(await _testable(stores), ["tok-0", "tok-1", "tok-2"], None, WHO)
+    assert rate.taken == 3
+
+
+def test_a_device_named_twice_in_one_call_is_refused() -> None:
+    with pytest.raises(ValidationError, match="at most once"):
+        TestSendRequest(tokens=["tok-0"] * 100)

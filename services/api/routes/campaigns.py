@@ -398,7 +398,9 @@ async def test_campaign(campaign_id: CampaignId, body: TestSendRequest, sender: 
     """Send the campaign's exact message (the senders' body) to the named devices only, in
     any status before it finishes. Each device's outcome is answered and recorded apart: never
     in the campaign's counts or audit. 422 ``unknown_devices`` (naming them; nothing sent),
-    ``too_many_devices`` (over 100), 409 ``not_testable``, 502 ``fcm_misconfigured``."""
+    ``too_many_devices`` (over 100 in a call, or over the campaign's distinct devices for test
+    sends), ``push_disabled``, 429 ``tested_too_often``, 409 ``not_testable``, 502
+    ``fcm_misconfigured``."""
     try:
         record = await sender.send(campaign_id, body.tokens, body.user_ids, caller.actor)
     except UnknownDevices as unknown:
@@ -410,7 +412,8 @@ async def test_campaign(campaign_id: CampaignId, body: TestSendRequest, sender: 
         raise ApiError(502, "fcm_misconfigured", str(refused), details=[
             o.model_dump() for o in view.outcomes]) from None
     view = view_of_test_send(record)
-    log_detail(request, f"accepted={view.accepted} failed={view.failed}")
+    log_detail(request, f"devices={len(view.outcomes)} accepted={view.accepted} "
+                        f"failed={view.failed}")
     return view
 
 
