@@ -105,7 +105,11 @@ def build_parts(service: str, settings: Settings, *, acknowledges_cancels: bool)
     offers = ResumeOffers(stores, resources.bus)
 
     async def after_resume(resumed: Campaign) -> Campaign:
-        return await offers.offer_now(await rollouts.after_resume(resumed))
+        moved = await rollouts.after_resume(resumed)
+        # offered in the background: a campaign of a million keeps 2,000 chunks, and the
+        # resume is answered at once (the sweep offers them if this pod dies meanwhile)
+        background.spawn(_offered(offers, moved), f"offer-{moved.id}")
+        return moved
 
     decider.on_resume(after_resume)
     view.on_decision(Acknowledger(stores.campaigns, settler.settle, tracker, background.spawn,
@@ -123,6 +127,10 @@ def build_parts(service: str, settings: Settings, *, acknowledges_cancels: bool)
                           fence)
     return PodParts(settings, identity, resources, background, tracker, view, decider, settler,
                     rollouts, heartbeat, fence)
+
+
+async def _offered(offers: ResumeOffers, resumed: Campaign) -> None:
+    await offers.offer_now(resumed)
 
 
 class StartTimedOut(Exception):
