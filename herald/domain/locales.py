@@ -10,6 +10,10 @@ device. The language must be 2 or 3 letters (ISO 639); RFC 5646's reserved 4-let
 5 to 8 letter languages, grandfathered tags and private-use-only tags (``x-klingon``) are refused:
 none names a language an app ships.
 
+**Length.** A tag is at most 35 characters (:data:`MAX_TAG_CHARS`), a campaign's tag and a
+device's locale alike: RFC 5646 §4.4.1 asks every implementation to handle that many, and no
+language an app ships needs more (``zh-Hant-TW`` is 10).
+
 **Matching.** RFC 4647 §3.4 "Lookup": the device's locale is the language range; the most
 specific available tag equal to it wins, else the range is truncated one subtag at a time from
 the end (a singleton such as ``x`` or ``u`` left at the end goes with the subtag after it) and
@@ -32,8 +36,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-MAX_TAG_CHARS = 64
-"""Longer than any tag an app uses (RFC 5646 §4.4.1 suggests buffers of 35 to 42 characters)."""
+MAX_TAG_CHARS = 35
+"""RFC 5646 §4.4.1's minimum buffer for a tag; longer than any tag an app uses."""
 
 _ALNUM = "[a-z0-9]"
 _TAG = re.compile(
@@ -53,7 +57,7 @@ _TAG = re.compile(
 def canonical_tag(tag: str) -> str:
     """``tag`` in RFC 5646's canonical case with ``-`` separators; ValueError if ``tag`` is not
     a well-formed language tag."""
-    lowered = tag.replace("_", "-").lower()
+    lowered = tag[:MAX_TAG_CHARS + 1].replace("_", "-").lower()
     if len(lowered) > MAX_TAG_CHARS or not _TAG.fullmatch(lowered):
         raise ValueError(
             f"{tag!r} is not a language tag (BCP 47) such as 'es', 'pt-BR' or 'zh-Hant-TW'")
@@ -80,11 +84,25 @@ LanguageTag = Annotated[str, Field(min_length=2, max_length=MAX_TAG_CHARS),
 """A language tag (BCP 47) in any case, with ``-`` or ``_``; validated and stored canonical."""
 
 
+_SUBTAG = re.compile(r"[^-_]+")
+
+
 def lookup_ranges(device_locale: str) -> list[str]:
     """The ranges RFC 4647 lookup tries for ``device_locale``, most specific first, lowercase:
     ``zh_Hant_TW`` → ``["zh-hant-tw", "zh-hant", "zh"]``. Tolerant: a locale that is not a
-    well-formed tag is still truncated the same way (it can only match a tag equal to a prefix)."""
-    subtags = [subtag for subtag in device_locale.replace("_", "-").lower().split("-") if subtag]
+    well-formed tag is still truncated the same way (it can only match a tag equal to a prefix).
+
+    Linear, and short whatever the locale's length (a device registered before locales were
+    bounded may hold 60 KB): a range longer than :data:`MAX_TAG_CHARS` equals no tag, so the
+    subtags are read lazily until the ranges would be longer, and at most 18 ranges of at most
+    35 characters are made."""
+    subtags: list[str] = []
+    length = -1
+    for subtag in _SUBTAG.finditer(device_locale):
+        length += len(subtag.group()) + 1
+        if length > MAX_TAG_CHARS:
+            break
+        subtags.append(subtag.group().lower())
     return ["-".join(subtags[:end]) for end in range(len(subtags), 0, -1)
             if len(subtags[end - 1]) > 1]
 
@@ -104,7 +122,9 @@ class LocaleMatcher:
 
     MAX_REMEMBERED = 4096
     """Locales remembered; beyond that (a device population with thousands of distinct
-    locales) each further one is computed every time rather than growing without bound."""
+    locales) each further one is computed every time rather than growing without bound. A
+    locale longer than a tag can be (registered before locales were bounded) is never
+    remembered: 4,096 of them would otherwise keep their every character."""
 
     __slots__ = ("_available", "_known")
 
@@ -118,6 +138,7 @@ class LocaleMatcher:
             return self._known[device_locale]
         except KeyError:
             tag = best_match(device_locale, self._available)
-            if len(self._known) < self.MAX_REMEMBERED:
+            if len(self._known) < self.MAX_REMEMBERED and (
+                    device_locale is None or len(device_locale) <= MAX_TAG_CHARS):
                 self._known[device_locale] = tag
             return tag

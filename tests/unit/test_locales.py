@@ -4,10 +4,14 @@ longer or a sibling tag, the campaign's own content when nothing matches)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from herald.domain.locales import (
+    MAX_TAG_CHARS,
     LanguageTag,
     LocaleMatcher,
     best_match,
@@ -115,3 +119,55 @@ def test_the_matcher_stops_remembering_but_still_answers_past_its_bound() -> Non
     assert all(matcher.match(locale) == "es" for locale in locales)
     assert matcher.match("fr") is None
     assert len(matcher._known) == LocaleMatcher.MAX_REMEMBERED
+
+
+# --- bounded (issue 31) ----------------------------------------------------------------------------
+def test_a_tag_is_at_most_35_characters() -> None:
+    longest = "zh-Hant-TW-" + "-".join(["abcdefgh"] * 2) + "-abcdef"
+    assert (len(longest), canonical_tag(longest)) == (35, "zh-Hant-TW-abcdefgh-abcdefgh-abcdef")
+    with pytest.raises(ValueError, match="is not a language tag"):
+        canonical_tag(longest + "g")
+    with pytest.raises(ValidationError, match="at most 35 characters"):
+        TAGS.validate_python(longest + "g")
+
+
+def _per_call_us(call: Callable[[], object], calls: int = 2000) -> float:
+    started = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - started) / calls * 1e6
+
+
+def test_a_35_character_locale_is_looked_up_in_microseconds() -> None:
+    """Measured on 2026-11-27 (2 cores, load average 8 to 10): 6 µs a lookup. The bound
+    leaves room for a loaded machine; quadratic code on a 60 KB locale took 2.9 s."""
+    locale = "zh-Hant-TW-" + "-".join(["abcdefgh"] * 2) + "-abcdef"
+    per_call_us = _per_call_us(lambda: best_match(locale, AVAILABLE))
+    print(f"\nlookup of a {len(locale)}-character locale: {per_call_us:.1f} µs")
+    assert best_match(locale, AVAILABLE) == "zh-Hant"
+    assert per_call_us < 200
+
+
+@pytest.mark.parametrize("locale", [
+    "es-" + "a" * 60_000,  # one huge subtag
+    "es-MX-" + "ab-" * 20_000,  # twenty thousand subtags
+    "es" + "-" * 60_000 + "MX",  # separators only
+])
+def test_a_60_kb_locale_stored_before_the_bound_costs_what_a_short_one_does(locale: str) -> None:
+    """A device registered before locales were bounded may hold one: lookup reads it lazily and
+    makes ranges of at most 35 characters (the eager version made every prefix: 2.9 s and
+    570 MB for 60 KB)."""
+    ranges = lookup_ranges(locale)
+    assert all(len(each) <= MAX_TAG_CHARS for each in ranges)
+    assert ranges[-1] == "es"
+    per_call_us = _per_call_us(lambda: best_match(locale, AVAILABLE), calls=50)
+    print(f"\nlookup of a {len(locale):,}-character locale: {per_call_us:.0f} µs")
+    assert best_match(locale, AVAILABLE) in ("es", "es-MX")
+    assert per_call_us < 5_000  # linear: a scan of 60 KB by a regular expression
+
+
+def test_the_matcher_never_remembers_a_locale_longer_than_a_tag() -> None:
+    matcher = LocaleMatcher(["es"])
+    assert matcher.match("es-" + "a" * 60_000) == "es"
+    assert matcher.match("es-MX") == "es"
+    assert list(matcher._known) == ["es-MX"]
