@@ -10,11 +10,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import (
-    AnyHttpUrl,
     AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
+    HttpUrl,
     field_validator,
     model_validator,
 )
@@ -34,6 +34,8 @@ from herald.domain.payload import (
 )
 from herald.domain.personalize import TemplateRefused
 from herald.domain.rendering import (
+    MAX_BODY_CHARS,
+    MAX_TITLE_CHARS,
     MAX_TRANSLATIONS,
     Translation,
     Translations,
@@ -175,9 +177,9 @@ class DeviceBulkResult(BaseModel):
 class Content(Strict):
     """What the device shows, and the data the app acts on."""
 
-    title: str = Field(min_length=1, max_length=1000)
-    body: str = Field(min_length=1, max_length=4000)
-    image_url: AnyHttpUrl | None = None
+    title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)
+    body: str = Field(min_length=1, max_length=MAX_BODY_CHARS)
+    image_url: HttpUrl | None = None
     data: DataMap = Field(default_factory=dict)
     options: SendOptions | None = Field(
         default=None, description="Delivery and display per platform: TTL, priority, Android "
@@ -313,9 +315,9 @@ class CampaignPatch(Strict):
     rate_per_s: int | None = Field(default=None, gt=0, le=1_000_000,
                                    description="The campaign's own rate cap")
     name: str | None = Field(default=None, max_length=200)
-    title: str | None = Field(default=None, min_length=1, max_length=1000)
-    body: str | None = Field(default=None, min_length=1, max_length=4000)
-    image_url: AnyHttpUrl | None = None
+    title: str | None = Field(default=None, min_length=1, max_length=MAX_TITLE_CHARS)
+    body: str | None = Field(default=None, min_length=1, max_length=MAX_BODY_CHARS)
+    image_url: HttpUrl | None = None
     data: DataMap | None = None
     options: SendOptions | None = None
     translations: Translations | None = None
@@ -324,10 +326,15 @@ class CampaignPatch(Strict):
     timezone: TimezoneName | None = None
 
 
+MAX_CRON_CHARS = 120
+"""Five fields, each a list of ranges and steps: longer than any schedule a person writes."""
+
+
 class ScheduleCreate(Strict):
     name: str | None = Field(default=None, max_length=200)
     template: CampaignTemplate
-    cron: str = Field(description="Five-field cron, matched in `timezone`, e.g. '0 9 * * MON'")
+    cron: str = Field(max_length=MAX_CRON_CHARS,
+                      description="Five-field cron, matched in `timezone`, e.g. '0 9 * * MON'")
     timezone: TimezoneName = Field(description="IANA timezone of the cron expression")
     misfire_grace_s: int | None = Field(
         default=None, ge=0, le=7 * 24 * 3600,
@@ -344,7 +351,7 @@ class SchedulePatch(Strict):
     name: str | None = Field(default=None, max_length=200)
     state: Literal["active", "paused"] | None = None
     template: CampaignTemplate | None = None
-    cron: str | None = None
+    cron: str | None = Field(default=None, max_length=MAX_CRON_CHARS)
     timezone: TimezoneName | None = None
     misfire_grace_s: int | None = Field(default=None, ge=0, le=7 * 24 * 3600)
 
@@ -761,9 +768,9 @@ class RetryRequest(Strict):
 class RetargetRequest(RetryRequest):
     """Optional new content for the follow-up; what is omitted is copied from the original."""
 
-    title: str | None = Field(default=None, min_length=1, max_length=1000)
-    body: str | None = Field(default=None, min_length=1, max_length=4000)
-    image_url: AnyHttpUrl | None = None
+    title: str | None = Field(default=None, min_length=1, max_length=MAX_TITLE_CHARS)
+    body: str | None = Field(default=None, min_length=1, max_length=MAX_BODY_CHARS)
+    image_url: HttpUrl | None = None
     data: DataMap | None = None
     options: SendOptions | None = None
     translations: Translations | None = Field(

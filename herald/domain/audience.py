@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from herald.domain.types import AttributeName, Locale, Scalar, Topic, UserId
+from herald.domain.types import AttributeName, ConditionValue, Locale, Scalar, Topic, UserId
 
 if TYPE_CHECKING:
     from herald.domain.documents import Device
@@ -28,6 +28,16 @@ class Platform(StrEnum):
     WEB = "web"
 
 
+MAX_CONDITION_VALUES = 1000
+"""Values one audience compares attributes with, all its conditions together (``in`` lists)."""
+MAX_AUDIENCE_USER_IDS = 2000
+"""Users an audience names one by one: a list of people (a launch's testers, a support case's
+users); a larger group is a topic or an attribute, which the app backend keeps up to date."""
+MAX_AUDIENCE_TOPICS = 100
+MAX_AUDIENCE_LOCALES = 100
+MAX_AUDIENCE_ATTRIBUTES = 20
+
+
 class AttributeFilter(BaseModel):
     """Condition on one free device attribute: equality, membership, or a range.
 
@@ -37,12 +47,13 @@ class AttributeFilter(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    eq: Scalar | None = None
-    in_: list[Scalar] | None = Field(default=None, alias="in", min_length=1, max_length=1000)
-    gt: Scalar | None = None
-    gte: Scalar | None = None
-    lt: Scalar | None = None
-    lte: Scalar | None = None
+    eq: ConditionValue | None = None
+    in_: list[ConditionValue] | None = Field(default=None, alias="in", min_length=1,
+                                             max_length=MAX_CONDITION_VALUES)
+    gt: ConditionValue | None = None
+    gte: ConditionValue | None = None
+    lt: ConditionValue | None = None
+    lte: ConditionValue | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> AttributeFilter:
@@ -76,11 +87,31 @@ class Audience(BaseModel):
 
     push_enabled: bool | None = True
     marketing_enabled: bool | None = None
-    platforms: list[Platform] | None = Field(default=None, min_length=1)
-    topics: list[Topic] | None = Field(default=None, min_length=1, max_length=100)
-    user_ids: list[UserId] | None = Field(default=None, min_length=1, max_length=10_000)
-    locales: list[Locale] | None = Field(default=None, min_length=1, max_length=100)
-    attributes: dict[AttributeName, AttributeFilter] | None = Field(default=None, max_length=20)
+    platforms: list[Platform] | None = Field(default=None, min_length=1,
+                                             max_length=len(Platform))
+    topics: list[Topic] | None = Field(default=None, min_length=1, max_length=MAX_AUDIENCE_TOPICS)
+    user_ids: list[UserId] | None = Field(default=None, min_length=1,
+                                          max_length=MAX_AUDIENCE_USER_IDS)
+    locales: list[Locale] | None = Field(default=None, min_length=1,
+                                         max_length=MAX_AUDIENCE_LOCALES)
+    attributes: dict[AttributeName, AttributeFilter] | None = Field(
+        default=None, max_length=MAX_AUDIENCE_ATTRIBUTES)
+
+    @model_validator(mode="after")
+    def _values_bounded(self) -> Audience:
+        values = sum(len(condition.in_ or ()) for condition in (self.attributes or {}).values())
+        if values > MAX_CONDITION_VALUES:
+            raise ValueError(f"attributes: the conditions list {values} values in all; an "
+                             f"audience compares with at most {MAX_CONDITION_VALUES}")
+        return self
+
+    @property
+    def names_devices(self) -> bool:
+        """Whether a condition can single out devices: a user, an attribute, or a topic (an
+        app may subscribe each device to a topic of its own user's). A count under such a
+        condition tells whether one device has a field (its locale, an attribute's value),
+        so only those who may read devices may ask it."""
+        return bool(self.user_ids or self.attributes or self.topics)
 
     def memberships(self) -> dict[str, list[str] | None]:
         """The device field each list condition is on, and the values it admits."""

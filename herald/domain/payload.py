@@ -45,7 +45,13 @@ RESERVED_DATA_KEYS = frozenset({"from", "notification", "message_type", "collaps
 RESERVED_DATA_PREFIXES = ("google", "gcm")
 
 
+MAX_DATA_KEY_CHARS = 128
+
+
 def _app_data_key(key: str) -> str:
+    if len(key) > MAX_DATA_KEY_CHARS:
+        raise ValueError(f"data key {key[:20]!r}... must be camelCase like 'landingUrl', at most "
+                         f"{MAX_DATA_KEY_CHARS} characters")
     if not DATA_KEY_PATTERN.fullmatch(key):
         hint = _camel_case(key)
         suggestion = f" (did you mean {hint!r}?)" if DATA_KEY_PATTERN.fullmatch(hint) else ""
@@ -60,16 +66,28 @@ def _camel_case(key: str) -> str:
     return head[:1].lower() + head[1:] + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
+MAX_DATA_KEYS = 100
+
+
 DataKey = Annotated[str, AfterValidator(_app_data_key)]
-DataMap = Annotated[dict[DataKey, StrictStr], Field(max_length=100)]
+def _fits_a_message(value: str) -> str:
+    if len(value) > MAX_PAYLOAD_BYTES:
+        raise PayloadTooLarge(len(value.encode()), at_least=True)
+    return value
+
+
+DataValue = Annotated[StrictStr, AfterValidator(_fits_a_message)]
+"""A data value: refused at once if longer than a whole message may be, before the content's
+own checks (its size with everything else, its placeholders)."""
+DataMap = Annotated[dict[DataKey, DataValue], Field(max_length=MAX_DATA_KEYS)]
 """The mobile app's data contract: camelCase keys, string values only."""
 
 
 class PayloadTooLarge(ValueError):
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, *, at_least: bool = False) -> None:
         super().__init__(
-            f"the message (notification, data and replacement key) is {size} bytes of JSON; "
-            f"FCM accepts at most {MAX_PAYLOAD_BYTES}"
+            f"the message (notification, data and replacement key) is {'over ' if at_least else ''}"
+            f"{size} bytes of JSON; FCM accepts at most {MAX_PAYLOAD_BYTES}"
         )
         self.size = size
 

@@ -8,6 +8,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from herald.domain.locales import MAX_TAG_CHARS
+
 OBJECT_ID_PATTERN = re.compile(r"^[0-9a-f]{24}$")
 
 ObjectIdStr = Annotated[
@@ -19,18 +21,37 @@ ObjectIdStr = Annotated[
 Token = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[^\s]+$")]
 """An FCM registration token or Firebase Installation ID: opaque, no whitespace."""
 
-UserId = Annotated[str, Field(min_length=1, max_length=128)]
+MAX_USER_ID_CHARS = 128
+UserId = Annotated[str, Field(min_length=1, max_length=MAX_USER_ID_CHARS)]
+"""The app backend's own id of a user (a UUID, a number, a Firebase UID...)."""
 
+MAX_TOPIC_CHARS = 900
 Topic = Annotated[str, Field(pattern=r"^[a-zA-Z0-9\-_.~%]{1,900}$")]
-"""Same alphabet FCM accepts for topic names."""
+"""Same alphabet (and length: 900) FCM accepts for topic names."""
 
+MAX_ATTRIBUTE_NAME_CHARS = 64
 AttributeName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")]
 """Free device attribute names; no ``$`` or ``.``, so a name can never become a query operator."""
 
-Scalar = StrictStr | StrictBool | StrictInt | StrictFloat
+MAX_ATTRIBUTE_TEXT_CHARS = 1024
+"""A device attribute's text: a name, an e-mail address (RFC 5321: 254), a plan, a version, a
+link (1,024 as the longest; a push message holds 4,096 bytes in all)."""
+
+Scalar = (Annotated[StrictStr, Field(max_length=MAX_ATTRIBUTE_TEXT_CHARS)] | StrictBool
+          | StrictInt | StrictFloat)
 """Attribute values: never objects, so ``{"$gt": ...}`` cannot be smuggled in as a value."""
 
-Locale = Annotated[str, Field(pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$")]
+MAX_CONDITION_TEXT_CHARS = 256
+"""A text an audience compares attributes with (``eq``, ``in``, a range bound)."""
+
+ConditionValue = (Annotated[StrictStr, Field(max_length=MAX_CONDITION_TEXT_CHARS)] | StrictBool
+                  | StrictInt | StrictFloat)
+"""What an audience's attribute condition compares with: a :data:`Scalar`, shorter."""
+
+Locale = Annotated[str, Field(max_length=MAX_TAG_CHARS,
+                              pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$")]
+"""A device's locale (``es``, ``pt_BR``): a language tag's shape, at most 35 characters
+(``herald.domain.locales.MAX_TAG_CHARS``)."""
 
 
 _NOT_PLAIN = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -58,4 +79,6 @@ def _known_timezone(name: str) -> str:
     return name
 
 
-TimezoneName = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_known_timezone)]
+MAX_TIMEZONE_CHARS = 64
+TimezoneName = Annotated[str, Field(min_length=1, max_length=MAX_TIMEZONE_CHARS),
+                         AfterValidator(_known_timezone)]

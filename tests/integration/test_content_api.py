@@ -126,12 +126,12 @@ async def test_a_preview_by_user_id_falls_back_to_the_campaigns_own_words(
 
 async def test_a_preview_over_4096_bytes_says_that_device_would_fail(
         api: httpx.AsyncClient) -> None:
-    long_name = {**DEVICES[0], "token": "tok-long", "attributes": {"first_name": "A" * 3000}}
+    long_name = {**DEVICES[0], "token": "tok-long",
+                 "attributes": {"first_name": "A" * 1024, "last_name": "B" * 1024}}
     assert (await api.post("/v1/devices", json=long_name)).status_code == 201
+    both = "{{ attributes.first_name | default('') }} {{ attributes.last_name | default('') }}"
     preview = (await api.post("/v1/campaigns/preview", json={
-        "content": {"title": "{{ attributes.first_name | default('') }}",
-                    "body": "{{ attributes.first_name | default('') }}"},
-        "token": "tok-long"})).json()
+        "content": {"title": both, "body": both}, "token": "tok-long"})).json()
     assert (preview["message"], preview["failure_code"]) == (None, "MESSAGE_TOO_BIG")
     assert str(MAX_PAYLOAD_BYTES) in preview["failure"]
 

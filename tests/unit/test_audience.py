@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from herald.adapters.devices import audience_filter
-from herald.domain.audience import AttributeFilter, Audience, Platform
+from herald.domain.audience import MAX_AUDIENCE_USER_IDS, AttributeFilter, Audience, Platform
 
 
 def query_for(**fields: Any) -> dict[str, Any]:
@@ -207,14 +207,42 @@ def test_membership_lists_must_not_be_empty(field: str) -> None:
         Audience.model_validate({field: []})
 
 
-def test_user_ids_accepts_ten_thousand() -> None:
-    ids = [f"u{i}" for i in range(10_000)]
+def test_user_ids_accepts_two_thousand() -> None:
+    ids = [f"u{i}" for i in range(MAX_AUDIENCE_USER_IDS)]
+    assert MAX_AUDIENCE_USER_IDS == 2000
     assert query_for(user_ids=ids)["user_id"] == {"$in": ids}
 
 
-def test_user_ids_rejects_more_than_ten_thousand() -> None:
+def test_user_ids_rejects_more_than_two_thousand() -> None:
     with pytest.raises(ValidationError):
-        Audience.model_validate({"user_ids": [f"u{i}" for i in range(10_001)]})
+        Audience.model_validate({"user_ids": [f"u{i}" for i in range(2001)]})
+
+
+def test_an_audience_compares_with_at_most_a_thousand_values_in_all() -> None:
+    half = [f"v{i}" for i in range(500)]
+    Audience.model_validate({"attributes": {"a": {"in": half}, "b": {"in": half}}})
+    with pytest.raises(ValidationError, match="1001 values in all"):
+        Audience.model_validate({"attributes": {"a": {"in": half}, "b": {"in": [*half, "x"]}}})
+
+
+@pytest.mark.parametrize("condition", [{"eq": "x" * 257}, {"in": ["x" * 257]},
+                                       {"gte": "x" * 257}])
+def test_a_conditions_text_is_at_most_256_characters(condition: dict[str, Any]) -> None:
+    Audience.model_validate({"attributes": {"a": {k: (["x" * 256] if k == "in" else "x" * 256)
+                                                  for k in condition}}})
+    with pytest.raises(ValidationError, match="at most 256 characters"):
+        Audience.model_validate({"attributes": {"a": condition}})
+
+
+def test_each_platform_at_most_once_in_number() -> None:
+    with pytest.raises(ValidationError):
+        Audience.model_validate({"platforms": ["ios"] * 4})
+
+
+def test_a_locale_condition_is_at_most_35_characters() -> None:
+    Audience.model_validate({"locales": ["zh-Hant-TW-" + "abcdefgh-" * 2 + "abcdef"]})
+    with pytest.raises(ValidationError, match="at most 35 characters"):
+        Audience.model_validate({"locales": ["es-" + "-".join(["abcdefgh"] * 4)]})
 
 
 def test_at_most_twenty_attribute_filters() -> None:
