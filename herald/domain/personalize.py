@@ -25,6 +25,15 @@ attributes and nothing else (``{{ attributes.items }}`` is the attribute named `
 the dict's method), so that even a template that escaped the grammar check could reach nothing
 but the device's own fields. Autoescape is off: push text is not HTML.
 
+**Bounded.** A placeholder is at most :data:`MAX_PLACEHOLDER_CHARS` characters with brackets
+nested at most :data:`MAX_NESTING` deep, and a message (one variant: title, body and data) has
+at most :data:`MAX_PLACEHOLDERS` of them; past either, the text is refused with its field
+before Jinja2 parses it (Jinja2's parser recurses once per bracket: 100 nested parentheses were
+a ``RecursionError``, a 500). Every text is also as long as FCM's 4,096 bytes allow, and that
+is checked first (``herald.domain.rendering.content_problems``). A placeholder in the usual
+shape (a field, then filters with a quoted text or a number) is checked by one regular
+expression; any other goes through Jinja2's parser and the walk below, which say what is wrong.
+
 **A field a device may lack needs a default, checked at creation.** The issue asks for "an
 unknown field without a default" to be refused at creation; a name outside the five fields is
 refused outright, with or without a default. Attributes are free-form: no campaign can know at
@@ -46,8 +55,10 @@ placeholders arrives as ``\n``; plain text is sent as written).
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, Undefined, nodes
@@ -71,6 +82,17 @@ device's overlong attribute from costing more than one such message."""
 
 MARKERS = ("{{", "{%", "{#")
 """What makes a text a template; without any of them it is plain text."""
+
+MAX_PLACEHOLDER_CHARS = 256
+"""A placeholder from ``{{`` to ``}}``: room for a field, a default of a sentence and a few
+filters (``{{ attributes.first_name | default("there") | title }}`` is 48)."""
+MAX_NESTING = 4
+"""Brackets inside brackets in one placeholder; the grammar needs one (a filter's argument)."""
+MAX_PLACEHOLDERS = 50
+"""Placeholders in one message (a variant's title, body and data together), counting every
+``{{``; a text alone has at most as many."""
+MAX_PROBLEMS = 10
+"""Problems reported per text; a text with more is refused for the first ten."""
 
 
 def _default(value: Any, fallback: str) -> Any:
@@ -208,32 +230,85 @@ def _normalized(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+_OPENERS = frozenset("([{")
+_CLOSERS = frozenset(")]}")
+
+
+class _Scanner:
+    """Walks Jinja2's tokens of one text: the placeholders it finds (a ``}}`` inside quotes is
+    not an end), and a problem where each statement, comment or raw block starts, where a
+    placeholder grows too long or nests too deep, and where the text's syntax breaks."""
+
+    def __init__(self, field: str, text: str) -> None:
+        self.field, self.text = field, text
+        self.placeholders: list[_Placeholder] = []
+        self.problems: list[TemplateProblem] = []
+        self.cursor = 0
+        self.opened: int | None = None
+        self.depth = 0
+        self.spoilt = False
+        """The open placeholder is refused already (too long or too deep): not parsed."""
+
+    def problem(self, at: int, message: str) -> None:
+        self.problems.append(TemplateProblem(self.field, Position.of(self.text, at), message))
+
+    def scan(self) -> None:
+        try:
+            for _, kind, value in _ENVIRONMENT.lex(self.text):
+                self.token(kind, value)
+                if len(self.problems) >= MAX_PROBLEMS:
+                    return
+        except TemplateSyntaxError as exc:
+            self.problem(self.cursor if self.opened is None else self.opened, _syntax(exc))
+            return
+        if self.opened is not None:
+            self.problem(self.opened, "'{{' is never closed by '}}'")
+
+    def token(self, kind: str, value: str) -> None:
+        found = self.text.find(value, self.cursor)
+        at = found if found >= 0 else self.cursor
+        self.cursor = at + len(value)
+        if kind == "variable_begin":
+            self.opened, self.depth, self.spoilt = at, 0, False
+        elif kind == "variable_end" and self.opened is not None:
+            self.too_long()
+            if not self.spoilt:
+                self.placeholders.append(_Placeholder(self.opened,
+                                                      self.text[self.opened:self.cursor]))
+            self.opened = None
+        elif kind in _REFUSED_TOKENS:
+            self.problem(at, _REFUSED_TOKENS[kind])
+        elif self.opened is not None and not self.spoilt:
+            self.inside(kind, value)
+
+    def too_long(self) -> bool:
+        """Whether the open placeholder is refused for its length (now, or before)."""
+        assert self.opened is not None
+        if not self.spoilt and self.cursor - self.opened > MAX_PLACEHOLDER_CHARS:
+            self.spoilt = True
+            self.problem(self.opened, f"a placeholder is at most {MAX_PLACEHOLDER_CHARS} "
+                                      "characters from '{{' to '}}'")
+        return self.spoilt
+
+    def inside(self, kind: str, value: str) -> None:
+        """A token of the open placeholder: refuse it once it is too long or too deep."""
+        assert self.opened is not None
+        if kind == "operator":
+            self.depth += (value in _OPENERS) - (value in _CLOSERS)
+        if self.too_long():
+            return
+        if self.depth > MAX_NESTING:
+            self.spoilt = True
+            self.problem(self.opened, f"brackets nest more than {MAX_NESTING} deep in this "
+                                      "placeholder")
+
+
 def _scan(field: str, text: str) -> tuple[list[_Placeholder], list[TemplateProblem]]:
-    """The placeholders of ``text`` as Jinja2's own lexer finds them (a ``}}`` inside quotes
-    is not an end), and a problem where each statement, comment or raw block starts."""
-    placeholders: list[_Placeholder] = []
-    problems: list[TemplateProblem] = []
-    cursor, opened = 0, None
-    try:
-        for _, kind, value in _ENVIRONMENT.lex(text):
-            found = text.find(value, cursor)
-            at = found if found >= 0 else cursor
-            cursor = at + len(value)
-            if kind == "variable_begin":
-                opened = at
-            elif kind == "variable_end" and opened is not None:
-                placeholders.append(_Placeholder(opened, text[opened:cursor]))
-                opened = None
-            elif kind in _REFUSED_TOKENS:
-                problems.append(TemplateProblem(field, Position.of(text, at), _REFUSED_TOKENS[kind]))
-    except TemplateSyntaxError as exc:
-        where = cursor if opened is None else opened
-        problems.append(TemplateProblem(field, Position.of(text, where), _syntax(exc)))
-        return placeholders, problems
-    if opened is not None:
-        problems.append(TemplateProblem(field, Position.of(text, opened),
-                                        "'{{' is never closed by '}}'"))
-    return placeholders, problems
+    """The placeholders of ``text`` as Jinja2's own lexer finds them, and the problems found
+    on the way (:class:`_Scanner`)."""
+    scanner = _Scanner(field, text)
+    scanner.scan()
+    return scanner.placeholders, scanner.problems
 
 
 def _syntax(exc: TemplateSyntaxError) -> str:
@@ -338,14 +413,71 @@ def _refusal(expression: nodes.Expr) -> str | None:
     return next((refusal for refusal in refusals if refusal), None)
 
 
+_STRING = r"""(?:"[^"\\{}]*"|'[^'\\{}]*')"""
+_FIELD = "|".join([*sorted(ALWAYS_PRESENT | MAYBE_MISSING),
+                   rf"{ATTRIBUTES}\.{ATTRIBUTE_NAME.pattern}"])
+_USUAL = re.compile(
+    rf"""\{{\{{\s*(?P<field>{_FIELD})
+    (?P<filters>(?:\s*\|\s*[a-z]+(?:\(\s*(?:{_STRING}|[1-9][0-9]{{0,3}})\s*\))?)*)\s*\}}\}}""",
+    re.VERBOSE)
+"""A placeholder in the usual shape: a field, then filters, each with at most one argument, a
+text in quotes (no backslash, no brace) or a whole number. Jinja2 reads every such placeholder
+as this says (a property test holds the two to the same verdicts)."""
+_USUAL_FILTER = re.compile(rf"\|\s*(?P<name>[a-z]+)(?:\(\s*(?P<arg>{_STRING}|[0-9]+)\s*\))?")
+_PLAIN = r"(?:[^{]|\{(?![{%#]))*"
+_USUAL_TEXT = re.compile(f"{_PLAIN}(?:{_USUAL.pattern}{_PLAIN})*", re.VERBOSE)
+"""A text of plain runs (no ``{{``, ``{%`` or ``{#``) and usual placeholders: Jinja2's lexer
+finds exactly those placeholders in it (a usual placeholder's texts hold no brace)."""
+
+
+def _usual_text_fine(text: str) -> bool:
+    """Whether ``text`` is plain runs and usual placeholders, each short and within the
+    grammar: then it is fine, and neither Jinja2's lexer nor its parser need see it (they
+    cost about 100 µs a placeholder)."""
+    if not _USUAL_TEXT.fullmatch(text):
+        return False
+    return all(len(found.group()) <= MAX_PLACEHOLDER_CHARS and usual_and_fine(found.group())
+               for found in _USUAL.finditer(text))
+
+
+def usual_and_fine(source: str) -> bool:
+    """Whether ``source`` (a placeholder, ``{{`` to ``}}``) is in the usual shape and within
+    the grammar, as the regular expression alone tells; False says nothing (the parser
+    decides)."""
+    usual = _USUAL.fullmatch(source)
+    if usual is None:
+        return False
+    chain = [(f["name"], f["arg"]) for f in _USUAL_FILTER.finditer(usual["filters"])]
+    if usual["field"] not in ALWAYS_PRESENT and (not chain or chain[0][0] != "default"):
+        return False
+    return all(_usual_filter_fine(name, arg) for name, arg in chain)
+
+
+def _usual_filter_fine(name: str, arg: str | None) -> bool:
+    if name == "default":
+        return arg is not None and arg[0] in "\"'"
+    if name == "truncate":
+        return arg is not None and arg.isdigit() and 1 <= int(arg) <= MAX_TRUNCATE
+    return name in FILTERS and arg is None
+
+
 def _placeholder_problems(field: str, text: str,
                           placeholder: _Placeholder) -> Iterator[TemplateProblem]:
+    if usual_and_fine(placeholder.source):
+        return
     try:
         refusal = _refusal(_placeholder_expression(placeholder))
     except TemplateSyntaxError as exc:
         refusal = _syntax(exc)
+    except RecursionError:  # not reached within the bounds above; a 422, never a 500
+        refusal = "this placeholder nests too deep"
     if refusal:
         yield TemplateProblem(field, Position.of(text, placeholder.start), refusal)
+
+
+def placeholder_count(text: str) -> int:
+    """An upper bound of the placeholders in ``text``: its ``{{``, counted without parsing."""
+    return text.count("{{")
 
 
 def check_text(field: str, text: str) -> list[TemplateProblem]:
@@ -353,11 +485,63 @@ def check_text(field: str, text: str) -> list[TemplateProblem]:
     text always is). ``field`` names the text in the problems (``title``, ``data.landingUrl``)."""
     if not is_template(text):
         return []
+    if (count := placeholder_count(text)) > MAX_PLACEHOLDERS:
+        return [TemplateProblem(field, None, f"{count} placeholders ('{{{{'); a message has "
+                                             f"at most {MAX_PLACEHOLDERS}")]
     normalized = _normalized(text)
+    if _usual_text_fine(normalized):
+        return []
+    return _PARSED.problems(field, normalized)
+
+
+def checked_by_parser(field: str, normalized: str) -> list[TemplateProblem]:
+    """:func:`check_text`'s answer from Jinja2's lexer and parser (``normalized``: its line
+    breaks as Jinja2 reads them), for a text not in the usual shape."""
     placeholders, problems = _scan(field, normalized)
     for placeholder in placeholders:
+        if len(problems) >= MAX_PROBLEMS:
+            break
         problems.extend(_placeholder_problems(field, normalized, placeholder))
     return sorted(problems, key=lambda problem: problem.position.offset if problem.position else -1)
+
+
+class _ParsedVerdicts:
+    """The problems of the texts the parser checked lately, by text, at most ``max_chars``
+    characters of them (the least recently asked forgotten first). A campaign's texts are
+    checked more than once: the api checks a body off the event loop, then a follow-up or an
+    edit checks the content it makes of it on the loop; the second check finds the first's
+    verdict. Thread-safe: bodies are checked in worker threads."""
+
+    def __init__(self, max_chars: int) -> None:
+        self._max_chars = max_chars
+        self._chars = 0
+        self._verdicts: OrderedDict[str, tuple[TemplateProblem, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def problems(self, field: str, normalized: str) -> list[TemplateProblem]:
+        with self._lock:
+            known = self._verdicts.get(normalized)
+            if known is not None:
+                self._verdicts.move_to_end(normalized)
+        if known is None:
+            known = tuple(checked_by_parser("", normalized))
+            self._remember(normalized, known)
+        return [replace(problem, field=field) for problem in known]
+
+    def _remember(self, normalized: str, problems: tuple[TemplateProblem, ...]) -> None:
+        with self._lock:
+            if normalized in self._verdicts or len(normalized) > self._max_chars:
+                return
+            self._verdicts[normalized] = problems
+            self._chars += len(normalized)
+            while self._chars > self._max_chars:
+                forgotten, _ = self._verdicts.popitem(last=False)
+                self._chars -= len(forgotten)
+
+
+REMEMBERED_CHARS = 4 * 1024 * 1024
+"""Characters of texts whose verdicts are remembered: ten of the largest campaigns."""
+_PARSED = _ParsedVerdicts(REMEMBERED_CHARS)
 
 
 # --- compiling and rendering -----------------------------------------------------------------------

@@ -63,6 +63,7 @@ from herald.domain.payload import (
     split_at_expiry,
 )
 from herald.domain.personalize import (
+    MAX_PLACEHOLDERS,
     CompiledText,
     DeviceFields,
     RenderFailed,
@@ -70,9 +71,12 @@ from herald.domain.personalize import (
     TemplateRefused,
     check_text,
     device_context,
+    placeholder_count,
 )
 
 MAX_TRANSLATIONS = 100
+MAX_TITLE_CHARS = 1000
+MAX_BODY_CHARS = 4000
 DEFAULT_VARIANT = "default"
 """What the audit, a preview and the audience split call the campaign's own content."""
 
@@ -82,8 +86,8 @@ class Translation(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    title: str = Field(min_length=1, max_length=1000)
-    body: str = Field(min_length=1, max_length=4000)
+    title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)
+    body: str = Field(min_length=1, max_length=MAX_BODY_CHARS)
     data: DataMap = Field(
         default_factory=dict,
         description="Translated data values, for keys the campaign's data has; the campaign's "
@@ -113,15 +117,36 @@ def content_problems(title: str, body: str, data: Mapping[str, str],
     """Everything that makes this content unsendable, for a 422: each placeholder problem with
     its field and position, each translation's tag or data key that is not one, and each
     variant over FCM's size rule with its texts as written (field ``content`` for the
-    campaign's own, ``translations.<tag>`` for a translation). [] when it can be created."""
+    campaign's own, ``translations.<tag>`` for a translation). [] when it can be created.
+
+    Sizes first: a variant over FCM's size rule, or with more than
+    :data:`~herald.domain.personalize.MAX_PLACEHOLDERS` placeholders, is refused for that
+    alone, before any template is lexed or parsed, so no text is parsed that could not be sent
+    (a translation's data value of a megabyte cost 10 s of parsing before it was found too
+    big)."""
+    size = _size_problems("content", title, body, data, image_url, options, replace_key)
+    size.extend(_count_problems("content", title, body, data))
+    for tag, translation in translations.items():
+        merged = {**data, **translation.data}
+        size.extend(_size_problems(f"translations.{tag}", translation.title, translation.body,
+                                   merged, image_url, options, replace_key))
+        size.extend(_count_problems(f"translations.{tag}", translation.title, translation.body,
+                                    translation.data))
+    if size:
+        return size
     problems = _variant_problems("", title, body, data)
-    problems.extend(_size_problems("content", title, body, data, image_url, options, replace_key))
     for tag, translation in translations.items():
         problems.extend(_translation_problems(tag, translation, data))
-        merged = {**data, **translation.data}
-        problems.extend(_size_problems(f"translations.{tag}", translation.title, translation.body,
-                                       merged, image_url, options, replace_key))
     return problems
+
+
+def _count_problems(field: str, title: str, body: str,
+                    data: Mapping[str, str]) -> list[TemplateProblem]:
+    count = sum(map(placeholder_count, (title, body, *data.values())))
+    if count <= MAX_PLACEHOLDERS:
+        return []
+    return [TemplateProblem(field, None, f"{count} placeholders ('{{{{') in one message; at "
+                                         f"most {MAX_PLACEHOLDERS}")]
 
 
 def _variant_problems(prefix: str, title: str, body: str,

@@ -4,22 +4,35 @@ device with defaults, and the cap on what one field may render to."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jinja2 import TemplateError
 
+from herald.domain import personalize
 from herald.domain.personalize import (
     _ENVIRONMENT,
+    _USUAL,
+    FILTERS,
+    MAX_NESTING,
+    MAX_PLACEHOLDER_CHARS,
+    MAX_PLACEHOLDERS,
+    MAX_PROBLEMS,
     MAX_RENDERED_CHARS,
     CompiledText,
     Position,
     RenderFailed,
     TemplateProblem,
     TemplateRefused,
+    _usual_text_fine,
     check_text,
+    checked_by_parser,
     device_context,
+    usual_and_fine,
 )
 
 
@@ -305,3 +318,116 @@ def test_autoescape_is_off_push_text_is_not_html() -> None:
 def test_a_template_sends_its_line_breaks_as_newlines_and_plain_text_as_written() -> None:
     assert render("Live\r\nnow on {{ platform }}") == "Live\nnow on android"
     assert CompiledText("title", "Live\r\nnow").render({}) == "Live\r\nnow"
+
+
+# --- bounded (issue 31) ----------------------------------------------------------------------------
+NESTED_100 = "{{ " + "(" * 100 + "user_id" + ")" * 100 + " }}"
+
+
+def test_a_hundred_nested_parentheses_are_a_problem_naming_the_field_not_a_crash() -> None:
+    """Jinja2's parser recurses once per bracket: this was a RecursionError, a 500."""
+    (problem,) = check_text("data.landingUrl", "go " + NESTED_100)
+    assert (problem.field, problem.position) == ("data.landingUrl", Position(3, 1, 4))
+    assert problem.message == f"brackets nest more than {MAX_NESTING} deep in this placeholder"
+
+
+@pytest.mark.parametrize("text", [
+    NESTED_100,
+    "{{ " + "(" * 5 + "platform" + ")" * 5 + " }}",
+    "{{ " + "[" * 3000 + "]" * 3000 + " }}",
+    "{{ " + "not " * 1000 + "platform }}",
+    "{{ " + "-" * 5000 + "platform }}",
+    "{{ platform" + " | upper" * 1000 + " }}",
+    "{{ platform" + ".a" * 3000 + " }}",
+    "{{ platform" + " ~ platform" * 1000 + " }}",
+    "{{ " + "(" * 3000,
+    '{{ attributes.x | default("' + "y" * 300 + '") }}',
+])
+def test_deep_or_long_placeholders_are_refused_as_problems(text: str) -> None:
+    problems = check_text("body", text)
+    assert problems and all(problem.field == "body" for problem in problems)
+
+
+def test_a_placeholder_is_at_most_256_characters() -> None:
+    fits = '{{ attributes.x | default("' + "y" * (MAX_PLACEHOLDER_CHARS - 32) + '") }}'
+    assert len(fits) == MAX_PLACEHOLDER_CHARS and check_text("body", fits) == []
+    (problem,) = check_text("body", fits.replace("yy", "yyy", 1))
+    assert "at most 256 characters" in problem.message
+
+
+def test_a_text_has_at_most_50_placeholders_counted_before_any_parsing() -> None:
+    assert check_text("body", "{{ platform }} " * MAX_PLACEHOLDERS) == []
+    (problem,) = check_text("body", "{{ platform }} " * (MAX_PLACEHOLDERS + 1))
+    assert (problem.field, problem.position) == ("body", None)
+    assert "51 placeholders" in problem.message
+
+
+def test_problems_are_reported_for_the_first_ten_at_most() -> None:
+    assert len(check_text("body", "{% x %}" * 40)) == MAX_PROBLEMS
+
+
+def test_a_text_the_parser_checked_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+    real = personalize.checked_by_parser
+
+    def counted(field: str, normalized: str) -> list[TemplateProblem]:
+        parsed.append(normalized)
+        return real(field, normalized)
+
+    monkeypatch.setattr(personalize, "checked_by_parser", counted)
+    text = "Hi {{ (user_id) | default('you') }} {{ nope }} " + uuid.uuid4().hex
+    first = check_text("title", text)
+    again = check_text("translations.es.title", text)
+    assert len(parsed) == 1
+    assert [p.field for p in again] == ["translations.es.title"]
+    assert [(p.position, p.message) for p in again] == [(p.position, p.message) for p in first]
+
+
+def test_usual_placeholders_are_never_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(field: str, normalized: str) -> list[TemplateProblem]:
+        raise AssertionError("parsed")
+
+    monkeypatch.setattr(personalize, "checked_by_parser", refused)
+    usual = ('Hi {{ attributes.first_name | default("there") | title }}, '
+             "{{ platform }} {{ locale | default('es') | upper | truncate(20) }} {")
+    assert check_text("body", usual * 16) == []
+
+
+# The usual shape (one regular expression) and Jinja2's parser must agree on every placeholder
+# the expression matches: "fine" from the first only where the second finds it fine too.
+_FILTERS = st.sampled_from([*FILTERS, "nope", "items"])
+_ARGS = st.one_of(st.none(), st.integers(0, 9999).map(str),
+                  st.text(st.characters(exclude_characters='"\\{}', codec="utf-8"),
+                          max_size=8).map(lambda t: f'"{t}"'),
+                  st.text(st.characters(exclude_characters="'\\{}", codec="utf-8"),
+                          max_size=8).map(lambda t: f"'{t}'"))
+_SPACE = st.sampled_from(["", " ", "  ", "\n", "\t", "\u3000"])
+_FIELD = st.one_of(st.sampled_from(["user_id", "locale", "timezone", "platform", "attributes",
+                                    "attributes.x", "attributes.not", "attributes.in_",
+                                    "attributes.A9_", "attributes.9a", "nope"]),
+                   st.from_regex(r"attributes\.[A-Za-z][A-Za-z0-9_]{0,63}", fullmatch=True))
+
+
+@st.composite
+def placeholders(draw: st.DrawFn) -> str:
+    filters = draw(st.lists(st.tuples(_SPACE, _FILTERS, _ARGS, _SPACE), max_size=4))
+    chain = "".join(f"{a}|{b}{name}" + (f"({arg})" if arg is not None else "")
+                    for a, name, arg, b in filters)
+    return f"{{{{{draw(_SPACE)}{draw(_FIELD)}{chain}{draw(_SPACE)}}}}}"
+
+
+@settings(max_examples=3000, deadline=None)
+@given(source=placeholders())
+def test_the_usual_shape_and_the_parser_agree(source: str) -> None:
+    by_parser = checked_by_parser("f", source) == []
+    assert usual_and_fine(source) == by_parser or not usual_and_fine(source), source
+    if _USUAL.fullmatch(source):
+        assert usual_and_fine(source) == by_parser, source
+
+
+@settings(max_examples=1000, deadline=None)
+@given(parts=st.lists(st.one_of(placeholders(), st.text(max_size=6)), max_size=6))
+def test_a_text_fine_in_the_usual_shape_is_fine_for_the_parser(parts: list[str]) -> None:
+    text = "".join(parts).replace("\r", "")
+    if _usual_text_fine(text):
+        assert checked_by_parser("f", text) == [], text

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from fcm_emulator.discovery import Validator
+from herald.domain import rendering
 from herald.domain.payload import (
     MAX_PAYLOAD_BYTES,
     SIZED_NOW_S,
@@ -25,7 +26,7 @@ from herald.domain.payload import (
     build_payload,
     payload_size,
 )
-from herald.domain.personalize import Position, TemplateRefused
+from herald.domain.personalize import Position, TemplateProblem, TemplateRefused
 from herald.domain.rendering import (
     CompiledContent,
     DeviceMessage,
@@ -280,6 +281,32 @@ def test_compiling_content_that_creation_would_refuse_raises_with_every_problem(
     with pytest.raises(TemplateRefused) as caught:
         compiled("{{ nope }}", "{% set x = 1 %}", {}, {})
     assert [p.field for p in caught.value.problems] == ["title", "body"]
+
+
+def test_sizes_are_checked_before_any_template_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variant over FCM's rule is refused for that alone: its templates (a megabyte of them
+    cost 10 s to parse) are never lexed."""
+    def unread(field: str, text: str) -> list[TemplateProblem]:
+        raise AssertionError(f"{field} was read as a template")
+
+    monkeypatch.setattr(rendering, "check_text", unread)
+    translations = {"es": Translation(title="{{ (", body="{{ x }}" * 10,
+                                      data={"kind": "{{ (((((" + "y" * 4000})}
+    problems = content_problems("Hi {{ nope }}", "b", {"kind": "k"}, translations)
+    assert [(p.field, p.kind) for p in problems] == [("translations.es", "size")]
+
+
+def test_a_message_has_at_most_50_placeholders_in_all_its_texts() -> None:
+    ten = "{{ platform }}" * 10
+    data = {f"k{i}": ten for i in range(4)}
+    assert content_problems(ten, "b", data, {}) == []
+    problems = content_problems(ten, ten, data, {
+        "es": Translation(title=ten, body=ten + "{{ platform }}", data={"k0": ten, "k1": ten,
+                                                                       "k2": ten})})
+    assert [(p.field, p.position) for p in problems] == [("content", None),
+                                                         ("translations.es", None)]
+    assert "60 placeholders ('{{') in one message" in problems[0].message
+    assert "51 placeholders" in problems[1].message
 
 
 # --- the translations as the API takes them --------------------------------------------------------
