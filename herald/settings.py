@@ -120,6 +120,9 @@ class Settings(BaseSettings):
     """The secret of the ``admin`` key named ``bootstrap`` (or ``bootstrap_api_key_file``)."""
     bootstrap_api_key_file: Path | None = None
     api_max_body_bytes: PositiveInt = 16 * 1024 * 1024
+    """The largest body of a device import (``POST /v1/devices/bulk``: 10,000 devices); every
+    other route takes at most what the largest campaign can need
+    (``herald.contracts.sizes``), or this if it is smaller."""
     api_rate_per_s: PositiveFloat = 50.0
     """Each key's budget of changing calls (refused ones included), shared by api replicas."""
     api_burst: PositiveInt = 200

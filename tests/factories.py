@@ -6,15 +6,24 @@ module imports factories from another test module.
 
 from __future__ import annotations
 
+import string
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import timedelta
+from itertools import product
 from typing import Any
 
 from herald.clock import utcnow
 from herald.contracts.http import CampaignTemplate, DeviceIn, ScheduleCreate
 from herald.domain.access import Actor, ActorKind
-from herald.domain.audience import Audience
+from herald.domain.audience import (
+    MAX_AUDIENCE_ATTRIBUTES,
+    MAX_AUDIENCE_LOCALES,
+    MAX_AUDIENCE_TOPICS,
+    MAX_AUDIENCE_USER_IDS,
+    MAX_CONDITION_VALUES,
+    Audience,
+)
 from herald.domain.documents import (
     Campaign,
     CampaignContent,
@@ -29,8 +38,12 @@ from herald.domain.documents import (
 )
 from herald.domain.messages import Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome, Target
+from herald.domain.payload import MAX_PAYLOAD_BYTES, build_payload, payload_size
+from herald.domain.personalize import MAX_PLACEHOLDERS
 from herald.domain.pods import PodBeat
+from herald.domain.rendering import MAX_TRANSLATIONS
 from herald.domain.status import Status
+from herald.domain.types import MAX_CONDITION_TEXT_CHARS, MAX_TOPIC_CHARS, MAX_USER_ID_CHARS
 from herald.service_layer.campaigns import new_campaign
 from herald.service_layer.ports import Bus, Stores
 from herald.service_layer.recipients import final_counts
@@ -188,3 +201,61 @@ def at(pairs: Iterable[tuple[int, str | None]], tokens: Sequence[str] | None = N
     """Outcomes from ``(position, error)`` pairs (the token from ``tokens`` by position)."""
     return [RecipientOutcome(Target(position, tokens[position] if tokens else ""), error)
             for position, error in pairs]
+
+
+# --- the largest campaign a body may hold ----------------------------------------------------------
+LARGEST_KEY = "k" * 64
+WIDE = "é"
+"""Two bytes of UTF-8, six as a JSON escape (``\\u00e9``): the costliest character per byte of a
+message."""
+UNUSUAL = '{{ (attributes.a%02d) | default("%s") | truncate(40) }}'
+"""A placeholder in a shape only Jinja2's parser checks (the parentheses): the costliest."""
+
+
+def _filled(title: str, head: str) -> str:
+    """``head``, then as many ``WIDE`` characters as keep the message within FCM's size."""
+    def size(body: str) -> int:
+        return payload_size(build_payload(title, body, {}, replace_key=LARGEST_KEY))
+    body = head + WIDE * ((MAX_PAYLOAD_BYTES - size(head)) // len(WIDE.encode()))
+    assert size(body) <= MAX_PAYLOAD_BYTES < size(body + WIDE + WIDE)
+    return body
+
+
+def _languages() -> list[str]:
+    return ["".join(pair) for pair in product(string.ascii_lowercase, repeat=2)]
+
+
+def largest_campaign(*, placeholders: bool = False) -> dict[str, Any]:
+    """A ``POST /v1/campaigns`` body at every limit at once, in the characters that cost most
+    once escaped; with ``placeholders``, every variant also holds the most placeholders a
+    message may, each in the shape that costs most to check, and each variant's its own."""
+    title = WIDE * 10
+    tags = [f"{language}-x-abcdefgh-abcdefgh-abcdefgh-abc"
+            for language in _languages()[:MAX_TRANSLATIONS]]
+
+    def body(variant: int) -> str:
+        head = "".join(UNUSUAL % (i, f"{variant:03d}{WIDE}") for i in range(MAX_PLACEHOLDERS))
+        return _filled(title, head if placeholders else "")
+
+    conditions: dict[str, Any] = {"a00": {"in": [
+        f"{i:04d}" + WIDE * (MAX_CONDITION_TEXT_CHARS - 4) for i in range(MAX_CONDITION_VALUES)]}}
+    conditions.update({f"a{i:02d}{'b' * 60}": {op: WIDE * MAX_CONDITION_TEXT_CHARS
+                                               for op in ("gt", "gte", "lt", "lte")}
+                       for i in range(1, MAX_AUDIENCE_ATTRIBUTES)})
+    return {
+        "name": WIDE * 200, "title": title, "body": body(0),
+        "translations": {tag: {"title": title, "body": body(1 + n)} for n, tag in enumerate(tags)},
+        "audience": {
+            "user_ids": [f"{i:04d}" + WIDE * (MAX_USER_ID_CHARS - 4)
+                         for i in range(MAX_AUDIENCE_USER_IDS)],
+            "topics": [f"{i:03d}" + "t" * (MAX_TOPIC_CHARS - 3) for i in range(MAX_AUDIENCE_TOPICS)],
+            "locales": [f"{language}-abcdefgh-abcdefgh-abcdefgh-abcde"
+                        for language in _languages()[:MAX_AUDIENCE_LOCALES]],
+            "attributes": conditions,
+        },
+        "chunk_size": 5000, "rate_per_s": 1_000_000, "replace_key": LARGEST_KEY,
+        "send_at": "2099-12-01T09:00:00", "timezone": "America/Argentina/ComodRivadavia",
+        "deliver_in_local_time": True,
+        "rollout": {"waves": [{"percent": 5 * (i + 1), "hold_s": 604_800} for i in range(20)],
+                    "halt_when": {"failure_rate_above": 0.999, "min_attempts": 1_000_000_000}},
+    }

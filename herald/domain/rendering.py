@@ -125,13 +125,13 @@ def content_problems(title: str, body: str, data: Mapping[str, str],
     (a translation's data value of a megabyte cost 10 s of parsing before it was found too
     big)."""
     size = _size_problems("content", title, body, data, image_url, options, replace_key)
-    size.extend(_count_problems("content", title, body, data))
+    size.extend(_count_problems("content", "", title, body, data))
     for tag, translation in translations.items():
         merged = {**data, **translation.data}
         size.extend(_size_problems(f"translations.{tag}", translation.title, translation.body,
                                    merged, image_url, options, replace_key))
-        size.extend(_count_problems(f"translations.{tag}", translation.title, translation.body,
-                                    translation.data))
+        size.extend(_count_problems(f"translations.{tag}", f"translations.{tag}.",
+                                    translation.title, translation.body, translation.data))
     if size:
         return size
     problems = _variant_problems("", title, body, data)
@@ -140,13 +140,20 @@ def content_problems(title: str, body: str, data: Mapping[str, str],
     return problems
 
 
-def _count_problems(field: str, title: str, body: str,
+def _count_problems(variant: str, prefix: str, title: str, body: str,
                     data: Mapping[str, str]) -> list[TemplateProblem]:
-    count = sum(map(placeholder_count, (title, body, *data.values())))
-    if count <= MAX_PLACEHOLDERS:
-        return []
-    return [TemplateProblem(field, None, f"{count} placeholders ('{{{{') in one message; at "
-                                         f"most {MAX_PLACEHOLDERS}")]
+    """A text with more placeholders than a message may have, named; else the variant, if its
+    texts have more together."""
+    counts = {f"{prefix}{field}": placeholder_count(text) for field, text in
+              (("title", title), ("body", body), *((f"data.{k}", v) for k, v in data.items()))}
+    too_many = [TemplateProblem(field, None, f"{count} placeholders ('{{{{'); a message has at "
+                                             f"most {MAX_PLACEHOLDERS}")
+                for field, count in counts.items() if count > MAX_PLACEHOLDERS]
+    total = sum(counts.values())
+    if too_many or total <= MAX_PLACEHOLDERS:
+        return too_many
+    return [TemplateProblem(variant, None, f"{total} placeholders ('{{{{') in one message; at "
+                                           f"most {MAX_PLACEHOLDERS}")]
 
 
 def _variant_problems(prefix: str, title: str, body: str,

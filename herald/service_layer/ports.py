@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from herald.contracts.http import DeviceIn
 from herald.domain.access import Actor, ApiKey, LogEntry
@@ -44,6 +44,15 @@ from herald.domain.pods import PodBeat
 from herald.domain.rollout import RolloutProgress
 from herald.domain.status import Status, Transition
 from herald.domain.timing import Wave
+
+T = TypeVar("T")
+
+
+class Offload(Protocol):
+    """Runs CPU-bound work (compiling templates) off the event loop: ``await offload(work)``
+    is ``work()``, done in a worker thread."""
+
+    async def __call__(self, work: Callable[[], T]) -> T: ...
 
 
 class CampaignLookup(Protocol):

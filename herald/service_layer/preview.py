@@ -8,6 +8,7 @@ preview when it is made)."""
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import orjson
 
@@ -17,7 +18,7 @@ from herald.domain.payload import LONGEST_DEFAULT_KEY
 from herald.domain.rendering import DEFAULT_VARIANT, DeviceMessage, compile_content
 from herald.service_layer.campaigns import content_of
 from herald.service_layer.errors import CampaignNotFound
-from herald.service_layer.ports import CampaignLookup, DeviceRepository
+from herald.service_layer.ports import CampaignLookup, DeviceRepository, Offload
 
 
 class DeviceNotFound(LookupError):
@@ -26,14 +27,20 @@ class DeviceNotFound(LookupError):
         super().__init__(f"no device registered with {which}")
 
 
-async def preview(campaigns: CampaignLookup, devices: DeviceRepository,
+async def preview(campaigns: CampaignLookup, devices: DeviceRepository, offload: Offload,
                   request: PreviewRequest) -> Preview:
-    """The message ``request``'s device would get from ``request``'s content or campaign."""
+    """The message ``request``'s device would get from ``request``'s content or campaign.
+    Compiling the content (every variant's templates: up to a second for the largest) is
+    ``offload``'s, off the event loop."""
     device = await (devices.find_by_token(request.token) if request.token
                     else devices.find_by_user_id(request.user_id or ""))
     if device is None:
         raise DeviceNotFound(request)
     content, replace_key = await _content(campaigns, request)
+    return await offload(partial(_made, device, content, replace_key))
+
+
+def _made(device: Device, content: CampaignContent, replace_key: str) -> Preview:
     compiled = compile_content(content.title, content.body, content.data, content.translations,
                                image_url=content.image_url, options=content.options,
                                replace_key=replace_key)

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from herald.observability import setup_logging
 from herald.settings import Settings, load_settings
 from services.api.app import create_app
+from services.api.bodies import LOCK_SWITCH_INTERVAL_S
 
 STARTUP_FAILURE = 3
 """uvicorn's own exit status for an application whose start failed (as ``uvicorn.run``)."""
@@ -37,6 +38,7 @@ def main() -> None:
     # the signal to the handler that was installed before it: make that one a clean exit 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_cleanly)
+    sys.setswitchinterval(LOCK_SWITCH_INTERVAL_S)
     server = uvicorn.Server(uvicorn_config(create_app(settings), settings))
     server.run()
     if not server.started:

@@ -20,6 +20,7 @@ from herald.adapters.fleet_rate import BUSY_CHUNKS_PER_SENDER, FleetRate
 from herald.adapters.rate_limit import Budget, FailedAuthentications, Rate, RequestBudget, TokenBucket
 from herald.adapters.redis import StreamSlots
 from herald.clock import utcnow
+from herald.contracts.sizes import CAMPAIGN_BODY_MAX_BYTES
 from herald.observability import CANCEL_FLAGS, PODS_LIVE
 from herald.runtime.identity import VERSION
 from herald.runtime.resources import Resources
@@ -33,10 +34,11 @@ from herald.service_layer.test_sends import TestSender, TestSendPolicy
 from herald.settings import Settings
 from services.api import errors
 from services.api.auth import document_scopes
+from services.api.bodies import BodyChecks
 from services.api.deps import AppServices
 from services.api.error_docs import document_errors
 from services.api.gate import AccessGate, RouteBudgets
-from services.api.limits import BodySizeLimit
+from services.api.limits import BodySizeLimit, RouteBodyLimits
 from services.api.query import known_query_only
 from services.api.readiness import Readiness
 from services.api.routes import (
@@ -91,7 +93,11 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(module.router, dependencies=[Depends(known_query_only)])
     console.mount(app)
     docs.mount(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.api_max_body_bytes)
+    body_limits = RouteBodyLimits(
+        app.router.routes, import_bytes=settings.api_max_body_bytes,
+        other_bytes=min(settings.api_max_body_bytes, CAMPAIGN_BODY_MAX_BYTES))
+    body_limits.document(app)
+    app.add_middleware(BodySizeLimit, limits=body_limits)
     app.add_middleware(AccessGate, budgets=RouteBudgets(app.router.routes))  # the outermost
     document_scopes(app)
     document_errors(app)
@@ -150,7 +156,8 @@ def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient,
         failed_authentications=FailedAuthentications(resources.redis, resources.keys, Rate(
             settings.api_auth_failures_per_min / 60, settings.api_auth_failure_burst)),
         stream_slots=StreamSlots(resources.redis, resources.keys, settings.api_streams_per_key,
-                                 stale_s=STREAM_STALE_S))
+                                 stale_s=STREAM_STALE_S),
+        body_checks=BodyChecks())
 
 
 def fleet_busy(reading: FleetReading, senders: int) -> bool:

@@ -56,6 +56,7 @@ from herald.service_layer.recipients import RecipientLine, variants_of
 from herald.service_layer.stopping import Decided, Decider
 from herald.service_layer.test_sends import TestSender
 from herald.settings import Settings
+from services.api.bodies import BodyChecks
 from services.api.readiness import Readiness
 from services.api.streams import WatchCampaign
 
@@ -80,6 +81,7 @@ class AppServices:
     approvals: ApprovalGate
     test_sender: TestSender
     forecaster: Forecaster
+    body_checks: BodyChecks
 
 
 def app_services(request: Request) -> AppServices:
@@ -92,6 +94,10 @@ def provided(pick: Callable[[AppServices], T]) -> Any:
     def provide(request: Request) -> T:
         return pick(app_services(request))
     return Depends(provide)
+
+
+CheckBody = Annotated[BodyChecks, provided(lambda s: s.body_checks)]
+"""Validate a body declared ``checked_later`` off the event loop."""
 
 
 # --- campaigns ------------------------------------------------------------------------------
@@ -145,7 +151,7 @@ Forecasts = Annotated[Forecaster, provided(lambda s: s.forecaster)]
 """When a new campaign (or a sending one) is expected to reach its last recipient."""
 PreviewMessage = Annotated[Callable[[PreviewRequest], Awaitable[Preview]],
                            provided(lambda s: partial(preview, s.stores.campaigns,
-                                                      s.stores.devices))]
+                                                      s.stores.devices, s.body_checks.run))]
 
 # --- schedules ------------------------------------------------------------------------------
 CreateSchedule = Annotated[Callable[[ScheduleCreate, Actor], Awaitable[Schedule]],

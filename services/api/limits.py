@@ -1,5 +1,11 @@
-"""Request bodies above ``HERALD_API_MAX_BODY_BYTES`` are refused with 413 JSON before they are
-read whole: by their ``Content-Length``, or while streaming for a body sent without one.
+"""Request bodies over their route's limit are refused with 413 JSON before they are read whole:
+by their ``Content-Length``, or while streaming for a body sent without one.
+
+Each route's limit is what its body can need (:class:`RouteBodyLimits`): a device import
+(``POST /v1/devices/bulk``, 10,000 devices) ``HERALD_API_MAX_BODY_BYTES``; every other route
+what the largest campaign can be (``herald.contracts.sizes.CAMPAIGN_BODY_MAX_BYTES``: no other
+body carries more), so that a campaign's route never reads 16 MiB to refuse it after parsing.
+The OpenAPI document shows each operation's limit as ``x-herald-max-body-bytes``.
 
 FastAPI's own ``max_body_size`` answers 413 in plain text, outside the application's exception
 handlers; every Herald error is JSON with a machine-readable code, hence this middleware.
@@ -7,8 +13,50 @@ handlers; every Herald error is JSON with a machine-readable code, hence this mi
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from services.api.auth import api_routes
+
+MAX_BODY = "x-herald-max-body-bytes"
+DEVICE_IMPORT = "x-herald-device-import"
+
+
+def device_import() -> dict[str, Any]:
+    """``openapi_extra`` of the route that imports devices in bulk (the largest bodies)."""
+    return {DEVICE_IMPORT: True}
+
+
+class RouteBodyLimits:
+    """The largest body each route takes: ``import_bytes`` for a device import, ``other_bytes``
+    for every other route (and a path no route has)."""
+
+    def __init__(self, routes: list[BaseRoute], *, import_bytes: int, other_bytes: int) -> None:
+        self.other_bytes = other_bytes
+        self._imports = [route for route in api_routes(routes)
+                         if (route.openapi_extra or {}).get(DEVICE_IMPORT)]
+        self._import_bytes = import_bytes
+
+    def limit_of(self, route: APIRoute) -> int:
+        return self._import_bytes if route in self._imports else self.other_bytes
+
+    def __call__(self, scope: Scope) -> int:
+        for route in self._imports:
+            if route.matches(scope)[0] is Match.FULL:
+                return self._import_bytes
+        return self.other_bytes
+
+    def document(self, app: FastAPI) -> None:
+        """Name each operation's limit in the OpenAPI document (those that take a body)."""
+        for route in api_routes(app.router.routes):
+            if route.body_field is not None:
+                route.openapi_extra = {**(route.openapi_extra or {}),
+                                       MAX_BODY: self.limit_of(route)}
 
 
 class _TooLarge(Exception):
@@ -16,17 +64,18 @@ class _TooLarge(Exception):
 
 
 class BodySizeLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, limits: RouteBodyLimits) -> None:
         self._app = app
-        self._max_bytes = max_bytes
+        self._limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
+        max_bytes = self._limits(scope)
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self._max_bytes:
-            await self._refuse(send)
+        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            await self._refuse(send, max_bytes)
             return
         started = False
         seen = 0
@@ -35,7 +84,7 @@ class BodySizeLimit:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self._max_bytes:
+            if seen > max_bytes:
                 raise _TooLarge
             return message
 
@@ -48,12 +97,12 @@ class BodySizeLimit:
             await self._app(scope, counted, tracked)
         except _TooLarge:
             if not started:
-                await self._refuse(send)
+                await self._refuse(send, max_bytes)
 
-    async def _refuse(self, send: Send) -> None:
+    async def _refuse(self, send: Send, max_bytes: int) -> None:
         body = orjson.dumps({"error": {
             "code": "request_too_large",
-            "message": f"request bodies are limited to {self._max_bytes} bytes"}})
+            "message": f"this route's request bodies are limited to {max_bytes} bytes"}})
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode())]})

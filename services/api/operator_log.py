@@ -19,11 +19,11 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from herald.service_layer.campaigns import InvalidChange
 from services.api.auth import Caller
+from services.api.bodies import OffLoopRoute
 from services.api.deps import AppServices
 from services.api.errors import DOMAIN_ERRORS, HTTP_CODES, ApiError
 
@@ -72,8 +72,9 @@ def code_of(exc: Exception) -> str:
     return "internal_error"
 
 
-class OperatorLoggedRoute(APIRoute):
-    """An ``APIRoute`` that records the calls of routes marked with ``logged(...)``."""
+class OperatorLoggedRoute(OffLoopRoute):
+    """An ``APIRoute`` that records the calls of routes marked with ``logged(...)`` (and, as
+    every ``OffLoopRoute``, parses their bodies off the event loop)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

@@ -307,6 +307,9 @@ def test_a_message_has_at_most_50_placeholders_in_all_its_texts() -> None:
                                                          ("translations.es", None)]
     assert "60 placeholders ('{{') in one message" in problems[0].message
     assert "51 placeholders" in problems[1].message
+    (alone,) = content_problems("t", "{{ platform }}" * 51, {}, {})
+    assert (alone.field, alone.message) == ("body", "51 placeholders ('{{'); a message has at "
+                                                    "most 50")
 
 
 # --- the translations as the API takes them --------------------------------------------------------

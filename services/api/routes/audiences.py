@@ -11,10 +11,11 @@ from herald.contracts.http import AudienceEstimate, AudienceEstimateRequest
 from herald.domain.access import Scope
 from herald.service_layer.campaigns import rollout_of
 from services.api.auth import Caller, scoped
+from services.api.bodies import OffLoopRoute
 from services.api.deps import AudienceSplit, Forecasts
 from services.api.views import forecast_fields
 
-router = APIRouter(prefix="/v1/audiences", tags=["campaigns"])
+router = APIRouter(prefix="/v1/audiences", tags=["campaigns"], route_class=OffLoopRoute)
 
 
 @router.post("/estimate", response_model=AudienceEstimate)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -42,11 +42,13 @@ from herald.service_layer.campaign_events import CampaignChanged, Event
 from herald.service_layer.test_sends import FcmMisconfigured, UnknownDevices
 from services.api.audit import MEDIA_TYPES, AuditFormat, audit_format, download_headers, encoded
 from services.api.auth import Caller, require_lane, scoped
+from services.api.bodies import BodyChecks, checked_later
 from services.api.deps import (
     AffectedLanguages,
     Approve,
     AuditRecipients,
     CancelUseCase,
+    CheckBody,
     Creator,
     EditScheduled,
     FindCampaign,
@@ -87,9 +89,11 @@ IdempotencyKey = Annotated[str | None, Header(
 @router.post("", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.create"))
 async def create_campaign(
-    body: CampaignCreate, creator: Creator, request: Request, response: Response,
+    raw: Annotated[dict[str, Any], checked_later(CampaignCreate)], check: CheckBody,
+    creator: Creator, request: Request, response: Response,
     caller: Sender, urgent_roles: UrgentRoles, idempotency_key: IdempotencyKey = None,
 ) -> CampaignCreated:
+    body = await check(CampaignCreate, raw)
     require_lane(caller, body.lane, urgent_roles)
     result = await creator.create(body, idempotency_key, caller.actor)
     log_detail(request, lane_detail(result.campaign))
@@ -100,11 +104,12 @@ async def create_campaign(
 
 
 @router.post("/preview", response_model=Preview)
-async def preview_message(body: PreviewRequest, make: PreviewMessage, _: Sender) -> Preview:
+async def preview_message(raw: Annotated[dict[str, Any], checked_later(PreviewRequest)],
+                          check: CheckBody, make: PreviewMessage, _: Sender) -> Preview:
     """The exact FCM message one device (by token, or the newest of a user) would get from this
     content or campaign: its translation, its placeholders filled in, every option; nothing is
     sent or stored. Whoever may create campaigns may preview (it reads devices' fields)."""
-    return await make(body)
+    return await make(await check(PreviewRequest, raw))
 
 
 @router.get("/{campaign_id}", response_model=CampaignView)
@@ -244,7 +249,7 @@ def _paused(campaign: Campaign, response: Response, *, already: bool) -> PauseRe
 @router.patch("/{campaign_id}", response_model=CampaignView,
               openapi_extra=logged("campaign.edit"))
 async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch, edit: EditScheduled,
-                         caller: Sender) -> CampaignView:
+                         caller: Sender, check: CheckBody, find: FindCampaign) -> CampaignView:
     """Change the time or content of a campaign that is still ``scheduled`` or
     ``awaiting_approval`` (else 409), or ``rate_per_s`` alone while it is pending, sending or
     paused: every sender follows the new rate within a second. A change of content, audience
@@ -252,6 +257,8 @@ async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch, edit: Edi
     ``awaiting_approval`` for a new one; a lower cap, a later time or a new name keep it. Once
     it sends, a rate cap above the approved one only a person who could approve it may set
     (403 ``approval_required``)."""
+    if body.model_fields_set - {"rate_per_s"}:
+        await _templates_ahead(check, find, campaign_id, body)
     try:
         updated = await edit(campaign_id, body, caller.key.role, caller.actor)
     except ApprovalRefused as refused:
@@ -259,6 +266,13 @@ async def patch_campaign(campaign_id: CampaignId, body: CampaignPatch, edit: Edi
     if updated is None:
         raise not_found(campaign_id)
     return campaign_view(updated)
+
+
+async def _templates_ahead(check: BodyChecks, find: FindCampaign, campaign_id: str,
+                           body: object | None) -> None:
+    """What an edit or a follow-up will check (the campaign's content with the request's
+    changes), checked first off the event loop: the use case's check then finds it done."""
+    await check.templates_ahead((await find(campaign_id)).content, body)
 
 
 def lane_detail(campaign: Campaign) -> str:
@@ -290,10 +304,12 @@ async def _follow_up_of(find: FindCampaign, affected: AffectedLanguages, request
 @router.post("/{campaign_id}/retry", status_code=202, response_model=CampaignCreated,
              openapi_extra=logged("campaign.retry"))
 async def retry_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
-                         response: Response, caller: Sender, body: RetryRequest | None = None,
+                         response: Response, caller: Sender, check: CheckBody,
+                         find: FindCampaign, body: RetryRequest | None = None,
                          idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """Re-run a ``failed`` campaign for the recipients it did not reach (not dead tokens),
     in its lane, with its staged rollout unless ``rollout`` says otherwise."""
+    await _templates_ahead(check, find, campaign_id, body)
     return _created(request, response, await creator.retry(
         campaign_id, caller.actor, idempotency_key, body), campaign_id)
 
@@ -303,11 +319,13 @@ async def retry_campaign(campaign_id: CampaignId, creator: Creator, request: Req
 async def retarget_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
                             response: Response,
                             caller: Sender, find: FindCampaign, affected: AffectedLanguages,
-                            urgent_roles: UrgentRoles, body: RetargetRequest | None = None,
+                            urgent_roles: UrgentRoles, check: CheckBody,
+                            body: RetargetRequest | None = None,
                             idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """A new campaign to exactly the ``unsent`` recipients of a finished one; ``languages``:
     those recipients by the variant of the original they would have got."""
     require_lane(caller, body.lane if body else None, urgent_roles)
+    await _templates_ahead(check, find, campaign_id, body)
     made = await creator.retarget(campaign_id, body or RetargetRequest(), caller.actor,
                                   idempotency_key)
     return await _follow_up_of(find, affected, request, response, made, campaign_id,
@@ -319,13 +337,15 @@ async def retarget_campaign(campaign_id: CampaignId, creator: Creator, request: 
 async def amend_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
                          response: Response,
                          caller: Sender, find: FindCampaign, affected: AffectedLanguages,
-                         urgent_roles: UrgentRoles, body: AmendRequest | None = None,
+                         urgent_roles: UrgentRoles, check: CheckBody,
+                         body: AmendRequest | None = None,
                          idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """A new campaign to exactly the ``sent`` recipients of a finished one, with its
     replacement key: on their devices the new notification replaces the old one. 409
     ``not_amendable`` while it runs, ``nothing_to_amend`` if FCM accepted none of it.
     ``languages``: those recipients by the variant of the original they got."""
     require_lane(caller, body.lane if body else None, urgent_roles)
+    await _templates_ahead(check, find, campaign_id, body)
     made = await creator.amend(campaign_id, body or AmendRequest(), caller.actor,
                                idempotency_key)
     return await _follow_up_of(find, affected, request, response, made, campaign_id,
@@ -336,13 +356,15 @@ async def amend_campaign(campaign_id: CampaignId, creator: Creator, request: Req
              openapi_extra=logged("campaign.correct"))
 async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
                            caller: Sender, affected: AffectedLanguages,
-                           urgent_roles: UrgentRoles, body: CorrectRequest | None = None,
+                           urgent_roles: UrgentRoles, check: CheckBody, find: FindCampaign,
+                           body: CorrectRequest | None = None,
                            idempotency_key: IdempotencyKey = None) -> CorrectResult:
     """Correct a finished campaign in one step: the new content as a new notification to its
     ``unsent`` recipients (a retarget) and as a replacement to its ``sent`` ones (an amend).
     Nobody gets both. 409 ``not_correctable`` while it runs, ``nothing_to_correct`` if it
     left nobody in either group."""
     require_lane(caller, body.lane if body else None, urgent_roles)
+    await _templates_ahead(check, find, campaign_id, body)
     correction = await creator.correct(campaign_id, body or CorrectRequest(),
                                                 caller.actor, idempotency_key)
     if correction is None:

@@ -9,9 +9,11 @@ from fastapi import APIRouter, Response
 from herald.contracts.http import DeviceBulkIn, DeviceBulkResult, DeviceIn, DeviceUpserted
 from herald.domain.access import Scope
 from services.api.auth import Caller, scoped
+from services.api.bodies import OffLoopRoute
 from services.api.deps import RegisterDevices
+from services.api.limits import device_import
 
-router = APIRouter(prefix="/v1/devices", tags=["devices"])
+router = APIRouter(prefix="/v1/devices", tags=["devices"], route_class=OffLoopRoute)
 Ingest = Annotated[Caller, scoped(Scope.DEVICES_WRITE)]
 
 
@@ -25,7 +27,7 @@ async def upsert_device(body: DeviceIn, register: RegisterDevices, response: Res
     return DeviceUpserted(token=body.token, created=bool(counts.created))
 
 
-@router.post("/bulk", response_model=DeviceBulkResult)
+@router.post("/bulk", response_model=DeviceBulkResult, openapi_extra=device_import())
 async def upsert_devices(body: DeviceBulkIn, register: RegisterDevices,
                          _: Ingest) -> DeviceBulkResult:
     counts = await register(body.devices)

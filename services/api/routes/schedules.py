@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
@@ -11,7 +11,9 @@ from herald.domain.access import Scope
 from herald.domain.documents import Schedule
 from herald.domain.types import OBJECT_ID_PATTERN
 from services.api.auth import Caller, require_lane, scoped
+from services.api.bodies import checked_later
 from services.api.deps import (
+    CheckBody,
     CreateSchedule,
     EndSchedule,
     FindSchedule,
@@ -38,9 +40,11 @@ def _view(grace_s: float, schedule: Schedule) -> ScheduleView:
 
 @router.post("", status_code=201, response_model=ScheduleView,
              openapi_extra=logged("schedule.create"))
-async def create_schedule(body: ScheduleCreate, create: CreateSchedule, grace_s: MisfireGrace,
+async def create_schedule(raw: Annotated[dict[str, Any], checked_later(ScheduleCreate)],
+                          check: CheckBody, create: CreateSchedule, grace_s: MisfireGrace,
                           request: Request, response: Response, caller: Writer,
                           urgent_roles: UrgentRoles) -> ScheduleView:
+    body = await check(ScheduleCreate, raw)
     require_lane(caller, body.template.lane, urgent_roles)
     schedule = await create(body, caller.actor)
     log_detail(request, f"lane={body.template.lane.value}")
@@ -67,10 +71,12 @@ async def list_schedules(
 
 @router.patch("/{schedule_id}", response_model=ScheduleView,
               openapi_extra=logged("schedule.edit"))
-async def patch_schedule(schedule_id: ScheduleId, body: SchedulePatch, replan: Replan,
-                         grace_s: MisfireGrace, caller: Writer,
+async def patch_schedule(schedule_id: ScheduleId,
+                         raw: Annotated[dict[str, Any], checked_later(SchedulePatch)],
+                         check: CheckBody, replan: Replan, grace_s: MisfireGrace, caller: Writer,
                          urgent_roles: UrgentRoles) -> ScheduleView:
     """Pause, resume or edit; the next run is recomputed from now when timing changes."""
+    body = await check(SchedulePatch, raw)
     require_lane(caller, body.template.lane if body.template else None, urgent_roles)
     changes = body.model_dump(exclude_unset=True, exclude_none=True, mode="json", by_alias=True)
     updated = await replan(schedule_id, changes, caller.actor)
