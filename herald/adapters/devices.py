@@ -140,7 +140,7 @@ class DeviceStore:
         return {row["_id"]: int(row["devices"]) async for row in cursor}
 
     async def find_by_user_id(self, user_id: str) -> Device | None:
-        return maybe(Device, await self._devices.find_one({"user_id": user_id},
+        return maybe(Device, await self._devices.find_one({"user_id": user_id, "invalid": False},
                                                           sort=[("_id", DESCENDING)]))
 
     async def timezones(self, audience: Audience) -> list[str]:

@@ -28,6 +28,7 @@ class Scope(StrEnum):
     SCHEDULES_READ = "schedules:read"
     SCHEDULES_WRITE = "schedules:write"
     DEVICES_WRITE = "devices:write"
+    DEVICES_READ = "devices:read"  # a device's tokens in the audit, counts by user, attribute, topic
     PODS_READ = "pods:read"
     OPERATOR_LOG_READ = "operator_log:read"
     KEYS_MANAGE = "keys:manage"
@@ -44,7 +45,8 @@ class Role(StrEnum):
 _VIEWER = frozenset({Scope.CAMPAIGNS_READ, Scope.SCHEDULES_READ, Scope.PODS_READ,
                      Scope.OPERATOR_LOG_READ})
 _RESPONDER = _VIEWER | {Scope.CAMPAIGNS_CANCEL}
-_OPERATOR = _RESPONDER | {Scope.CAMPAIGNS_SEND, Scope.CAMPAIGNS_APPROVE, Scope.SCHEDULES_WRITE}
+_OPERATOR = _RESPONDER | {Scope.CAMPAIGNS_SEND, Scope.CAMPAIGNS_APPROVE, Scope.SCHEDULES_WRITE,
+                          Scope.DEVICES_READ}
 
 ROLE_SCOPES: dict[Role, frozenset[Scope]] = {
     Role.VIEWER: _VIEWER,
@@ -57,6 +59,21 @@ ROLE_SCOPES: dict[Role, frozenset[Scope]] = {
 
 def allows(role: Role, scope: Scope) -> bool:
     return scope in ROLE_SCOPES[role]
+
+
+def roles_allowed(scope: Scope) -> list[Role]:
+    """The roles whose keys hold ``scope``, in the order of :class:`Role`."""
+    return [role for role in Role if allows(role, scope)]
+
+
+SHOWN_TOKEN_CHARS = 8
+
+
+def masked_token(token: str) -> str:
+    """A device's token as a key without ``devices:read`` sees it (and as every preview shows
+    it): ``…`` and its last characters (8, at most half of it), enough to tell tokens apart in
+    a list, of no use to send to."""
+    return "…" + token[-min(SHOWN_TOKEN_CHARS, len(token) // 2):] if len(token) > 1 else "…"
 
 
 class ActorKind(StrEnum):

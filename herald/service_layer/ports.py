@@ -270,7 +270,8 @@ class DeviceRepository(Protocol):
     async def newest_id(self) -> str | None: ...
     async def find_by_token(self, token: str) -> Device | None: ...
     async def find_by_user_id(self, user_id: str) -> Device | None:
-        """The newest device registered for ``user_id`` (a user may have several)."""
+        """The newest device registered for ``user_id`` (a user may have several) whose token
+        is not retired."""
         ...
 
 

@@ -1,7 +1,10 @@
 """The audit as a download: NDJSON (one JSON object per line) or CSV (a header row, then one row
 per recipient), written in blocks so that a 50,000-line audit streams without being held whole.
 
-The NDJSON is the audit of record: every value exactly as recorded, token for token. The CSV is
+The NDJSON is the audit of record: every value exactly as recorded, token for token, for a key
+that may read devices (``devices:read``: operator, admin); a key that may not (viewer, responder)
+gets each token masked (``…`` and its last 8 characters: enough to tell recipients apart and to
+match a line with a device one holds, of no use to send to). The CSV is
 for people and their spreadsheets: a cell that a spreadsheet would read as a formula (it starts
 with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return: OWASP's list for CSV injection) is
 written with a leading ``'``, which spreadsheets show as text and do not display. defusedcsv
@@ -14,10 +17,12 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from enum import StrEnum
 
 import orjson
 
+from herald.domain.access import masked_token
 from herald.domain.documents import Outcome
 from herald.service_layer.recipients import RecipientLine
 
@@ -45,19 +50,21 @@ def download_headers(campaign_id: str, outcome: Outcome, fmt: AuditFormat) -> di
     return {"Content-Disposition": f'attachment; filename="{filename}"'}
 
 
-def encoded(lines: AsyncIterator[RecipientLine], fmt: AuditFormat) -> AsyncIterator[bytes]:
+def encoded(lines: AsyncIterator[RecipientLine], fmt: AuditFormat, *,
+            tokens_shown: bool) -> AsyncIterator[bytes]:
+    """The audit's lines as ``fmt``; their tokens masked unless ``tokens_shown``."""
     return _blocks(lines, _csv_block if fmt is AuditFormat.CSV else _ndjson_block,
-                   _csv_header() if fmt is AuditFormat.CSV else b"")
+                   _csv_header() if fmt is AuditFormat.CSV else b"", tokens_shown)
 
 
 async def _blocks(lines: AsyncIterator[RecipientLine],
-                  encode: Callable[[list[RecipientLine]], bytes], header: bytes
-                  ) -> AsyncIterator[bytes]:
+                  encode: Callable[[list[RecipientLine]], bytes], header: bytes,
+                  tokens_shown: bool) -> AsyncIterator[bytes]:
     if header:
         yield header
     block: list[RecipientLine] = []
     async for line in lines:
-        block.append(line)
+        block.append(line if tokens_shown else replace(line, token=masked_token(line.token)))
         if len(block) >= LINES_PER_WRITE:
             yield encode(block)
             block = []

@@ -102,6 +102,15 @@ def RequireKey() -> Any:
     return Depends(RequireScope(None))
 
 
+DEVICES_READ_ADDS = "x-herald-devices-read"
+
+
+def devices_read_adds(what: str) -> dict[str, Any]:
+    """``openapi_extra`` of a route that answers more to a key with ``devices:read``: ``what``
+    (the OpenAPI document and docs/access.md's table show it)."""
+    return {DEVICES_READ_ADDS: what}
+
+
 def declared_scope(route: APIRoute) -> RequireScope | None:
     """The ``RequireScope`` a route depends on (directly or through a sub-dependency)."""
     pending = list(route.dependant.dependencies)

@@ -399,7 +399,8 @@ def test_the_preview_beside_the_editor_shows_one_devices_language_and_name(
     expect(page.locator("#preview-title")).to_have_text("Hola Ana")
     expect(page.locator("#preview-body")).to_have_text("Estamos en vivo")
     message = json.loads(page.locator("#preview-message").inner_text())["message"]
-    assert message["token"] == token and message["android"]["collapse_key"] == LONGEST_DEFAULT_KEY
+    assert message["token"] == "…" + token[-8:]  # a preview masks the token (issue 31)
+    assert message["android"]["collapse_key"] == LONGEST_DEFAULT_KEY
     page.locator("#preview").scroll_into_view_if_needed()
     screenshot(page, "preview")
     page.fill("#preview-device", "user:nobody")

@@ -115,10 +115,13 @@ def test_a_responders_cancel_is_answered_within_100_ms_during_the_largest_create
     creating = threading.Thread(target=create)
     creating.start()
     during: list[float] = []
-    while creating.is_alive():
-        during.append(_cancel_ms(responder, next(targets)))
-        time.sleep(0.05)
-    creating.join()
+    try:
+        while creating.is_alive():
+            during.append(_cancel_ms(responder, next(targets)))
+            time.sleep(0.05)
+    finally:
+        creating.join()
+        responder.http.close()
     assert answer["status"] == 202, answer
     during = during[:-1]  # the last one may have started after the create was answered
     median = statistics.median(during)
@@ -128,3 +131,33 @@ def test_a_responders_cancel_is_answered_within_100_ms_during_the_largest_create
     assert len(during) >= 3
     assert median <= CANCEL_TARGET_MS
     assert max(during) <= LOOSE_MS
+
+
+# --- device data ---------------------------------------------------------------------------------
+def test_a_viewers_estimate_oracle_is_refused(admin: Api) -> None:
+    """The red team's oracle: a viewer narrowing a range on one user's e-mail attribute, 130
+    counts to read it. Now its first question is refused, and every other way to name a
+    device; fleet-wide counts still answer."""
+    admin.import_devices([{"token": "tok-oracle-ann", "user_id": "oracle-ann",
+                           "platform": "android", "topics": ["oracle-ann"],
+                           "attributes": {"email": "ann@example.com"}}])
+    viewer = admin.as_key(admin.mint_key("viewer", "inputs-e2e-viewer"))
+    questions = [{"user_ids": ["oracle-ann"], "attributes": {"email": {"gte": "a", "lt": "n"}}},
+                 {"attributes": {"email": {"gte": "ann@", "lt": "ann@f"}}},
+                 {"topics": ["oracle-ann"]}]
+    try:
+        for audience in questions:
+            refused = viewer.http.post("/v1/audiences/estimate", json={"audience": audience})
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["error"]["code"] == "forbidden"
+            assert "devices:read" in refused.json()["error"]["message"]
+        fleet = viewer.http.post("/v1/audiences/estimate",
+                                 json={"audience": {"platforms": ["android"]}})
+        assert fleet.status_code == 200 and fleet.json()["devices"] >= 1
+        operator = admin.as_key(admin.mint_key("operator", "inputs-e2e-operator"))
+        counted = operator.http.post("/v1/audiences/estimate",
+                                     json={"audience": {"user_ids": ["oracle-ann"]}})
+        assert counted.json()["devices"] == 1
+        operator.http.close()
+    finally:
+        viewer.http.close()

@@ -103,7 +103,7 @@ async def test_a_preview_is_the_devices_exact_message_in_its_language_with_its_n
     preview = response.json()
     assert (preview["variant"], preview["device"]["locale"]) == ("es", "es-MX")
     message = preview["message"]
-    assert message["token"] == "tok-es"
+    assert message["token"] == "…-es"  # masked: "tok-es", its last half
     assert message["notification"] == {"title": "Hola Ana", "body": "Estamos en vivo"}
     assert message["data"] == {"landingUrl": "https://example.com/live?u=u-1"}
     assert message["android"]["priority"] == "HIGH"

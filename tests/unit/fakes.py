@@ -774,7 +774,7 @@ class FakeDevices:
     async def find_by_user_id(self, user_id: str) -> Device | None:
         await _round_trip()
         found = [device_id for device_id, d in self._documents.items()
-                 if d.get("user_id") == user_id]
+                 if d.get("user_id") == user_id and not d.get("invalid")]
         return from_bson(Device, self._documents[max(found)]) if found else None
 
     async def timezones(self, audience: Audience) -> list[str]:

@@ -783,6 +783,17 @@ class DeviceContract:
         ids = await self.people(stores)
         assert await stores.devices.newest_id() == ids[-1]
 
+    async def test_a_users_device_found_is_the_newest_whose_token_is_not_retired(
+            self, stores: Stores) -> None:
+        await stores.devices.upsert([device(i, user_id="ann") for i in range(3)], utcnow())
+        newest = await stores.devices.find_by_user_id("ann")
+        assert newest is not None and newest.token == "tok-00002"
+        await stores.devices.mark_invalid(["tok-00002"], "UNREGISTERED", utcnow())
+        usable = await stores.devices.find_by_user_id("ann")
+        assert usable is not None and usable.token == "tok-00001"
+        await stores.devices.mark_invalid(["tok-00000", "tok-00001"], "UNREGISTERED", utcnow())
+        assert await stores.devices.find_by_user_id("ann") is None
+
 
 class ScheduleContract:
     async def test_a_due_occurrence_is_claimed_by_one_replica_until_its_lease_ends(

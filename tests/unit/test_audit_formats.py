@@ -23,8 +23,9 @@ async def lines(items: list[RecipientLine]) -> AsyncIterator[RecipientLine]:
         yield item
 
 
-async def download(items: list[RecipientLine], fmt: AuditFormat) -> tuple[bytes, int]:
-    blocks = [block async for block in encoded(lines(items), fmt)]
+async def download(items: list[RecipientLine], fmt: AuditFormat,
+                   tokens_shown: bool = True) -> tuple[bytes, int]:
+    blocks = [block async for block in encoded(lines(items), fmt, tokens_shown=tokens_shown)]
     return b"".join(blocks), len(blocks)
 
 
@@ -54,3 +55,12 @@ def test_the_parameter_wins_over_accept_and_ndjson_is_the_default() -> None:
     assert audit_format(AuditFormat.NDJSON, "text/csv") is AuditFormat.NDJSON
     assert audit_format(None, "*/*") is AuditFormat.NDJSON
     assert audit_format(None, None) is AuditFormat.NDJSON
+
+
+async def test_tokens_are_masked_for_a_key_that_may_not_read_devices() -> None:
+    token = "fcm-" + "x" * 150 + "a1b2c3d4"
+    masked = [RecipientLine(token, "ann", Outcome.SENT), RecipientLine("short", None, Outcome.SENT)]
+    content, _ = await download(masked, AuditFormat.NDJSON, tokens_shown=False)
+    assert [orjson.loads(line)["token"] for line in content.splitlines()] == ["…a1b2c3d4", "…rt"]
+    csv_content, _ = await download(masked, AuditFormat.CSV, tokens_shown=False)
+    assert token not in csv_content.decode() and "…a1b2c3d4,ann,sent" in csv_content.decode()

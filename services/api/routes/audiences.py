@@ -8,26 +8,37 @@ from typing import Annotated
 from fastapi import APIRouter
 
 from herald.contracts.http import AudienceEstimate, AudienceEstimateRequest
-from herald.domain.access import Scope
+from herald.domain.access import Scope, allows, roles_allowed
 from herald.service_layer.campaigns import rollout_of
-from services.api.auth import Caller, scoped
+from services.api.auth import Caller, devices_read_adds, scoped
 from services.api.bodies import OffLoopRoute
 from services.api.deps import AudienceSplit, Forecasts
+from services.api.errors import ApiError
 from services.api.views import forecast_fields
 
 router = APIRouter(prefix="/v1/audiences", tags=["campaigns"], route_class=OffLoopRoute)
 
 
-@router.post("/estimate", response_model=AudienceEstimate)
+@router.post("/estimate", response_model=AudienceEstimate, openapi_extra=devices_read_adds(
+    "conditions on `user_ids`, `attributes` and `topics` (else 403 `forbidden`)"))
 async def estimate_audience(body: AudienceEstimateRequest, audience_split: AudienceSplit,
                             forecasts: Forecasts,
-                            _: Annotated[Caller, scoped(Scope.CAMPAIGNS_READ)]
+                            caller: Annotated[Caller, scoped(Scope.CAMPAIGNS_READ)]
                             ) -> AudienceEstimate:
     """How many devices the audience filter (the one of a campaign create) selects now;
     given the tags of a campaign's translations (``languages``), how they split by the variant
     each would get; and, given its ``rate_per_s``, ``lane`` and ``rollout``, when a campaign
     created now would reach its last recipient (``finishes_in_s``). A read: it changes nothing,
-    so anyone who may read campaigns may ask."""
+    so anyone who may read campaigns may ask, over the whole fleet (push and marketing consent,
+    platforms, locales); conditions that can single out devices (``user_ids``, ``attributes``,
+    ``topics``) need ``devices:read`` too (403 ``forbidden`` otherwise): a count under them
+    tells one device's fields (a viewer read one user's e-mail in 130 counts)."""
+    if body.audience.names_devices and not allows(caller.key.role, Scope.DEVICES_READ):
+        raise ApiError(403, "forbidden", (
+            f"the key {caller.key.name!r} ({caller.key.role.value}) may count devices by push "
+            "and marketing consent, platform and locale only: user_ids, attributes and topics "
+            f"can single out a device and need the scope {Scope.DEVICES_READ.value} "
+            f"(roles {', '.join(r.value for r in roles_allowed(Scope.DEVICES_READ))})"))
     devices, by_language = await audience_split(body.audience, body.languages)
     forecast = await forecasts.new_campaign(devices, body.lane, body.rate_per_s,
                                             rollout_of(body.rollout))

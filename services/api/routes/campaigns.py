@@ -31,7 +31,7 @@ from herald.contracts.http import (
     TestSendRequest,
     TestSendView,
 )
-from herald.domain.access import Scope
+from herald.domain.access import Scope, allows
 from herald.domain.approval import Refusal
 from herald.domain.documents import Campaign, Outcome
 from herald.domain.status import PauseDecision, Status
@@ -41,7 +41,7 @@ from herald.service_layer.approval import ApprovalRefused
 from herald.service_layer.campaign_events import CampaignChanged, Event
 from herald.service_layer.test_sends import FcmMisconfigured, UnknownDevices
 from services.api.audit import MEDIA_TYPES, AuditFormat, audit_format, download_headers, encoded
-from services.api.auth import Caller, require_lane, scoped
+from services.api.auth import Caller, devices_read_adds, require_lane, scoped
 from services.api.bodies import BodyChecks, checked_later
 from services.api.deps import (
     AffectedLanguages,
@@ -180,18 +180,23 @@ async def _server_sent(events: AsyncIterator[Event], lease: StreamLease) -> Asyn
             responses={200: {"content": {"application/x-ndjson": {}, "text/csv": {}},
                              "description": "NDJSON: one JSON object per line (token, user_id, "
                                             "outcome, error); CSV: a header row, then the same "
-                                            "columns"}})
+                                            "columns"}},
+            openapi_extra=devices_read_adds("each token in full (else `…` and its last 8 "
+                                            "characters)"))
 async def list_recipients(
-    campaign_id: CampaignId, audit: AuditRecipients, _: Reader,
+    campaign_id: CampaignId, audit: AuditRecipients, caller: Reader,
     outcome: Annotated[Outcome, Query()],
     requested_format: Annotated[AuditFormat | None, Query(
         alias="format",
         description="ndjson (default) or csv; `Accept: text/csv` also asks for CSV")] = None,
     accept: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
+    """The audit of one outcome: each recipient's token, user id, outcome, error and variant.
+    Tokens in full for a key with ``devices:read`` (operator, admin), masked for others."""
     lines = await audit(campaign_id, outcome)
     fmt = audit_format(requested_format, accept)
-    return StreamingResponse(encoded(lines, fmt), media_type=MEDIA_TYPES[fmt],
+    shown = allows(caller.key.role, Scope.DEVICES_READ)
+    return StreamingResponse(encoded(lines, fmt, tokens_shown=shown), media_type=MEDIA_TYPES[fmt],
                              headers=download_headers(campaign_id, outcome, fmt))
 
 
