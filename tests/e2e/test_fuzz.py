@@ -81,3 +81,71 @@ def test_every_operation_answers_as_documented(fuzz_stack: Stack, fuzz_key: str)
         except (AssertionError, BaseExceptionGroup) as exc:  # every operation is tried
             failures[operation.label] = str(exc)
     assert not failures, "\n\n".join(f"{label}:\n{text}" for label, text in failures.items())
+
+
+# --- deep and long templates (issue 31) ----------------------------------------------------------
+# Strings that schemathesis would not think of: placeholders nested thousands deep, chained
+# thousands long, texts of many placeholders, and token soup in Jinja2's own alphabet, in every
+# text a campaign carries, on every route that takes content. Not one may be a 5xx.
+_DEPTH = st.integers(0, 3000)
+_OPENERS = st.sampled_from("([{")
+TEMPLATES = st.one_of(
+    st.builds(lambda o, k: "{{ " + o * k + "platform" + {"(": ")", "[": "]", "{": "}"}[o] * k
+              + " }}", _OPENERS, _DEPTH),
+    st.builds(lambda o, k: "{{ " + o * k, _OPENERS, _DEPTH),
+    st.builds(lambda link, k: "{{ platform" + link * k + " }}",
+              st.sampled_from([" | upper", " ~ platform", ".a", " | default('x')", " + 1"]),
+              _DEPTH),
+    st.builds(lambda prefix, k: "{{ " + prefix * k + "platform }}",
+              st.sampled_from(["not ", "-", "+", "~"]), _DEPTH),
+    st.builds(lambda k: "{{ platform }}" * k, st.integers(0, 300)),
+    st.builds(lambda k: '{{ locale | default("' + "y" * k + '") }}', st.integers(0, 5000)),
+    st.text(alphabet='{}%#()[]|~.-+*/"\' abcdefilnotu_0123\n\\', max_size=4000),
+)
+FIELDS = st.sampled_from(["title", "body", "data", "translation", "translation_data"])
+
+
+def _content(field: str, text: str) -> dict[str, object]:
+    content: dict[str, object] = {"title": "Hi", "body": "Now",
+                                  "data": {"landingUrl": "https://x.test"}}
+    if field in ("title", "body"):
+        content[field] = text
+    elif field == "data":
+        content["data"] = {"landingUrl": text}
+    else:
+        translated = {"title": "Hola", "body": text} if field == "translation" else {
+            "title": "Hola", "body": "Ya", "data": {"landingUrl": text}}
+        content["translations"] = {"es": translated}
+    return content
+
+
+def test_deep_and_long_templates_never_answer_5xx(fuzz_stack: Stack) -> None:
+    admin = Api(fuzz_stack.config.api_url, fuzz_stack.config.api_key)
+    scheduled = admin.create_campaign(name="fuzz-templates", send_at="2099-01-01T00:00:00Z")
+    admin.import_devices([{"token": "tok-fuzz-templates", "platform": "android", "locale": "es"}])
+    routes = {
+        "create": lambda c: admin.http.post("/v1/campaigns", json=c),
+        "preview": lambda c: admin.http.post("/v1/campaigns/preview", json={
+            "content": c, "token": "tok-fuzz-templates"}),
+        "schedule": lambda c: admin.http.post("/v1/schedules", json={
+            "template": c, "cron": "0 9 * * MON", "timezone": "UTC"}),
+        "patch": lambda c: admin.http.patch(f"/v1/campaigns/{scheduled}", json=c),
+    }
+    answered: dict[int, int] = {}
+
+    @settings(max_examples=120, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck), phases=[Phase.generate])
+    @given(route=st.sampled_from(sorted(routes)), field=FIELDS, text=TEMPLATES)
+    def run(route: str, field: str, text: str) -> None:
+        response = routes[route](_content(field, text))
+        answered[response.status_code] = answered.get(response.status_code, 0) + 1
+        assert response.status_code < 500, (route, field, text[:200], response.text[:500])
+        if response.status_code >= 400:
+            assert response.json()["error"]["code"], response.text[:500]
+
+    try:
+        run()
+    finally:
+        admin.http.close()
+    print(f"\ndeep and long templates, answers by status: {dict(sorted(answered.items()))}")
+    assert answered.get(422, 0) > 0
