@@ -37,7 +37,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, PlainValidator, ValidationError
 
-from herald.domain.personalize import check_text
+from herald.domain.personalize import MAX_PLACEHOLDERS, check_text, placeholder_count
+from herald.domain.rendering import MAX_TRANSLATIONS
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -120,6 +121,18 @@ def texts_of(source: object) -> Iterator[str]:
         yield from texts_of(translation)
 
 
+AHEAD_PLACEHOLDERS = 2 * (1 + MAX_TRANSLATIONS) * MAX_PLACEHOLDERS
+"""Placeholders checked ahead at most: a valid content has at most (1 + 100) x 50, and an edit
+or a follow-up checks two (the stored one and the request's). Past that, the content is over the
+rule anyway: the use case refuses it by its size first, without reading its templates."""
+
+
 def _check_all(texts: list[str]) -> None:
+    checked = 0
     for text in texts:
+        count = placeholder_count(text)
+        if count <= MAX_PLACEHOLDERS:  # else refused by its count, nothing to check ahead
+            checked += count
+            if checked > AHEAD_PLACEHOLDERS:
+                return
         check_text("", text)
