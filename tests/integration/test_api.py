@@ -216,7 +216,8 @@ async def test_cancel_answers_by_status(api: httpx.AsyncClient, stores: Any) -> 
     me = (await api.get("/v1/me")).json()
     assert me["id"].startswith("bootstrap")  # each bootstrap secret is a key of its own
     assert body["cancel"]["requested_by"] == {"id": me["id"], "name": "bootstrap",
-                                              "kind": "api_key", "verified": True}
+                                              "kind": "api_key", "verified": True,
+                                              "owner": "bootstrap"}
     assert body["cancel"]["on_behalf_of"] == "lead"
     assert (repeated.status_code, repeated.json()["status"]) == (200, "cancelled")
     assert (finished.status_code, error_code(finished)) == (409, "not_cancellable")
