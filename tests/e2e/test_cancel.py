@@ -124,7 +124,8 @@ def test_cancel_published_to_the_fanout_by_a_plain_amqp_client_does_the_same(
     campaign_id, returned_at = _cancel_mid_flight(stack, api, emulator, cancel)
     campaign = _assert_exact_account(api, emulator, campaign_id, returned_at)
     assert campaign["cancel"]["requested_by"] == {  # type: ignore[index]
-        "id": "amqp", "name": "amqp:rabbitmqadmin", "kind": "amqp", "verified": False}
+        "id": "amqp", "name": "amqp:rabbitmqadmin", "kind": "amqp", "verified": False,
+        "owner": None}
     assert campaign["cancel"]["reason"] == "wrong audience"  # type: ignore[index]
     _assert_retarget_reaches_exactly_the_rest(api, emulator, campaign_id)
 

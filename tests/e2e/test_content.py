@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient, Received
+from herald.domain.access import masked_token
 from herald_cli import commands as cli
 from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, reachable_devices
@@ -34,8 +35,9 @@ GREETINGS = {"es-MX": ("¡Qué onda {}!", "cuate"), "es": ("Hola {}", "amigo"),
 BODIES = {"es-MX": "En vivo ya", "es": "Estamos en directo", "en": "Live now",
           "default": "We are live"}
 PER_KIND = 3
-TOO_BIG = "A" * 3000
-"""A first name that makes the title and body over 4,096 bytes together (the correction's)."""
+TOO_BIG = "\N{MATHEMATICAL DOUBLE-STRUCK CAPITAL A}" * 1024
+"""A first name that makes the title and body over 4,096 bytes together (the correction's): the
+longest attribute text a device may hold (1,024 characters), each of 4 bytes in UTF-8."""
 
 
 @pytest.fixture
@@ -87,7 +89,8 @@ def test_each_device_gets_its_language_and_name_as_previewed_and_a_correction_re
 
     received = _bodies(emulator)
     assert set(received) == set(by_token)
-    assert received[watched] == preview["message"], "the preview is what the device received"
+    assert received[watched] | {"token": masked_token(watched)} == preview["message"], (
+        "the preview is what the device received, its token masked")
     for token, (locale, name) in by_token.items():
         variant, title, body = _expected_words(locale, name)
         message = received[token]
@@ -110,7 +113,7 @@ def _estimated_with_the_cli(fleet: Fleet, audience: dict[str, Any],
         "--api-key", config.api_key, *(arg for tag in CONTENT["translations"]
                                        for arg in ("--language", tag))])
     assert result.exit_code == 0, result.output
-    split = {words[0]: int(words[1]) for words in map(str.split, result.output.splitlines()[1:])}
+    split = {words[0]: int(words[1]) for words in map(str.split, result.stdout.splitlines()[1:])}
     assert split == dict(Counter(LOCALES[locale] for locale, _ in by_token.values()))
 
 
