@@ -80,7 +80,9 @@ key                                                    effect
 accounts and the tokens issued stay valid: ``revoke_tokens`` revokes). ``POST /token`` is the
 OAuth token endpoint (:mod:`fcm_emulator.oauth`). What was received, each as NDJSON in arrival order:
 
-- ``GET /_emulator/requests``, one row per send: ``received_at`` (epoch s, at arrival), ``token``
+- ``GET /_emulator/requests``, one row per send (``?after=N&record=ID``: only the rows after the
+  first N of the record that ``X-Emulator-Record`` named, so a poller reads what is new):
+  ``received_at`` (epoch s, at arrival), ``token``
   (or FID; empty for a topic, a condition or an unreadable body), ``error`` (the answer's FcmError
   ``errorCode``, else its ``google.rpc`` status: ``UNAUTHENTICATED``, ``PERMISSION_DENIED``,
   ``NOT_FOUND``, ``INVALID_ARGUMENT`` for a payload problem; null when accepted), ``violation``
@@ -104,6 +106,7 @@ import asyncio
 import functools
 import math
 import re
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -226,6 +229,9 @@ class Record:
     lines: list[bytes] = field(default_factory=list)
     """``rows[:len(lines)]`` encoded once (rows never change): a test that polls the record while
     a campaign of 50,000 runs pays for the new rows only."""
+    id: str = field(default_factory=lambda: secrets.token_hex(8))
+    """Names this record (a reset starts another): a reader that kept rows of it asks only for
+    the rows after them (``?after=N&record=ID``)."""
 
     def encoded(self) -> list[bytes]:
         """One NDJSON line (newline included) per row, ``body`` included when kept."""
@@ -437,10 +443,16 @@ class Emulator:
         if "expires_in_s" in settings:
             behaviour.expires_in_s = int(settings["expires_in_s"])
 
-    async def requests(self, _: web.Request) -> web.Response:
-        """Every send, in order, as NDJSON rows of :data:`ROW_NAMES` (and ``body``, kept)."""
-        return web.Response(body=b"".join(self.record.encoded()),
-                            content_type="application/x-ndjson")
+    async def requests(self, request: web.Request) -> web.Response:
+        """Every send, in order, as NDJSON rows of :data:`ROW_NAMES` (and ``body``, kept); with
+        ``after=N&record=ID`` of the record named in the ``X-Emulator-Record`` header, only the
+        rows after the first N (all of them if the record was reset since)."""
+        lines, record = self.record.encoded(), self.record.id
+        after = request.query.get("after", "0")
+        start = int(after) if after.isdigit() and request.query.get("record") == record else 0
+        return web.Response(body=b"".join(lines[min(start, len(lines)):]),
+                            content_type="application/x-ndjson",
+                            headers={"X-Emulator-Record": record, "X-Emulator-After": str(start)})
 
     async def grants(self, _: web.Request) -> web.Response:
         """Every request to ``/token``, in order, as NDJSON."""

@@ -22,6 +22,22 @@ from fcm_emulator.client import EmulatorClient
 from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, assert_bodies_conform
 
+EXCLUSIVE = frozenset({
+    "test_lanes", "test_forecast", "test_many_campaigns", "test_pipe", "test_prefetch",
+    "test_rate_change", "test_cancel", "test_scheduler", "test_access", "test_inputs",
+    "test_resilience", "test_demo"})
+"""Modules that measure wall-clock deadlines, rates or shares of the fleet (or, for the demo,
+use the machine's own stack names): ``make test`` runs them alone, after the other modules ran
+two at a time (``-m "not exclusive"`` with ``-n 2``). Each xdist worker has its own nx-27017,
+fleet and vhosts (session fixtures), so the others share nothing but RabbitMQ and Redis."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(str(item.fspath)).stem in EXCLUSIVE:
+            item.add_marker(pytest.mark.exclusive)
+
+
 E2E_ENV = {"HERALD_HEARTBEAT_INTERVAL_S": "0.5", "HERALD_SWEEP_INTERVAL_S": "0.25",
            "HERALD_LEASE_S": "3", "HERALD_GRACE_PERIOD_S": "10"}
 """Short heartbeats, sweeps and leases, so that failures are noticed within the tests' waits."""

@@ -3,6 +3,7 @@ who must stop, and when the settler writes ``cancelled``."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import timedelta
 
@@ -108,6 +109,29 @@ async def test_a_campaign_not_sending_yet_is_cancelled_at_once_and_flagged(
     assert cancel.acknowledged_at == outcome.campaign.finished_at
     assert outcome.campaign.counts == CampaignCounts()
     assert flags.raised == {campaign_id}
+
+
+async def test_a_cancel_with_nothing_in_flight_answers_what_another_pods_settle_wrote(
+        stores: Stores, flags: FakeFlags, registry: FakeRegistry, bus: FakeBus) -> None:
+    """The sweep of a dispatcher came upon the cancelling campaign first and holds its
+    finalization lease: the api's own settle writes nothing, yet the answer is the end that
+    sweep writes a moment later, not ``cancelling``."""
+    other = Settler(stores, registry, "dispatcher-1")
+    later: list[asyncio.Task[Campaign | None]] = []
+
+    async def lease_held_elsewhere(campaign_id: str) -> Campaign | None:
+        async def settle_soon() -> Campaign | None:
+            await asyncio.sleep(0.05)
+            return await other.settle(campaign_id)
+        later.append(asyncio.create_task(settle_soon()))
+        return None
+
+    decider = Decider(stores, flags, registry, bus, lease_held_elsewhere)
+    campaign_id = await insert(stores, status=Status.SCHEDULED)
+    outcome = await decider.cancel(campaign_id, "oops", actor("ops"))
+    assert (outcome.meaning, outcome.campaign.status) == (CancelDecision.AT_ONCE,
+                                                          Status.CANCELLED)
+    await asyncio.gather(*later)
 
 
 @pytest.mark.parametrize("status", [Status.IN_PROGRESS, Status.FINALIZING])

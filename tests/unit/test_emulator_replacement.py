@@ -196,3 +196,24 @@ def test_received_reads_a_row_of_an_older_emulator_and_ignores_fields_it_does_no
     assert old == Received(received_at=1.0, token="t", error="UNREGISTERED")
     assert old.android_tag is None and old.webpush_topic is None and not old.accepted
     assert newer.token == "t" and newer.accepted
+
+
+# --- reading the record as it grows ----------------------------------------------------------------
+async def test_a_reader_of_the_record_gets_only_the_rows_after_those_it_has_until_a_reset(
+        fcm: TestClient[Any, Any]) -> None:
+    async def read(after: int, record: str) -> tuple[list[str], str, str]:
+        response = await fcm.get("/_emulator/requests", params={"after": after, "record": record})
+        tokens = [orjson.loads(line)["token"] for line in (await response.read()).splitlines()]
+        return tokens, response.headers["X-Emulator-Record"], response.headers["X-Emulator-After"]
+
+    await send(fcm, keyed("one"))
+    tokens, record, after = await read(0, "")
+    assert (tokens, after) == (["one"], "0")
+    await send(fcm, keyed("two"))
+    assert await read(1, record) == (["two"], record, "1")
+    assert await read(2, record) == ([], record, "2")
+    assert (await read(1, "another record"))[0] == ["one", "two"], "a stranger's offset is ignored"
+    await fcm.post("/_emulator/reset")
+    await send(fcm, keyed("three"))
+    tokens, renewed, after = await read(2, record)
+    assert (tokens, after) == (["three"], "0") and renewed != record

@@ -16,7 +16,9 @@ settler in the background, which finds the pods that may still send it and waits
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
@@ -48,6 +50,9 @@ from herald.service_layer.stopping.pods import stopping_pods
 log = logging.getLogger(__name__)
 
 MAX_RACE_RETRIES = 5
+OTHER_WRITER_WAIT_S = 2.0
+"""How long a cancel with nothing in flight waits for another pod writing its final counts."""
+OTHER_WRITER_POLL_S = 0.02
 
 FCM_REFUSED = Actor(id="herald:fcm", name="Herald (FCM refused the campaign)",
                     kind=ActorKind.SYSTEM)
@@ -244,13 +249,24 @@ class Decider:
         """Settled now when nobody was sending it; else reported to the settler in the
         background (the API answers before the final counts are written)."""
         if nobody:
-            return await self._settle(campaign.id) or await self._latest(campaign)
+            return await self._settle(campaign.id) or await self._written_by_another(campaign)
         if self._spawn is not None:
             self._spawn(self._settle_quietly(campaign.id), f"settle-{campaign.id}")
         return campaign
 
     async def _latest(self, campaign: Campaign) -> Campaign:
         return await self._stores.campaigns.get(campaign.id) or campaign
+
+    async def _written_by_another(self, campaign: Campaign) -> Campaign:
+        """The campaign once the pod that holds its finalization lease (a sweep that came upon
+        it at the same moment) wrote its end: nothing was in flight, so that is a matter of
+        milliseconds; after ``OTHER_WRITER_WAIT_S`` it is answered as it stands."""
+        deadline = time.monotonic() + OTHER_WRITER_WAIT_S
+        latest = await self._latest(campaign)
+        while latest.status is Status.CANCELLING and time.monotonic() < deadline:
+            await asyncio.sleep(OTHER_WRITER_POLL_S)
+            latest = await self._latest(campaign)
+        return latest
 
     async def _settle_quietly(self, campaign_id: str) -> None:
         try:
