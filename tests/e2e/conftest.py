@@ -24,12 +24,13 @@ from tests.e2e.harness import Api, assert_bodies_conform
 
 EXCLUSIVE = frozenset({
     "test_lanes", "test_forecast", "test_many_campaigns", "test_pipe", "test_prefetch",
-    "test_rate_change", "test_cancel", "test_scheduler", "test_access", "test_inputs",
-    "test_resilience", "test_demo"})
-"""Modules that measure wall-clock deadlines, rates or shares of the fleet (or, for the demo,
-use the machine's own stack names): ``make test`` runs them alone, after the other modules ran
-two at a time (``-m "not exclusive"`` with ``-n 2``). Each xdist worker has its own nx-27017,
-fleet and vhosts (session fixtures), so the others share nothing but RabbitMQ and Redis."""
+    "test_rate_change", "test_cancel", "test_inputs", "test_resilience"})
+"""Modules that measure deadlines under a second, rates or shares of the fleet, or stop the
+machine's RabbitMQ and Redis (test_resilience): ``make test`` runs them alone, after the other
+modules ran two at a time (``-m "not exclusive"`` with ``-n 2``). Each xdist worker has its own
+nx-27017, fleet and vhosts (session fixtures), so the others share nothing but RabbitMQ and
+Redis. Deadlines of a second or more (a schedule fired and started within 1 s, a revoked key
+refused within 1 s) hold with two modules at a time."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
