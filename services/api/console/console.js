@@ -497,7 +497,7 @@ async function approveCampaign(parts, view) {
 function testSendForm(id) {
   const kind = h("select", { id: "test-kind" }, h("option", { value: "tokens", text: "Device tokens" }),
     h("option", { value: "user_ids", text: "User ids" }));
-  const targets = h("textarea", { id: "test-targets", rows: 2, placeholder: "one per line or comma-separated (at most 100 devices)" });
+  const targets = h("textarea", { id: "test-targets", rows: 2, placeholder: "one per line or comma-separated (a campaign's tests reach 25 devices at most by default)" });
   const result = h("div", { id: "test-result" });
   const submit = h("button", { type: "submit", id: "test-send", text: "Send a test" });
   return h("section", { class: "panel", id: "test-panel" }, h("h2", { text: "Test send" }),
