@@ -14,6 +14,10 @@ from devstack.stack import Stack, replica_name
 from fcm_emulator.client import EmulatorClient
 from tests.e2e.harness import Api
 
+SENDING = ("awaiting_approval", "scheduled", "pending", "in_progress", "paused", "cancelling",
+           "finalizing")
+"""Statuses in which a campaign may send now or later, or is stopping."""
+
 
 class Fleet:
     """A module's stack, shared by its tests: api, dispatcher and ``senders`` senders."""
@@ -42,6 +46,7 @@ class Fleet:
         workers = {process.pid for process in restarted if process.name != "api"}
         wait_until(lambda: workers <= self._live_pids() and self._ready(), 60,
                    "the shared stack to be whole again")
+        self._end_leftovers()
         emulator = EmulatorClient(stack.config.fcm_url)
         try:
             emulator.reset()
@@ -62,6 +67,29 @@ class Fleet:
                for device in population]
         api.import_devices(own)
         return own, {"topics": [topic]}
+
+    def _end_leftovers(self) -> None:
+        """Cancel what an earlier test left sending (a campaign it did not wait for), and wait
+        until nothing sends: its requests would reach the emulator during the next test."""
+        config = self.stack.config
+        with httpx.Client(base_url=config.api_url, headers=config.api_headers(),
+                          timeout=10) as http:
+            def sending() -> list[str]:
+                page = http.get("/v1/campaigns", params={
+                    "status": list(SENDING), "limit": 200}).json()
+                return [campaign["id"] for campaign in page["items"]]
+
+            told: set[str] = set()
+
+            def ended() -> bool:
+                left = sending()
+                for campaign_id in set(left) - told:
+                    http.post(f"/v1/campaigns/{campaign_id}/cancel",
+                              json={"reason": "left by an earlier test"})
+                    told.add(campaign_id)
+                return not left
+
+            wait_until(ended, 60, "the earlier tests' campaigns to end")
 
     def _live_pids(self) -> set[int]:
         try:
