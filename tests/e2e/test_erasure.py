@@ -1,7 +1,9 @@
 """Issue 33, point 4, with separate processes: a person leaves after a campaign reached them.
 The app backend's key erases them; their devices are gone, no chunk in MongoDB holds their
 tokens or user id, the audit no longer lists them, the campaign's counts are unchanged, and the
-operator log names who erased and how much, never whom. One device leaves by its token."""
+operator log names who erased and how much, never whom. One device leaves by its token. A
+person erased while a campaign to them is paused is never sent to: the resume offers their
+chunk from the store, a placeholder in their place."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import pytest
 from pymongo import MongoClient
 
 from devstack.stack import Stack
+from fcm_emulator.client import EmulatorClient
 from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, reachable_devices
+from tests.support import wait_for
 
 POPULATION = 20
 
@@ -97,3 +101,31 @@ def test_a_person_who_leaves_is_erased_and_every_count_stays(stack: Stack, fleet
         ("device.delete", "devices=1"), ("device.delete", "devices=0")}
     text = json.dumps(mine)
     assert leaver not in text and not any(t in text for t in (*theirs, stayer_phone))
+
+
+def test_a_person_erased_while_their_campaign_is_paused_is_never_sent_to(
+        stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
+    leaver = f"leaver-{uuid.uuid4().hex}"
+    population = reachable_devices(200)
+    for device in population[-3:]:  # in the last chunk
+        device["user_id"] = leaver
+    own, audience = fleet.import_own(api, population)
+    theirs = {device["token"] for device in own[-3:]}
+    campaign_id = api.create_campaign(audience=audience, chunk_size=20, rate_per_s=40)
+    wait_for(lambda: api.campaign(campaign_id)["counts"]["sent"] >= 20, 30,
+             "the first chunk to be sent")
+    assert api.http.post(f"/v1/campaigns/{campaign_id}/pause").status_code in (200, 202)
+    wait_for(lambda: api.campaign(campaign_id)["pause"]["settled_at"], 10, "the pause to settle")
+
+    erased = api.http.delete(f"/v1/users/{leaver}")  # an admin may erase too
+    assert erased.json() == {"devices": 3, "chunk_recipients": 3, "test_send_outcomes": 0}
+    assert api.http.post(f"/v1/campaigns/{campaign_id}/resume").status_code == 200
+    assert api.http.patch(f"/v1/campaigns/{campaign_id}", json={"rate_per_s": 50_000}
+                          ).status_code == 200
+    campaign = api.wait_finished(campaign_id, timeout_s=30)
+
+    assert not theirs & {received.token for received in emulator.received()}
+    assert campaign["counts"] == {"targeted": 200, "sent": 197, "failed": 3, "unsent": 0,
+                                  "maybe_delivered": 0}
+    assert len(api.audit(campaign_id, "sent")) == 197
+    assert api.audit(campaign_id, "failed") == []  # their places are counted, not listed
