@@ -12,12 +12,15 @@ from fastapi import FastAPI
 
 from herald import names
 from herald.adapters.mongo import Database
+from herald.adapters.rate_limit import Budget
 from herald.clock import utcnow
 from herald.domain.documents import Outcome, TestOutcome, TestSend, new_id
 from herald.domain.status import Status
 from herald.service_layer.erasure import Erasure, erase_user
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import audit, final_counts
+from services.api.auth import api_routes
+from services.api.gate import budget_of
 from tests.factories import actor, device, paged_campaign
 from tests.integration.helpers import client_of, mint
 from tests.support import error_code
@@ -106,3 +109,10 @@ async def test_the_routes_erase_and_log_without_the_erased_data(
     assert ("user.erase", "devices=3 chunk_recipients=0 test_send_outcomes=1") in entries
     assert {("device.delete", "devices=1"), ("device.delete", "devices=0")} <= entries
     assert not mentions(log, ("dana", "tok-00004", "t" * 64))
+
+
+def test_both_routes_spend_from_the_budget_of_changes(api_app: FastAPI) -> None:
+    erasing = {route.path: budget_of(route) for route in api_routes(api_app.router.routes)
+               if "DELETE" in (route.methods or ()) and route.path in (
+                   "/v1/devices/{token}", "/v1/users/{user_id}")}
+    assert erasing == {"/v1/devices/{token}": Budget.WRITE, "/v1/users/{user_id}": Budget.WRITE}
