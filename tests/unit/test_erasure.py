@@ -21,6 +21,7 @@ from herald.service_layer.erasure import Erasure, erase_user, unregister_device
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import FollowUpSource, audit, final_counts
 from herald.service_layer.sending.chunk import targets
+from services.api.log_paths import loggable
 from tests.factories import actor, at, device, insert, recipients
 
 
@@ -146,3 +147,10 @@ async def test_unregistering_a_device_removes_it_alone(stores: Stores) -> None:
     assert await unregister_device(stores.devices, "tok-00001") is True
     assert await unregister_device(stores.devices, "tok-00001") is False
     assert [d.token for d in await stores.devices.of_user("dana")] == ["tok-00002"]
+
+
+def test_a_log_line_never_shows_a_token_or_user_id_from_a_path() -> None:
+    assert loggable("/v1/devices/fcm-token-of-someone") == "/v1/devices/…"
+    assert loggable("/v1/users/dana@example.com") == "/v1/users/…"
+    assert loggable("/v1/devices/bulk") == "/v1/devices/bulk"
+    assert loggable("/v1/campaigns/" + "a" * 24) == "/v1/campaigns/" + "a" * 24
