@@ -22,6 +22,7 @@ from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from herald import names
+from herald.adapters.erasing import erase_entries
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, maybe, to_bson
 from herald.domain.documents import (
@@ -34,10 +35,13 @@ from herald.domain.documents import (
     Failure,
     Recorded,
 )
+from herald.domain.erasure import ErasedPerson
 from herald.domain.messages import Profile, Recipient
 from herald.domain.outcomes import RecipientOutcome
 
 _WITHOUT_RECIPIENTS = {"recipients": 0}
+ERASED_RECIPIENT = Recipient.erased_placeholder()
+_ERASED_STORED = ERASED_RECIPIENT.stored()
 
 
 def chunk_id(campaign_id: str, seq: int) -> str:
@@ -46,10 +50,15 @@ def chunk_id(campaign_id: str, seq: int) -> str:
 
 def _chunk(document: Document) -> Chunk:
     # Validated when the chunk was written; the audit reads a whole campaign of these.
-    recipients = tuple(Recipient.model_construct(token=r["token"], user_id=r.get("user_id"),
-                                                 profile=_profile(r.get("profile")))
-                       for r in document["recipients"])
+    recipients = tuple(_recipient(r) for r in document["recipients"])
     return Chunk(from_bson(ChunkState, document), recipients)
+
+
+def _recipient(stored: Document) -> Recipient:
+    if stored.get("erased"):
+        return ERASED_RECIPIENT
+    return Recipient.model_construct(token=stored["token"], user_id=stored.get("user_id"),
+                                     profile=_profile(stored.get("profile")))
 
 
 def _profile(stored: dict[str, Any] | None) -> Profile | None:
@@ -171,6 +180,15 @@ class ChunkStore:
     async def in_order(self, campaign_id: str) -> AsyncIterator[Chunk]:
         async for document in self._chunks.find({"campaign_id": campaign_id}).sort("seq", 1):
             yield _chunk(document)
+
+    async def erase(self, person: ErasedPerson) -> int:
+        """Replace each recipient of ``person`` (by token or user id), in every chunk of every
+        campaign, by the erased placeholder (its position stays); how many were replaced.
+
+        No index serves this (one on the recipients would cost every chunk written hundreds of
+        entries): it reads the chunks that hold them, a scan of the collection."""
+        return await erase_entries(self._chunks, "recipients", person,
+                                   lambda _recipient: dict(_ERASED_STORED))
 
     async def count_closed(self, campaign_id: str) -> int:
         """Chunks closed for good (sent, or dead-lettered), read from the chunks themselves."""

@@ -18,7 +18,7 @@ from pymongo.errors import BulkWriteError
 
 from herald import names
 from herald.adapters.mongo import Database, Document
-from herald.adapters.records import maybe, object_id
+from herald.adapters.records import from_bson, maybe, object_id
 from herald.contracts.http import DeviceIn
 from herald.domain.audience import AttributeFilter, Audience, Zones
 from herald.domain.documents import Device, UpsertCounts
@@ -166,6 +166,19 @@ class DeviceStore:
 
     async def find_by_token(self, token: str) -> Device | None:
         return maybe(Device, await self._devices.find_one({"token": token}))
+
+    async def of_user(self, user_id: str) -> list[Device]:
+        """Every device registered with ``user_id``, retired ones too (the ``user_id`` index)."""
+        return [from_bson(Device, document)
+                async for document in self._devices.find({"user_id": user_id})]
+
+    async def delete_of_user(self, user_id: str) -> int:
+        """Remove every device registered with ``user_id``; how many there were."""
+        return (await self._devices.delete_many({"user_id": user_id})).deleted_count
+
+    async def delete_by_token(self, token: str) -> bool:
+        """Remove the device of ``token``; False if there was none."""
+        return (await self._devices.delete_one({"token": token})).deleted_count == 1
 
     async def _ids_of(self, tokens: list[str]) -> dict[str, ObjectId]:
         """``_id`` of each known token, through the unique token index.

@@ -10,9 +10,15 @@ from datetime import datetime
 from pymongo import DESCENDING
 
 from herald import names
-from herald.adapters.mongo import Database
+from herald.adapters.erasing import erase_entries
+from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, to_bson
 from herald.domain.documents import TestSend
+from herald.domain.erasure import ErasedPerson
+
+
+def _blank(outcome: Document) -> Document:
+    return {**outcome, "device_id": "", "token_suffix": "", "user_id": None, "erased": True}
 
 
 class TestSendStore:
@@ -25,6 +31,11 @@ class TestSendStore:
         """Delete the records of test sends made before ``before``; how many."""
         result = await self._sends.delete_many({"at": {"$lt": before}})
         return result.deleted_count
+
+    async def erase(self, person: ErasedPerson) -> int:
+        """Blank ``person``'s devices (by device id or user id) in every test send; FCM's
+        answer to each stays. How many outcomes were blanked."""
+        return await erase_entries(self._sends, "outcomes", person, _blank)
 
     async def insert(self, record: TestSend) -> None:
         await self._sends.insert_one(to_bson(record))

@@ -173,6 +173,15 @@ class DeviceBulkResult(BaseModel):
     updated: int
 
 
+class UserErased(BaseModel):
+    """What ``DELETE /v1/users/{user_id}`` changed, in numbers (zeros: nothing was left)."""
+
+    devices: int = Field(description="Devices removed")
+    chunk_recipients: int = Field(description=(
+        "Recipients of campaigns replaced by a placeholder without their data (still counted)"))
+    test_send_outcomes: int = Field(description="Test-send outcomes whose device was blanked")
+
+
 # --- campaigns -------------------------------------------------------------------------------------
 class Content(Strict):
     """What the device shows, and the data the app acts on."""
@@ -568,6 +577,8 @@ class TestOutcomeView(BaseModel):
     accepted: bool = Field(description="FCM accepted the message for this device")
     error: str | None = Field(description="FCM's error code (e.g. UNREGISTERED) if not")
     message: str | None = Field(default=None, description="Google's error message, if any")
+    erased: bool = Field(default=False, description=(
+        "The device's person was erased since: its id, token suffix and user id are blank"))
 
 
 class TestSendView(BaseModel):

@@ -408,6 +408,10 @@ class ChunkState:
     wave_sent: int = -1
     """A staged rollout's last wave whose recipients in this chunk all have an outcome (the
     chunk stays pending until the last wave)."""
+    erased: int = 0
+    """Recipients replaced by the erased placeholder since the chunk was written (a person
+    erased): a sender that claims a chunk with some reads its recipients from the store rather
+    than from the message, which still carries them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,6 +482,9 @@ class TestOutcome:
     user_id: str | None
     error: str | None = None
     message: str | None = None
+    erased: bool = False
+    """The device's person was erased since: ``device_id``, ``token_suffix`` and ``user_id``
+    are blank, the answer stays."""
 
     @property
     def accepted(self) -> bool:

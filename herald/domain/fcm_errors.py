@@ -96,10 +96,15 @@ TOKEN_IS_DEAD = frozenset({FcmError.UNREGISTERED, FcmError.INVALID_ARGUMENT})
 TOKEN_ERRORS = frozenset(error.value for error in TOKEN_IS_DEAD)
 """Recorded errors (as stored) that say the device's token is dead: sending again fails again."""
 
-TOKEN_UNUSABLE = frozenset({*TOKEN_ERRORS, FcmError.SENDER_ID_MISMATCH.value})
-"""Recorded errors after which sending to the token again fails again: dead tokens, and tokens
-of another Firebase project. A retry skips them; the gate of a staged rollout counts the second
-kind (many at once mean a wrong project)."""
+ERASED = "HERALD_ERASED"
+"""Recorded for a recipient whose person was erased before its chunk was sent: nothing was sent
+to them, and nothing ever will be (``herald/service_layer/erasure.py``)."""
+
+TOKEN_UNUSABLE = frozenset({*TOKEN_ERRORS, FcmError.SENDER_ID_MISMATCH.value, ERASED})
+"""Recorded errors after which sending to the token again fails again: dead tokens, tokens
+of another Firebase project, and erased recipients (who have no token any more). A retry skips
+them; the gate of a staged rollout counts the second kind (many at once mean a wrong
+project)."""
 
 
 def token_is_dead(error: str | None) -> bool:

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from herald.domain.lanes import Route
-from herald.domain.types import ObjectIdStr, PlainText, UserId
+from herald.domain.types import MAX_TOKEN_CHARS, ObjectIdStr, PlainText, UserId
 
 CANCEL_MESSAGE_MAX_BYTES = 64 * 1024
 """A message on ``herald.cancel`` larger than this is dropped by the pods (one log line): a
@@ -96,13 +96,29 @@ class RecipientDevice:
 
 class Recipient(BaseModel):
     """A recipient inside a chunk. Tokens were validated when the device registered; here only
-    their size is checked, since a chunk carries hundreds of them on the sender's hot path."""
+    their size is checked, since a chunk carries hundreds of them on the sender's hot path.
+
+    An erased person's recipients are replaced by :meth:`erased_placeholder` (no token, no user
+    id, no profile, ``erased`` set): its position in the chunk, and so every count and every
+    recorded outcome, stays as it was (``herald/service_layer/erasure.py``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    token: str = Field(min_length=1, max_length=4096)
+    token: str = Field(default="", max_length=MAX_TOKEN_CHARS)
     user_id: UserId | None = None
     profile: Profile | None = None
+    erased: Literal[True] | None = None
+
+    @model_validator(mode="after")
+    def _has_token(self) -> Recipient:
+        if not self.token and not self.erased:
+            raise ValueError("a recipient has a token, unless it was erased")
+        return self
+
+    @classmethod
+    def erased_placeholder(cls) -> Recipient:
+        """What takes an erased person's place in a chunk: nothing of theirs."""
+        return cls.model_construct(token="", user_id=None, profile=None, erased=True)
 
     def device(self) -> RecipientDevice:
         """The recipient's fields for rendering; a recipient without a profile has only its

@@ -18,7 +18,9 @@ ObjectIdStr = Annotated[
 ]
 """Identifier of a campaign or schedule, as it appears in URLs and messages."""
 
-Token = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[^\s]+$")]
+MAX_TOKEN_CHARS = 4096
+TOKEN_PATTERN = r"^[^\s]+$"
+Token = Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS, pattern=TOKEN_PATTERN)]
 """An FCM registration token or Firebase Installation ID: opaque, no whitespace."""
 
 MAX_USER_ID_CHARS = 128

@@ -36,6 +36,7 @@ from herald.domain.documents import (
     TestSend,
     UpsertCounts,
 )
+from herald.domain.erasure import ErasedPerson
 from herald.domain.fcm_errors import SendResult
 from herald.domain.lanes import Lane, Route
 from herald.domain.messages import CancelCampaign, Profile, ProfileNeed, Recipient, SendChunk
@@ -241,6 +242,10 @@ class ChunkRepository(Protocol):
         ...
     async def mark_rescued(self, held: ChunkState, now: datetime,
                            not_since: datetime) -> bool: ...
+    async def erase(self, person: ErasedPerson) -> int:
+        """Replace each recipient of ``person`` in every chunk by the erased placeholder (its
+        position stays); how many were replaced."""
+        ...
 
 
 class DeliveryRepository(Protocol):
@@ -273,6 +278,15 @@ class DeviceRepository(Protocol):
         """The newest device registered for ``user_id`` (a user may have several) whose token
         is not retired."""
         ...
+    async def of_user(self, user_id: str) -> list[Device]:
+        """Every device registered with ``user_id``, retired ones too."""
+        ...
+    async def delete_of_user(self, user_id: str) -> int:
+        """Remove every device registered with ``user_id``; how many there were."""
+        ...
+    async def delete_by_token(self, token: str) -> bool:
+        """Remove the device of ``token``; False if there was none."""
+        ...
 
 
 class TestSendRepository(Protocol):
@@ -286,6 +300,9 @@ class TestSendRepository(Protocol):
         ...
     async def expire(self, before: datetime) -> int:
         """Delete the records of test sends made before ``before``; how many."""
+        ...
+    async def erase(self, person: ErasedPerson) -> int:
+        """Blank ``person``'s devices in every test send (FCM's answers stay); how many."""
         ...
 
 

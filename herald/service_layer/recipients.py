@@ -46,6 +46,9 @@ class RecipientLine:
     variant: str = DEFAULT_VARIANT
     """The translation the recipient's message was in (its tag), or ``default``: the
     campaign's own content (always, for a campaign without translations)."""
+    erased: bool = False
+    """The recipient's person was erased (``erasure.py``): a placeholder, counted in its place
+    and never listed nor sent to."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"token": self.token, "user_id": self.user_id, "outcome": self.outcome.value,
@@ -120,8 +123,8 @@ class FollowUpSource:
         position = 0
         batch: list[tuple[int, RecipientLine]] = []
         async for line in self._lines():
-            position += 1
-            if position > skip:
+            position += 1  # an erased recipient keeps its place, so a resumed page does too
+            if position > skip and not line.erased:
                 batch.append((position, line))
             if len(batch) >= size:
                 for item in await self._recipients(batch):
@@ -143,15 +146,16 @@ class FollowUpSource:
                 for position, line in batch]
 
     async def _lines(self) -> AsyncIterator[RecipientLine]:
+        """The parent's lines this follow-up is of, erased ones included (to keep places)."""
         if self._of is FollowUpOf.SENT:
-            async for line in audit(self._stores, self._parent, Outcome.SENT):
+            async for line in audit(self._stores, self._parent, Outcome.SENT, in_place=True):
                 yield line
             return
         if self._of is FollowUpOf.NOT_SENT:
-            async for line in audit(self._stores, self._parent, Outcome.FAILED):
+            async for line in audit(self._stores, self._parent, Outcome.FAILED, in_place=True):
                 if not token_is_unusable(line.error):
                     yield line
-        async for line in unsent(self._stores, self._parent):
+        async for line in audit(self._stores, self._parent, Outcome.UNSENT, in_place=True):
             yield line
 
 
@@ -255,11 +259,14 @@ def outcome_of(recorded: Recorded, position: int) -> tuple[Outcome, str | None]:
     return (Outcome.SENT, None) if error is None else (Outcome.FAILED, error)
 
 
-async def audit(stores: CampaignRecords, campaign: Campaign,
-                outcome: Outcome) -> AsyncIterator[RecipientLine]:
+async def audit(stores: CampaignRecords, campaign: Campaign, outcome: Outcome, *,
+                in_place: bool = False) -> AsyncIterator[RecipientLine]:
     """The recipients of ``campaign`` whose outcome is ``outcome``, in chunk order.
 
     ``unsent`` also covers the part of the source the dispatcher never paged (it stopped early).
+    An erased person's recipients are left out (still counted, never listed), unless
+    ``in_place``: then a line without anything of theirs (``erased``) holds each one's place,
+    which is what a follow-up counts its positions in.
     """
     records = _Lookahead(_recorded_by_chunk(stores, campaign.id))
     variants = Variants(campaign.content.translations)
@@ -269,9 +276,9 @@ async def audit(stores: CampaignRecords, campaign: Campaign,
         cursor = chunk.state.cursor
         for position, recipient in enumerate(chunk.recipients):
             found, error = outcome_of(recorded, position)
-            if found is outcome:
+            if found is outcome and (in_place or not recipient.erased):
                 yield RecipientLine(recipient.token, recipient.user_id, found, error,
-                                    variants.of(recipient))
+                                    variants.of(recipient), erased=bool(recipient.erased))
     if outcome is Outcome.UNSENT and campaign.source_not_exhausted:
         source = await source_for(stores, campaign, need=_variant_need(campaign))
         async for _, recipient in source.stream(after=cursor):

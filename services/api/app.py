@@ -50,6 +50,7 @@ from services.api.routes import (
     docs,
     ops,
     schedules,
+    users,
 )
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def create_app(settings: Settings) -> FastAPI:
                   summary="Mass push-notification campaigns through FCM, stoppable mid-flight.",
                   description=API_DESCRIPTION, docs_url=None, redoc_url=None)
     errors.install(app)
-    for module in (devices, campaigns, audiences, schedules, access, ops):
+    for module in (devices, users, campaigns, audiences, schedules, access, ops):
         app.include_router(module.router, dependencies=[Depends(known_query_only)])
     console.mount(app)
     docs.mount(app)

@@ -43,6 +43,7 @@ from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaign_events import campaign_events
 from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
 from herald.service_layer.devices import register_devices
+from herald.service_layer.erasure import Erasure, erase_user, unregister_device
 from herald.service_layer.forecasting import Forecaster
 from herald.service_layer.ports import (
     ApiKeyRepository,
@@ -144,6 +145,11 @@ Watch = Annotated[WatchCampaign, provided(lambda s: WatchCampaign(
 # --- devices and audiences -------------------------------------------------------------------
 RegisterDevices = Annotated[Callable[[Sequence[DeviceIn]], Awaitable[UpsertCounts]],
                             provided(lambda s: partial(register_devices, s.stores.devices))]
+UnregisterDevice = Annotated[Callable[[str], Awaitable[bool]],
+                             provided(lambda s: partial(unregister_device, s.stores.devices))]
+EraseUser = Annotated[Callable[[str], Awaitable[Erasure]], provided(lambda s: partial(
+    erase_user, s.stores.devices, s.stores.chunks, s.stores.test_sends))]
+"""A person leaves: their devices, and their place in every record (``erasure.py``)."""
 AudienceSplit = Annotated[
     Callable[[Audience, Sequence[str]], Awaitable[tuple[int, dict[str, int] | None]]],
     provided(lambda s: partial(queries.audience_split, s.stores.devices))]

@@ -46,6 +46,7 @@ from herald.service_layer.test_sends import (
     TestedTooOften,
     TooManyDevices,
 )
+from services.api.log_paths import loggable
 
 log = logging.getLogger(__name__)
 
@@ -177,10 +178,10 @@ def install(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, INFRASTRUCTURE_ERRORS):  # a store or the broker away: not a bug
             log.warning("%s %s: a dependency is unavailable (%s)", request.method,
-                        request.url.path, type(exc).__name__)
+                        loggable(request.url.path), type(exc).__name__)
             return error_response(503, "unavailable", "a dependency is unavailable; try again",
                                   headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)})
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        log.exception("unhandled error on %s %s", request.method, loggable(request.url.path))
         return error_response(500, "internal_error", "internal error; see the server log")
 
 

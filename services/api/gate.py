@@ -35,6 +35,7 @@ from herald.observability import API_REFUSED
 from herald.service_layer.access import Unauthenticated
 from services.api.auth import KEY_STATE, api_routes, declared_scope
 from services.api.deps import AppServices
+from services.api.log_paths import loggable
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +84,12 @@ class AccessGate:
             refusal = await self._refusal(scope, services)
         except INFRASTRUCTURE_ERRORS as exc:  # a store is down: /readyz says which
             log.warning("access gate: could not decide on %s %s: %s unavailable",
-                        scope["method"], path, type(exc).__name__)
+                        scope["method"], loggable(path), type(exc).__name__)
             refusal = _error(503, "unavailable", "the api cannot check keys right now; retry",
                              {"Retry-After": "1"})
         except Exception:
-            log.exception("access gate: could not decide on %s %s", scope["method"], path)
+            log.exception("access gate: could not decide on %s %s", scope["method"],
+                          loggable(path))
             refusal = _error(503, "unavailable", "the api cannot check keys right now; retry",
                              {"Retry-After": "1"})
         if refusal is None:

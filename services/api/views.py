@@ -212,7 +212,7 @@ def view_of_test_send(record: TestSend) -> TestSendView:
     assert by is not None
     outcomes = [TestOutcomeView(device_id=o.device_id, token_suffix=o.token_suffix,
                                 user_id=o.user_id, accepted=o.accepted, error=o.error,
-                                message=o.message) for o in record.outcomes]
+                                message=o.message, erased=o.erased) for o in record.outcomes]
     accepted = sum(o.accepted for o in outcomes)
     return TestSendView(id=record.id, campaign_id=record.campaign_id, at=record.at, by=by,
                         status=record.status, accepted=accepted,

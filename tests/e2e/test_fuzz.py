@@ -25,6 +25,10 @@ MAX_EXAMPLES = 6
 # them with a documented 422, which is what this test holds it to.
 
 
+# Destructive operations (revoking keys, ending schedules, deleting devices, erasing users) are
+# fuzzed too, on this module's private stack: nothing the assertions rely on is shared with them
+# (the admin key is the bootstrap key, which the fuzzer cannot name; the templates test imports
+# its own device when it starts).
 UNSPENDABLE_BUDGETS = {
     **{f"HERALD_API_{budget}{unit}": "100000" for budget in ("", "READ_", "CANCEL_")
        for unit in ("RATE_PER_S", "BURST")},

@@ -144,6 +144,10 @@ GROUPS: dict[str, tuple[Call, set[Role]]] = {
     "register devices": (lambda c, ids: c.post("/v1/devices", json={
         "token": f"tok-{ids['token']}", "platform": "ios"}), {Role.INGEST, Role.ADMIN}),
     "manage keys": (lambda c, ids: c.get("/v1/api-keys"), {Role.ADMIN}),
+    "unregister a device": (lambda c, ids: c.delete(f"/v1/devices/{ids['device']}"),
+                            {Role.INGEST, Role.ADMIN}),
+    "erase a person": (lambda c, ids: c.delete(f"/v1/users/leaver-{ids['token']}"),
+                       {Role.INGEST, Role.ADMIN}),
 }
 
 COLLECTIONS = (names.CAMPAIGNS, names.SCHEDULES, names.DEVICES, names.API_KEYS,

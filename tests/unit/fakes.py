@@ -28,7 +28,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -68,6 +68,7 @@ from herald.domain.documents import (
     UpsertCounts,
     new_id,
 )
+from herald.domain.erasure import ErasedPerson
 from herald.domain.fcm_errors import FcmError
 from herald.domain.lanes import Lane, Route
 from herald.domain.messages import CancelCampaign, Profile, ProfileNeed, Recipient, SendChunk
@@ -677,6 +678,19 @@ class FakeChunks:
         self._set_state(replace(current, rescued_at=now))
         return True
 
+    async def erase(self, person: ErasedPerson) -> int:
+        await _round_trip()
+        erased = 0
+        for key, chunk in list(self._rows.items()):
+            theirs = [person.owns(r.stored()) for r in chunk.recipients]
+            if any(theirs):
+                recipients = tuple(Recipient.erased_placeholder() if mine else r
+                                   for r, mine in zip(chunk.recipients, theirs, strict=True))
+                state = replace(chunk.state, erased=chunk.state.erased + sum(theirs))
+                self._rows[key] = Chunk(state, recipients)
+                erased += sum(theirs)
+        return erased
+
     def _state_if(self, campaign_id: str, seq: int,
                   test: Callable[[ChunkState], bool]) -> ChunkState | None:
         chunk = self._rows.get((campaign_id, seq))
@@ -802,6 +816,23 @@ class FakeDevices:
         await _round_trip()
         device_id = self._ids_of([token]).get(token)
         return None if device_id is None else from_bson(Device, self._documents[device_id])
+
+    async def of_user(self, user_id: str) -> list[Device]:
+        await _round_trip()
+        return [from_bson(Device, d) for d in self._documents.values()
+                if d.get("user_id") == user_id]
+
+    async def delete_of_user(self, user_id: str) -> int:
+        await _round_trip()
+        theirs = [i for i, d in self._documents.items() if d.get("user_id") == user_id]
+        for device_id in theirs:
+            del self._documents[device_id]
+        return len(theirs)
+
+    async def delete_by_token(self, token: str) -> bool:
+        await _round_trip()
+        device_id = self._ids_of([token]).get(token)
+        return device_id is not None and self._documents.pop(device_id) is not None
 
     def _ids_of(self, tokens: Iterable[str]) -> dict[str, str]:
         wanted = set(tokens)
@@ -1019,6 +1050,16 @@ class FakeTestSends:
 
     async def insert(self, record: TestSend) -> None:
         self.records.append(record)
+
+    async def erase(self, person: ErasedPerson) -> int:
+        erased = 0
+        for index, record in enumerate(self.records):
+            theirs = [person.owns(asdict(o)) for o in record.outcomes]
+            outcomes = tuple(replace(o, device_id="", token_suffix="", user_id=None, erased=True)
+                             if mine else o for o, mine in zip(record.outcomes, theirs, strict=True))
+            self.records[index] = replace(record, outcomes=outcomes)
+            erased += sum(theirs)
+        return erased
 
     async def of_campaign(self, campaign_id: str, limit: int = 50) -> list[TestSend]:
         found = [r for r in reversed(self.records) if r.campaign_id == campaign_id]

@@ -31,9 +31,11 @@ from herald.domain.documents import (
     PauseRecord,
     ScheduleRunRecord,
     ScheduleState,
+    TestOutcome,
     TestSend,
     new_id,
 )
+from herald.domain.erasure import ErasedPerson
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
 from herald.domain.timing import Wave
 from herald.service_layer.ports import Stores
@@ -914,3 +916,47 @@ class StoreContract(CampaignContract, ChunkContract, DeviceContract, ScheduleCon
                                                     outcomes=()))
         assert await stores.test_sends.expire(utcnow() - timedelta(days=1)) == 1
         assert [r.at for r in await stores.test_sends.of_campaign("c")] == [new]
+
+    # --- erasure (issue 33) -----------------------------------------------------------------
+    async def test_a_person_is_erased_from_every_chunk_in_place(self, stores: Stores) -> None:
+        """By token or by user id, in every campaign's chunks; the other recipients and every
+        chunk's size stay, and the chunk counts what it lost."""
+        first, second = new_id(), new_id()
+        for campaign_id in (first, second):
+            await stores.chunks.create(campaign_id, 0, recipients(0, 4), cursor=None,
+                                       now=utcnow())
+        person = ErasedPerson("u1", tokens=frozenset({"tok-00002"}))
+        assert await stores.chunks.erase(person) == 4
+        assert await stores.chunks.erase(person) == 0
+        for campaign_id in (first, second):
+            chunk = await stores.chunks.get(campaign_id, 0)
+            assert chunk is not None and chunk.state.erased == 2
+            assert [r.token for r in chunk.recipients] == ["tok-00000", "", "", "tok-00003"]
+            assert [bool(r.erased) for r in chunk.recipients] == [False, True, True, False]
+            assert chunk.recipients[1].user_id is None
+
+    async def test_devices_leave_by_user_or_by_token(self, stores: Stores) -> None:
+        await stores.devices.upsert([device(1, user_id="dana"), device(2, user_id="dana"),
+                                     device(3)], utcnow())
+        await stores.devices.mark_invalid(["tok-00002"], "UNREGISTERED", utcnow())
+        assert sorted(d.token for d in await stores.devices.of_user("dana")) == [
+            "tok-00001", "tok-00002"]
+        assert await stores.devices.delete_of_user("dana") == 2
+        assert await stores.devices.of_user("dana") == []
+        assert await stores.devices.delete_by_token("tok-00003") is True
+        assert await stores.devices.delete_by_token("tok-00003") is False
+        assert await stores.devices.count(EVERYONE) == 0
+
+    async def test_a_test_send_forgets_an_erased_device_and_keeps_the_answer(
+            self, stores: Stores) -> None:
+        theirs = TestOutcome(device_id="d1", token_suffix="00000001", user_id=None,
+                             error="UNREGISTERED")
+        other = TestOutcome(device_id="d2", token_suffix="00000002", user_id="u2")
+        await stores.test_sends.insert(TestSend(id=new_id(), campaign_id="c", at=utcnow(),
+                                                by=actor("ops"), status=Status.PENDING,
+                                                outcomes=(theirs, other)))
+        assert await stores.test_sends.erase(ErasedPerson("dana", device_ids=frozenset({"d1"}))
+                                             ) == 1
+        [record] = await stores.test_sends.of_campaign("c")
+        assert record.outcomes == (TestOutcome(device_id="", token_suffix="", user_id=None,
+                                               error="UNREGISTERED", erased=True), other)

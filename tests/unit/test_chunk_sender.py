@@ -20,11 +20,13 @@ from herald.domain.documents import (
     ChunkStatus,
     new_id,
 )
+from herald.domain.fcm_errors import ERASED
 from herald.domain.messages import SendChunk
 from herald.domain.rollout import Rollout, RolloutProgress, RolloutWave, wave_bucket
 from herald.domain.status import Status, Transition
 from herald.domain.status import Verdict as May
 from herald.runtime.tracking import WorkTracker
+from herald.service_layer.erasure import erase_user
 from herald.service_layer.ports import Stores
 from herald.service_layer.sending.campaigns import CampaignCache
 from herald.service_layer.sending.chunk import UNFENCED, ChunkSender, SendingPolicy, Settlement
@@ -145,6 +147,20 @@ async def test_a_redelivered_chunk_sends_only_what_was_not_recorded(rig: Rig) ->
     verdict = await rig.sender().process(message(campaign.id), open_channel)
     assert verdict is Settlement.ACK and rig.fcm.sent == TOKENS[2:]
     assert (await stored(rig, campaign.id)).counts == CampaignCounts(targeted=5, sent=4, failed=1)
+
+
+async def test_a_person_erased_after_the_chunk_was_published_is_never_sent_to(rig: Rig) -> None:
+    """The message still carries their token; the chunk as stored holds a placeholder, which
+    the sender records failed (``HERALD_ERASED``) without a request: every place is counted."""
+    campaign = await campaign_of(rig)
+    await erase_user(rig.stores.devices, rig.stores.chunks, rig.stores.test_sends, "u1")
+    verdict = await rig.sender().process(message(campaign.id), open_channel)
+    assert verdict is Settlement.ACK and rig.fcm.sent == [t for t in TOKENS if t != "tok-1"]
+    done = await stored(rig, campaign.id)
+    assert done.status is Status.COMPLETED
+    assert done.counts == CampaignCounts(targeted=5, sent=3, failed=2)
+    recorded = await rig.stores.deliveries.recorded(campaign.id, 0)
+    assert recorded[1] == ERASED
 
 
 async def test_a_chunk_recorded_whole_by_a_sender_that_died_is_only_closed(rig: Rig) -> None:

@@ -18,8 +18,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import Enum
 
-from herald.domain.documents import Recorded
-from herald.domain.fcm_errors import FcmError, SendResult
+from herald.domain.documents import ChunkState, Recorded
+from herald.domain.fcm_errors import ERASED, FcmError, SendResult
 from herald.domain.messages import Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome, Target, dead_tokens
 from herald.domain.rendering import CompiledContent
@@ -125,8 +125,16 @@ class ChunkSender:
             return Settlement.POISON
         hold.token = before.fence + 1
         hold.first_delivery = before.attempts == 0 and before.owner is None and before.fence == 0
+        chunk = await self._as_stored_if_erased(chunk, before)
         async with self._working_on(campaign_id):
             return await self._send(chunk, info, channel_closed, hold)
+
+    async def _as_stored_if_erased(self, chunk: SendChunk, before: ChunkState) -> SendChunk:
+        """The message, unless someone in it was erased since it was published (the message
+        still carries them): then the chunk as stored, their places held by placeholders."""
+        if not before.erased:
+            return chunk
+        return await self._claims.as_stored(chunk)
 
     def stop(self) -> None:
         """Shutting down: finish the requests on the wire, hand the rest of each chunk back."""
@@ -259,13 +267,17 @@ def targets(chunk: SendChunk, recorded: Recorded, content: CompiledContent,
     recipient's message from the profile its chunk carries."""
     todo = [(position, r) for position, r in enumerate(chunk.recipients)
             if position not in recorded and admits(r.token)]
+    erased = [RecipientOutcome(Target(position, ""), ERASED) for position, r in todo
+              if r.erased]
+    if erased:  # never sent: recorded failed, so the chunk closes with every place counted
+        todo = [(position, r) for position, r in todo if not r.erased]
     if not content.per_device:
-        return [Target(position, r.token) for position, r in todo], []
+        return [Target(position, r.token) for position, r in todo], erased
     sendable, refused, first_failure = _rendered(todo, content)
     if refused:  # one line per chunk, however many of its recipients fail so
         log.warning("chunk %s:%d: %d recipients failed before sending (first: %s)",
                     chunk.campaign_id, chunk.seq, len(refused), first_failure)
-    return sendable, refused
+    return sendable, erased + refused
 
 
 def _rendered(todo: list[tuple[int, Recipient]], content: CompiledContent

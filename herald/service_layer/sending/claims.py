@@ -14,6 +14,7 @@ from enum import Enum
 
 from herald.clock import utcnow
 from herald.domain.documents import ChunkState, ChunkStatus
+from herald.domain.messages import SendChunk
 from herald.service_layer.ports import ChunkRepository, PodRegistry
 
 
@@ -63,6 +64,15 @@ class ChunkClaims:
         before = await self._chunks.claim(campaign_id, seq, self._pod_id, holder,
                                           now + self._hold, fence=state.fence if holder else 0)
         return NotTaken.BUSY if before is None else before
+
+    async def as_stored(self, chunk: SendChunk) -> SendChunk:
+        """The chunk message with its recipients as the store holds them now: a person erased
+        since it was published is a placeholder there, while the message still carries them
+        (``herald/service_layer/erasure.py``)."""
+        stored = await self._chunks.get(chunk.campaign_id, chunk.seq)
+        if stored is None:
+            return chunk
+        return chunk.model_copy(update={"recipients": list(stored.recipients)})
 
     async def renew(self, campaign_id: str, seq: int, token: int) -> int | None:
         """Still hold a chunk claimed (or last renewed) with fencing ``token``: the new token,
