@@ -75,7 +75,8 @@ class Api:
 def devices(count: int, *, push_disabled_every: int | None = 5,
             unregistered_every: int | None = 33, invalid_every: int | None = 101,
             prefix: str = "d") -> list[dict[str, Any]]:
-    """Synthetic devices; every n-th has push disabled or a token FCM refuses (None: none)."""
+    """Synthetic devices; every n-th has push disabled or a token FCM refuses (None: none).
+    All opted in to marketing: a campaign is marketing unless it says otherwise."""
     def every(n: int | None, i: int, offset: int = 0) -> bool:
         return n is not None and i % n == offset
 
@@ -87,7 +88,8 @@ def devices(count: int, *, push_disabled_every: int | None = 5,
         elif every(invalid_every, i):
             token = "invalid-" + token
         out.append({"token": token, "user_id": f"user-{i}", "platform": "android",
-                    "push_enabled": not every(push_disabled_every, i, 1)})
+                    "push_enabled": not every(push_disabled_every, i, 1),
+                    "marketing_enabled": True})
     return out
 
 
