@@ -143,8 +143,7 @@ def device(i: int, **fields: Any) -> DeviceIn:
     Its ``timezone`` is not validated, so a test can store one the API would refuse today (as a
     device registered under an older zone database could hold)."""
     timezone = fields.pop("timezone", None)
-    base: dict[str, Any] = {"token": f"tok-{i:05d}", "user_id": f"u{i}", "platform": "android",
-                            "marketing_enabled": True}  # a campaign is marketing by default
+    base: dict[str, Any] = {"token": f"tok-{i:05d}", "user_id": f"u{i}", "platform": "android"}
     return DeviceIn.model_validate({**base, **fields}).model_copy(update={"timezone": timezone})
 
 
