@@ -37,9 +37,12 @@ class Api:
         return str(response.json()["secret"])
 
     def import_devices(self, devices: list[dict[str, Any]]) -> None:
+        """``devices`` registered, opted in to marketing unless they say otherwise: a campaign
+        is marketing unless it says otherwise (docs/http-api.md#purpose)."""
         for start in range(0, len(devices), 10_000):
-            response = self.http.post("/v1/devices/bulk",
-                                      json={"devices": devices[start:start + 10_000]})
+            batch = [{"marketing_enabled": True, **device}
+                     for device in devices[start:start + 10_000]]
+            response = self.http.post("/v1/devices/bulk", json={"devices": batch})
             response.raise_for_status()
 
     def create_campaign(self, **body: Any) -> str:
@@ -75,8 +78,7 @@ class Api:
 def devices(count: int, *, push_disabled_every: int | None = 5,
             unregistered_every: int | None = 33, invalid_every: int | None = 101,
             prefix: str = "d") -> list[dict[str, Any]]:
-    """Synthetic devices; every n-th has push disabled or a token FCM refuses (None: none).
-    All opted in to marketing: a campaign is marketing unless it says otherwise."""
+    """Synthetic devices; every n-th has push disabled or a token FCM refuses (None: none)."""
     def every(n: int | None, i: int, offset: int = 0) -> bool:
         return n is not None and i % n == offset
 
@@ -88,8 +90,7 @@ def devices(count: int, *, push_disabled_every: int | None = 5,
         elif every(invalid_every, i):
             token = "invalid-" + token
         out.append({"token": token, "user_id": f"user-{i}", "platform": "android",
-                    "push_enabled": not every(push_disabled_every, i, 1),
-                    "marketing_enabled": True})
+                    "push_enabled": not every(push_disabled_every, i, 1)})
     return out
 
 
