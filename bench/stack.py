@@ -49,10 +49,12 @@ def running_stack(senders: int, api_timeout_s: float,
 
 
 def import_devices(api: httpx.Client, devices: Sequence[dict[str, Any]]) -> None:
-    """Register ``devices`` through the api, in calls of ``DEVICES_PER_IMPORT``."""
+    """Register ``devices`` through the api, in calls of ``DEVICES_PER_IMPORT``; opted in to
+    marketing unless they say otherwise (a bench's campaigns are marketing, the default)."""
     for start in range(0, len(devices), DEVICES_PER_IMPORT):
-        response = api.post("/v1/devices/bulk",
-                            json={"devices": devices[start:start + DEVICES_PER_IMPORT]})
+        batch = [{"marketing_enabled": True, **device}
+                 for device in devices[start:start + DEVICES_PER_IMPORT]]
+        response = api.post("/v1/devices/bulk", json={"devices": batch})
         response.raise_for_status()
 
 

@@ -1,6 +1,7 @@
 """``make demo``: the story Herald exists for, told by the real services.
 
-50,000 synthetic devices are imported; "Live now" goes to those with push enabled, with a broken
+50,000 synthetic devices are imported; "Live now" (a marketing campaign, the default purpose)
+goes to those with push enabled that opted in to marketing (about 40% of them), with a broken
 link; when about 12,000 are sent, the on-call lead stops it with a ``responder`` key; the exact
 final numbers and the audit files come out; then one ``correct`` call sends the fixed link to
 everyone: a new notification to the unsent, a replacement (same tag and collapse id) to the sent.
@@ -268,7 +269,8 @@ def _send_live_now(marketing: httpx.Client, rate_per_s: int | None) -> str:
         "audience": {"push_enabled": True}, "rate_per_s": rate_per_s})
     response.raise_for_status()
     campaign_id = str(response.json()["id"])
-    say(f"2. Marketing sends \"Live now\" ({campaign_id}) to every device with push enabled,")
+    say(f"2. Marketing sends \"Live now\" ({campaign_id}) to every device with push enabled "
+        "that opted in to marketing,")
     say(f"   with a broken link: landingUrl={BROKEN_URL}")
     return campaign_id
 

@@ -157,6 +157,9 @@ class Settings(BaseSettings):
     """The share of the project's FCM rate never given to the ``bulk`` lane."""
     urgent_roles: str = "operator,admin"
     """Roles whose keys may send in the ``urgent`` lane (comma-separated)."""
+    transactional_roles: str = "operator,admin"
+    """Roles whose keys may send ``transactional`` campaigns (comma-separated): they reach
+    devices that opted out of marketing."""
     forecast_sender_rate_per_s: PositiveFloat = 1_000.0
     """What one sender is assumed to send in a second for the forecasts (``finishes_in_s``,
     ``eta``) until the api has measured the fleet busy (``adapters/fleet_rate.py``)."""
@@ -211,9 +214,13 @@ class Settings(BaseSettings):
 
     @property
     def urgent_role_names(self) -> frozenset[str]:
-        return frozenset(role.strip() for role in self.urgent_roles.split(",") if role.strip())
+        return _role_names(self.urgent_roles)
 
-    @field_validator("urgent_roles")
+    @property
+    def transactional_role_names(self) -> frozenset[str]:
+        return _role_names(self.transactional_roles)
+
+    @field_validator("urgent_roles", "transactional_roles")
     @classmethod
     def _known_roles(cls, value: str) -> str:
         known = {"viewer", "responder", "operator", "ingest", "admin"}
@@ -341,3 +348,8 @@ def warn_about_insecure_tls(settings: Settings) -> None:
         logging.getLogger("herald.settings").warning(
             "%s switches TLS certificate checks off: anyone on the path can pose as the server",
             option)
+
+
+def _role_names(listed: str) -> frozenset[str]:
+    """The roles of a comma-separated setting (``HERALD_URGENT_ROLES``)."""
+    return frozenset(role.strip() for role in listed.split(",") if role.strip())

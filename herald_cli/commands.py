@@ -124,6 +124,29 @@ LaneOption = Annotated[LaneChoice | None, typer.Option(
 FollowUpLaneOption = Annotated[LaneChoice | None, typer.Option(
     "--lane", help="The follow-up's lane (default: the original's): urgent, standard or bulk",
     show_default=False)]
+
+
+class PurposeChoice(StrEnum):
+    """``herald/domain/purpose.py``'s purposes, as the command line offers them."""
+
+    MARKETING = "marketing"
+    TRANSACTIONAL = "transactional"
+
+
+PurposeOption = Annotated[PurposeChoice | None, typer.Option(
+    help="Why it is sent: marketing (the default: only devices opted in to marketing) or "
+         "transactional (also opted-out devices with push enabled; operators and admins by "
+         "default)", show_default=False)]
+FollowUpPurposeOption = Annotated[PurposeChoice | None, typer.Option(
+    "--purpose", help="The follow-up's purpose (default: the original's): marketing or "
+                      "transactional", show_default=False)]
+
+
+def purpose_of(campaign: dict[str, Any]) -> str:
+    """A campaign's purpose as printed: ``legacy`` for one created before purposes."""
+    return campaign.get("purpose") or "legacy"
+
+
 TranslationsOption = Annotated[str | None, typer.Option(
     help='Translations as JSON by language tag, e.g. \'{"es": {"title": "Hola", "body": "..."}}\'',
     show_default=False)]
@@ -166,9 +189,10 @@ def list_campaigns(
 
 
 def campaign_line(campaign: dict[str, Any]) -> str:
-    """One campaign on one line: id, status, lane, counts, name."""
+    """One campaign on one line: id, status, lane, purpose, counts, name."""
     counts = campaign["counts"]
     return (f"{campaign['id']}  {campaign['status']:<11} {campaign.get('lane', 'standard'):<8} "
+            f"{purpose_of(campaign):<13} "
             f"sent {counts['sent']:>8}  failed {counts['failed']:>6}  of "
             f"{counts['targeted']:>8}  {campaign['name'] or ''}")
 
@@ -181,16 +205,18 @@ def create(
     data: Annotated[list[str] | None, typer.Option(help="key=value, repeatable")] = None,
     audience: Annotated[str | None, typer.Option(help="Audience filter as JSON")] = None,
     name: str | None = None, translations: TranslationsOption = None,
-    lane: LaneOption = None,
+    lane: LaneOption = None, purpose: PurposeOption = None,
     rate_per_s: Annotated[int | None, typer.Option(
         help="This campaign's own cap, messages a second", show_default=False)] = None,
 ) -> None:
-    """Create a campaign (sent now) and print its id (its lane on stderr)."""
+    """Create a campaign (sent now) and print its id (its lane and purpose on stderr)."""
     payload: dict[str, Any] = {"title": title, "body": body, "data": _parse_data(data or [])}
     if name:
         payload["name"] = name
     if lane is not None:
         payload["lane"] = lane.value
+    if purpose is not None:
+        payload["purpose"] = purpose.value
     if rate_per_s is not None:
         payload["rate_per_s"] = rate_per_s
     if translations:
@@ -199,8 +225,8 @@ def create(
         payload["audience"] = orjson.loads(audience)
     created = _call(Endpoint(api, api_key), "POST", "/v1/campaigns", json=payload).json()
     console.print(created["id"])
-    errors.print(f"{created['status']} in the {payload.get('lane', 'standard')} lane",
-                 highlight=False)
+    errors.print(f"{created['status']} in the {payload.get('lane', 'standard')} lane, "
+                 f"{payload.get('purpose', 'marketing')}", highlight=False)
 
 
 @campaigns.command("cancel")
@@ -276,11 +302,12 @@ def watch(campaign_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = N
 
 
 def _announced(states: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """``states``, after a line that names the campaign and its lane (from the first)."""
+    """``states``, after a line that names the campaign, its lane and purpose (from the first)."""
     for index, campaign in enumerate(states):
         if index == 0:
             console.print(f"{campaign.get('name') or campaign['id']}: "
-                          f"{campaign.get('lane', 'standard')} lane", highlight=False)
+                          f"{campaign.get('lane', 'standard')} lane, {purpose_of(campaign)}",
+                          highlight=False)
         yield campaign
 
 
@@ -415,8 +442,10 @@ IdempotencyOption = Annotated[str | None, typer.Option(
 
 def _follow_up_body(title: str | None, body: str | None, data: list[str] | None,
                     image_url: str | None, translations: str | None = None,
-                    lane: LaneChoice | None = None) -> dict[str, Any]:
+                    lane: LaneChoice | None = None,
+                    purpose: PurposeChoice | None = None) -> dict[str, Any]:
     given: dict[str, Any] = {
+        "purpose": purpose.value if purpose else None,
         "title": title, "body": body, "image_url": image_url,
         "data": _parse_data(data) if data else None,
         "translations": _parse_json("--translations", translations) if translations else None,
@@ -458,9 +487,11 @@ def _follow_up_command(action: str, summary: str,
         title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
         image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
         translations: TranslationsOption = None, lane: FollowUpLaneOption = None,
+        purpose: FollowUpPurposeOption = None,
     ) -> None:
         show(_follow_up(Endpoint(api, api_key), campaign_id, action,
-                        _follow_up_body(title, body, data, image_url, translations, lane),
+                        _follow_up_body(title, body, data, image_url, translations, lane,
+                                        purpose),
                         idempotency_key))
 
 
@@ -485,7 +516,7 @@ def estimate(
     languages: Annotated[list[str] | None, typer.Option(
         "--language", help="A translation's tag, repeatable: the devices split by language")
     ] = None,
-    lane: LaneOption = None,
+    lane: LaneOption = None, purpose: PurposeOption = None,
     rate_per_s: Annotated[int | None, typer.Option(
         help="The campaign's own cap, for the forecast", show_default=False)] = None,
 ) -> None:
@@ -495,6 +526,8 @@ def estimate(
     body: dict[str, Any] = {"audience": audience, "languages": languages or []}
     if lane is not None:
         body["lane"] = lane.value
+    if purpose is not None:
+        body["purpose"] = purpose.value
     if rate_per_s is not None:
         body["rate_per_s"] = rate_per_s
     answer = _call(Endpoint(api, api_key), "POST", "/v1/audiences/estimate", json=body).json()
@@ -531,7 +564,8 @@ def approval_lines(campaign: dict[str, Any]) -> list[str]:
              else orjson.dumps(campaign.get("audience") or {}).decode())
     lines.append(f"reaches   {reach}: {campaign.get('audience_estimate')} devices")
     rate = campaign.get("rate_per_s")
-    lines.append(f"rate      {f'{rate}/s' if rate else 'uncapped'}; lane {campaign.get('lane')}")
+    lines.append(f"rate      {f'{rate}/s' if rate else 'uncapped'}; lane {campaign.get('lane')}; "
+                 f"purpose {purpose_of(campaign)}")
     if campaign.get("rollout"):
         waves = ", ".join(f"{w['percent']}% (hold {w['hold_s']:.0f} s)"
                           for w in campaign["rollout"]["waves"])

@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     HttpUrl,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -33,6 +34,7 @@ from herald.domain.payload import (
     check_payload_size,
 )
 from herald.domain.personalize import TemplateRefused
+from herald.domain.purpose import DEFAULT_PURPOSE, Purpose, purpose_conflict
 from herald.domain.rendering import (
     MAX_BODY_CHARS,
     MAX_TITLE_CHARS,
@@ -121,6 +123,11 @@ class Me(BaseModel):
         default_factory=list, description="The lanes this key may send in (`urgent` only for "
                                           "the roles of HERALD_URGENT_ROLES); none without "
                                           "the campaigns:send scope")
+    purposes: list[Purpose] = Field(
+        default_factory=list, description="The purposes this key may send with "
+                                          "(`transactional` only for the roles of "
+                                          "HERALD_TRANSACTIONAL_ROLES); none without the "
+                                          "campaigns:send scope")
 
 
 class LogEntryView(BaseModel):
@@ -238,6 +245,23 @@ LANE = ("Which campaigns go first when several send at once: `urgent` (an outage
         "`urgent` permission), `standard` (the default), `bulk` (what the others leave)")
 
 
+PURPOSE = ("Why it is sent: `marketing` (the default) reaches only devices with "
+           "`marketing_enabled` true, whatever the audience says; `transactional` ignores "
+           "`marketing_enabled` but never reaches devices with `push_enabled` false (needs the "
+           "`transactional` permission)")
+
+
+LEGACY_TEMPLATE = "legacy_template"
+"""Validation context: a schedule's template stored before purposes existed (no conflict)."""
+
+
+def refuse_purpose_conflict(audience: Audience, purpose: Purpose | None) -> None:
+    """A 422 naming the audience's field for an audience the purpose leaves empty."""
+    conflict = purpose_conflict(audience, purpose)
+    if conflict is not None:
+        raise ValueError(str(conflict))
+
+
 class CampaignTemplate(Content):
     """What a campaign sends, and to whom: a campaign's body, or each run of a schedule."""
 
@@ -247,6 +271,13 @@ class CampaignTemplate(Content):
     rate_per_s: int | None = Field(default=None, gt=0, le=1_000_000,
                                    description="Optional cap for this campaign alone")
     lane: Lane = Field(default=Lane.STANDARD, description=LANE)
+    purpose: Purpose = Field(default=DEFAULT_PURPOSE, description=PURPOSE)
+
+    @model_validator(mode="after")
+    def _purpose_reaches_someone(self, info: ValidationInfo) -> CampaignTemplate:
+        if not (info.context or {}).get(LEGACY_TEMPLATE):
+            refuse_purpose_conflict(self.audience, self.purpose)
+        return self
 
 
 MAX_WAVES = 20
@@ -416,6 +447,13 @@ class AudienceEstimateRequest(Strict):
                                                           "`finishes_in_s`")
     rollout: RolloutIn | None = Field(default=None, description="The campaign's staged "
                                                                 "rollout, for `finishes_in_s`")
+    purpose: Purpose = Field(default=DEFAULT_PURPOSE, description="The campaign's purpose: "
+                             "the devices counted are those it may reach. " + PURPOSE)
+
+    @model_validator(mode="after")
+    def _purpose_reaches_someone(self) -> AudienceEstimateRequest:
+        refuse_purpose_conflict(self.audience, self.purpose)
+        return self
 
 
 FINISHES_IN_S = ("Expected seconds from now to the last recipient: the campaign's recipients at "
@@ -693,6 +731,9 @@ class CampaignView(BaseModel):
     rollout: RolloutView | None = Field(default=None, description="Its staged rollout, if any")
     rate_per_s: int | None = Field(default=None, description="The campaign's own rate cap")
     lane: Lane = Field(default=Lane.STANDARD, description=LANE)
+    purpose: Purpose | None = Field(
+        default=None, description=PURPOSE + "; null: created before purposes existed, it "
+                                            "reaches what its audience says")
     eta: Eta | None = Field(
         default=None, description="While it sends (pending, in_progress), in GET "
                                   "/v1/campaigns/{id}: when its last recipient is expected")
@@ -790,6 +831,8 @@ class RetargetRequest(RetryRequest):
     name: str | None = Field(default=None, max_length=200)
     chunk_size: int | None = Field(default=None, ge=1, le=5000)
     lane: Lane | None = Field(default=None, description="Omitted: the original's lane. " + LANE)
+    purpose: Purpose | None = Field(default=None, description="Omitted: the original's "
+                                                              "purpose. " + PURPOSE)
 
 
 class AmendRequest(RetargetRequest):

@@ -26,6 +26,7 @@ from herald.domain.lanes import Lane, Route, chunk_route
 from herald.domain.messages import ProfileNeed, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.payload import SendOptions, replace_key_for
+from herald.domain.purpose import Purpose, reach
 from herald.domain.rendering import Translation, profile_need
 from herald.domain.rollout import Rollout, RolloutProgress
 from herald.domain.status import Status
@@ -295,6 +296,9 @@ class Campaign:
     rate_per_s: int | None = None
     lane: Lane = Lane.STANDARD
     """Which campaigns go first when several send at once (``domain/lanes.py``)."""
+    purpose: Purpose | None = None
+    """Marketing or transactional (``domain/purpose.py``); None: stored before purposes
+    existed, it reaches what its audience says."""
     counts: CampaignCounts = CampaignCounts()
     progress: Progress = Progress()
     dispatch: Dispatch = Dispatch()
@@ -352,6 +356,12 @@ class Campaign:
         """Since when it could send: when it was due, or approved if that came later."""
         approval = self.approval
         return max(self.due_at, approval.at) if approval is not None else self.due_at
+
+    @property
+    def reach(self) -> Audience | None:
+        """The devices it may reach: its audience narrowed by its purpose (None: a follow-up,
+        which reaches recipients of its original)."""
+        return None if self.audience is None else reach(self.audience, self.purpose)
 
     @property
     def route(self) -> Route:

@@ -93,9 +93,10 @@ class ApprovalGate:
     async def unapproved_size_at_its_time(self, campaign: Campaign) -> int | None:
         """Its audience counted again as it falls due: the count if that needs an approval it
         does not have (an audience grows between creation and its time), else None."""
-        if self.min_audience is None or campaign.audience is None or is_approved(campaign):
+        reach = campaign.reach
+        if self.min_audience is None or reach is None or is_approved(campaign):
             return None
-        size = await self.size_of(campaign.audience)
+        size = await self.size_of(reach)
         return size if self.required(size) else None
 
 

@@ -35,6 +35,7 @@ from herald.domain.documents import (
     new_campaign_id,
 )
 from herald.domain.lanes import Lane
+from herald.domain.purpose import Purpose, follow_up_purpose
 from herald.domain.rollout import HaltWhen, Rollout, RolloutProgress, RolloutWave
 from herald.domain.status import EDITABLE, TERMINAL, Status, Transition, apply
 from herald.domain.timing import AmbiguousTime, first_instant_anywhere, to_utc
@@ -154,13 +155,16 @@ def new_campaign(*, content: CampaignContent, name: str | None, audience: Audien
                  due_at: datetime, now: datetime, source: str, schedule_id: str | None = None,
                  local_time: LocalTime | None = None, run_key: str | None = None,
                  replace_key: str | None = None, created_by: Actor | None = None,
-                 rollout: Rollout | None = None, lane: Lane = Lane.STANDARD) -> Campaign:
+                 rollout: Rollout | None = None, lane: Lane = Lane.STANDARD,
+                 purpose: Purpose | None = None) -> Campaign:
     """A fresh campaign, ``scheduled`` if ``due_at`` is in the future, else ``pending``;
-    ``replace_key`` is the key it names (None: the one derived from its id)."""
+    ``replace_key`` is the key it names (None: the one derived from its id). ``purpose`` is
+    what the request named or defaulted to (``marketing``, ``contracts/http.py``); None builds
+    a campaign as stored before purposes (its audience as is)."""
     return Campaign(
         id=new_campaign_id(), status=Status.SCHEDULED if due_at > now else Status.PENDING,
         content=content, name=name, audience=audience, follow_up=follow_up,
-        chunk_size=chunk_size, rate_per_s=rate_per_s, lane=lane, source=source,
+        chunk_size=chunk_size, rate_per_s=rate_per_s, lane=lane, purpose=purpose, source=source,
         schedule_id=schedule_id,
         local_time=local_time, run_key=run_key, replace_key=replace_key,
         created_by=created_by, created_at=now, updated_at=now, due_at=due_at,
@@ -275,8 +279,9 @@ class CampaignCreator:
         gate = self._approvals
         if gate is None or gate.min_audience is None:
             return campaign
-        if size is None and campaign.audience is not None:
-            size = await gate.size_of(campaign.audience)
+        reach = campaign.reach
+        if size is None and reach is not None:
+            size = await gate.size_of(reach)
         return gate.held(campaign, size, together)
 
     async def _reach_together(self, parent: Campaign, size: int) -> int | None:
@@ -298,7 +303,7 @@ class CampaignCreator:
             follow_up=None, chunk_size=request.chunk_size, rate_per_s=request.rate_per_s,
             due_at=_due_at(request, now), now=now, source="api",
             local_time=_local_time(request), replace_key=request.replace_key, created_by=by,
-            rollout=rollout_of(request.rollout), lane=request.lane)
+            rollout=rollout_of(request.rollout), lane=request.lane, purpose=request.purpose)
         if idempotency_key is not None:
             earlier = await self._earlier_campaign(f"{by.id}:{idempotency_key}",
                                                    fingerprint(request), campaign)
@@ -417,7 +422,8 @@ class CampaignCreator:
             chunk_size=request.chunk_size or parent.chunk_size, rate_per_s=parent.rate_per_s,
             due_at=now, now=now, source=source, schedule_id=parent.schedule_id,
             replace_key=parent.sent_with_key, created_by=by,
-            rollout=follow_up_rollout(request, parent), lane=request.lane or parent.lane)
+            rollout=follow_up_rollout(request, parent), lane=request.lane or parent.lane,
+            purpose=follow_up_purpose(request.purpose, parent.purpose, parent.reach))
         size = FOLLOW_UP_SIZES[of](parent.counts)
         if together is None:
             together = await self._reach_together(parent, size)
@@ -530,7 +536,9 @@ async def edit_scheduled(campaigns: ScheduledCampaigns, campaign_id: str, patch:
         raise NotEditable(current.status)
     if current.follow_up is not None and patch.audience is not None:
         raise FollowUpAudience
-    edited = await _reapproved(_edited(current, patch, by), current, approvals, utcnow(), by)
+    edited = _edited(current, patch, by)
+    _ = edited.reach  # PurposeConflict for an audience its purpose leaves empty
+    edited = await _reapproved(edited, current, approvals, utcnow(), by)
     updated = await campaigns.patch_scheduled(edited, utcnow(), was=current.status)
     if updated is None:  # it fired, was approved or cancelled between our read and our write
         latest = await campaigns.get(campaign_id)
@@ -566,8 +574,9 @@ async def _reapproved(edited: Campaign, current: Campaign, approvals: ApprovalGa
         return edited
     size = current.audience_estimate
     counted = size is not None and edited.audience == current.audience
-    if edited.audience is not None and not counted:  # changed, or never counted
-        size = await approvals.size_of(edited.audience)
+    reach = edited.reach
+    if reach is not None and not counted:  # changed, or never counted
+        size = await approvals.size_of(reach)
     required = current.approval_required or approvals.required(size)
     status, given = after_edit(edited, required, now, by)
     if status is not current.status:

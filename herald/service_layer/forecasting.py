@@ -208,7 +208,8 @@ class Forecaster:
     async def _count(self, campaign: Campaign) -> int:
         follow_up = campaign.follow_up
         if follow_up is None:
-            return await self._devices.count(campaign.audience) if campaign.audience else 0
+            reach = campaign.reach
+            return await self._devices.count(reach) if reach else 0
         original = await self._campaigns.get(follow_up.campaign_id)
         if original is None:
             return 0

@@ -212,7 +212,7 @@ async def source_for(stores: CampaignRecords, campaign: Campaign,
         if parent is None:
             raise LookupError(f"campaign {campaign.follow_up.campaign_id} is gone")
         return FollowUpSource(stores, parent, campaign.follow_up.outcome, need)
-    audience = campaign.audience or Audience()
+    audience = campaign.reach or Audience()
     dispatch = campaign.dispatch
     if campaign.local_time is not None and dispatch.waves is not None:
         return LocalTimeSource(stores, audience, dispatch.waves, dispatch.until, due_by, need)

@@ -22,10 +22,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from herald.clock import utcnow
-from herald.contracts.http import CampaignTemplate, ScheduleCreate
+from herald.contracts.http import LEGACY_TEMPLATE, CampaignTemplate, ScheduleCreate
 from herald.domain.access import Actor
 from herald.domain.approval import with_person
 from herald.domain.documents import Campaign, Schedule, ScheduleRunRecord, ScheduleState, new_id
+from herald.domain.purpose import Purpose
 from herald.domain.status import Status
 from herald.domain.timing import next_occurrence, occurrences_until
 from herald.observability import (
@@ -163,13 +164,14 @@ class Scheduling:
 
     async def _start_run(self, schedule: Schedule, occurrence: datetime,
                          now: datetime) -> ScheduleRunRecord:
-        template = CampaignTemplate.model_validate(schedule.template)
+        template = stored_template(schedule.template)
         fresh = new_campaign(
             content=content_of(template), name=template.name or schedule.name,
             audience=template.audience, follow_up=None, chunk_size=template.chunk_size,
             rate_per_s=template.rate_per_s, due_at=occurrence, now=now, source="schedule",
             schedule_id=schedule.id, run_key=run_key(schedule, occurrence),
-            created_by=schedule.created_by, lane=template.lane)
+            created_by=schedule.created_by, lane=template.lane,
+            purpose=template_purpose(schedule.template))
         # A large run (its audience counted now) waits, awaiting_approval, for a person other
         # than the schedule's creator and whoever wrote its template.
         held = await self._creator.held_if_large(
@@ -261,3 +263,17 @@ async def end_schedule(schedules: ScheduleRepository, schedule_id: str, by: Acto
     return await schedules.update(
         schedule_id, {"state": ScheduleState.ENDED.value, "next_run_at": None,
                       "updated_at": utcnow(), "updated_by": asdict(by)})
+
+
+def template_purpose(template: dict[str, Any]) -> Purpose | None:
+    """The purpose a schedule's runs take: the template's (None for a template stored before
+    purposes existed: its runs reach what its audience says, as they did)."""
+    stored = template.get("purpose")
+    return None if stored is None else Purpose(stored)
+
+
+def stored_template(template: dict[str, Any]) -> CampaignTemplate:
+    """A schedule's template as stored, validated; one stored before purposes existed is read
+    with its audience as is (``LEGACY_TEMPLATE``), never refused for what it always did."""
+    legacy = template.get("purpose") is None
+    return CampaignTemplate.model_validate(template, context={LEGACY_TEMPLATE: legacy})

@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute
 
 from herald.domain.access import Actor, ApiKey, Role, Scope, allows
 from herald.domain.lanes import LANES_FIRST_TO_LAST, Lane
+from herald.domain.purpose import Purpose
 from herald.service_layer.access import Forbidden
 from services.api.errors import ApiError
 
@@ -84,6 +85,26 @@ def require_lane(caller: Caller, lane: Lane | None, urgent_roles: frozenset[str]
         raise ApiError(403, "lane_not_allowed",
                        f"the key {caller.key.name!r} ({caller.key.role.value}) may not send in the "
                        f"urgent lane (roles allowed: {', '.join(sorted(urgent_roles)) or 'none'})")
+
+
+def purposes_of(role: Role, transactional_roles: frozenset[str]) -> list[Purpose]:
+    """The purposes a key of ``role`` may send with (none without the scope)."""
+    if not allows(role, Scope.CAMPAIGNS_SEND):
+        return []
+    return [purpose for purpose in Purpose
+            if purpose is not Purpose.TRANSACTIONAL or role.value in transactional_roles]
+
+
+def require_purpose(caller: Caller, purpose: Purpose | None,
+                    transactional_roles: frozenset[str]) -> None:
+    """Only keys of the roles in ``HERALD_TRANSACTIONAL_ROLES`` (operator and admin by
+    default) send ``transactional`` campaigns, which reach devices that opted out of
+    marketing: 403 ``purpose_not_allowed`` for any other."""
+    if purpose is Purpose.TRANSACTIONAL and caller.key.role.value not in transactional_roles:
+        raise ApiError(403, "purpose_not_allowed",
+                       f"the key {caller.key.name!r} ({caller.key.role.value}) may not send "
+                       f"transactional campaigns (roles allowed: "
+                       f"{', '.join(sorted(transactional_roles)) or 'none'})")
 
 
 def _caller(request: Request, key: ApiKey) -> Caller:

@@ -104,6 +104,9 @@ CheckBody = Annotated[BodyChecks, provided(lambda s: s.body_checks)]
 # --- campaigns ------------------------------------------------------------------------------
 UrgentRoles = Annotated[frozenset[str], provided(lambda s: s.settings.urgent_role_names)]
 """Roles whose keys may send in the urgent lane (``HERALD_URGENT_ROLES``)."""
+TransactionalRoles = Annotated[frozenset[str],
+                               provided(lambda s: s.settings.transactional_role_names)]
+"""Roles whose keys may send transactional campaigns (``HERALD_TRANSACTIONAL_ROLES``)."""
 Creator = Annotated[CampaignCreator, provided(lambda s: s.creator)]
 """Create, retry, retarget, amend, correct."""
 CancelUseCase = Annotated[Callable[..., Awaitable[Decided[CancelDecision]]],

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.domain.payload import PayloadTooLarge
 from herald.domain.personalize import TemplateProblem, TemplateRefused
+from herald.domain.purpose import PurposeConflict, PurposeNarrows
 from herald.domain.timing import AmbiguousTime
 from herald.service_layer.access import KeyNotFound
 from herald.service_layer.campaigns import (
@@ -97,6 +98,8 @@ DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     NotRetryable: (409, "not_retryable"),
     NotEditable: (409, "not_editable"),
     FollowUpAudience: (422, "follow_up_audience"),
+    PurposeConflict: (422, "purpose_reaches_nobody"),
+    PurposeNarrows: (422, "purpose_narrows"),
     ScheduleEnded: (409, "schedule_ended"),
     SendAtInPast: (422, "send_at_in_past"),
     AmbiguousTime: (422, "ambiguous_time"),

@@ -74,6 +74,7 @@ def campaign_view(campaign: Campaign) -> CampaignView:
                           requested_by=actor_view(cancel.requested_by),
                           on_behalf_of=cancel.on_behalf_of) if cancel else None,
         pause=pause_info(campaign.pause), rate_per_s=campaign.rate_per_s, lane=campaign.lane,
+        purpose=campaign.purpose,
         rollout=rollout_view(campaign),
         created_by=actor_view(campaign.created_by), edited_by=actor_view(campaign.edited_by),
         schedule_id=campaign.schedule_id,
@@ -179,8 +180,10 @@ def schedule_view(schedule: Schedule, misfire_grace_s: float) -> ScheduleView:
 
 def template_view(template: dict[str, Any]) -> dict[str, Any]:
     """A schedule's template as stored, with the lane its runs take (``standard`` for one
-    stored before lanes, or edited without naming one)."""
-    return {**template, "lane": template.get("lane") or Lane.STANDARD.value}
+    stored before lanes, or edited without naming one) and its purpose (null for one stored
+    before purposes: its runs reach what its audience says)."""
+    return {**template, "lane": template.get("lane") or Lane.STANDARD.value,
+            "purpose": template.get("purpose")}
 
 
 def actor_view(actor: Actor | None) -> ActorView | None:

@@ -166,9 +166,10 @@ class Paging:
         return bounded
 
     async def _plan_waves(self, campaign: Campaign) -> list[Wave]:
-        assert campaign.local_time is not None and campaign.audience is not None
+        reach = campaign.reach
+        assert campaign.local_time is not None and reach is not None
         local = campaign.local_time
-        zones = await self._stores.devices.timezones(campaign.audience)
+        zones = await self._stores.devices.timezones(reach)
         waves = local_time_waves(datetime.fromisoformat(local.wall), local.timezone, zones)
         log.info("%s: %d waves of local-time delivery, from %s to %s", campaign.id,
                  len(waves), waves[0].due_at.isoformat(), waves[-1].due_at.isoformat())

@@ -37,9 +37,12 @@ class Api:
         return str(response.json()["secret"])
 
     def import_devices(self, devices: list[dict[str, Any]]) -> None:
+        """``devices`` registered, opted in to marketing unless they say otherwise: a campaign
+        is marketing unless it says otherwise (docs/http-api.md#purpose)."""
         for start in range(0, len(devices), 10_000):
-            response = self.http.post("/v1/devices/bulk",
-                                      json={"devices": devices[start:start + 10_000]})
+            batch = [{"marketing_enabled": True, **device}
+                     for device in devices[start:start + 10_000]]
+            response = self.http.post("/v1/devices/bulk", json={"devices": batch})
             response.raise_for_status()
 
     def create_campaign(self, **body: Any) -> str:

@@ -157,6 +157,10 @@ def create_in_the_console(page: Page, name: str) -> str:
     # the forecast before the Send button, for this audience at this cap.
     expect(page.locator("#lane input[type=radio]")).to_have_count(3)
     expect(page.locator("#lane-standard")).to_be_checked()
+    # Issue 32: the key's purposes (an operator may send transactional by default), marketing
+    # chosen; the estimate above counts the devices a marketing campaign reaches.
+    expect(page.locator("#purpose option")).to_have_count(2)
+    expect(page.locator("#purpose")).to_have_value("marketing")
     expect(page.locator("#forecast")).to_contain_text(
         re.compile(r"Sent now in the standard lane, the last device gets it in about \d+ s"))
     page.locator("#create").scroll_into_view_if_needed()
@@ -191,6 +195,7 @@ def test_an_operator_stops_a_campaign_downloads_the_unsent_and_sends_them_the_fi
     page = pages.signed_in(operator_key, shot="sign-in")
     campaign_id = create_in_the_console(page, "live-now")
     expect(page.locator(".lane[data-lane=standard]")).to_be_visible()
+    expect(page.locator(".purpose[data-purpose=marketing]")).to_be_visible()
     wait_for(lambda: shown_count(page, "sent") > 0, 30, "the first sends to show")
     first = shown_count(page, "sent")
     wait_for(lambda: shown_count(page, "sent") > first, 10, "the progress to move")

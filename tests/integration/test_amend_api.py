@@ -121,9 +121,11 @@ async def test_amend_and_correct_need_the_send_scope_and_go_into_the_operator_lo
     assert lines == [
         ("campaign.amend", "refused", "on-call", original.id, lines[0][4]),
         ("campaign.correct", "refused", "on-call", original.id, lines[1][4]),
-        ("campaign.amend", "done", "marketing", amended.json()["id"], "lane=standard"),
+        ("campaign.amend", "done", "marketing", amended.json()["id"],
+         "lane=standard purpose=legacy"),  # the original was stored without a purpose
         ("campaign.correct", "done", "marketing", original.id,
-         f"retarget={made['retarget']['id']} amend={made['amend']['id']} lane=standard")]
+         f"retarget={made['retarget']['id']} amend={made['amend']['id']} "
+         "lane=standard purpose=legacy")]
 
 
 async def _assert_documented(api: httpx.AsyncClient) -> None:

@@ -20,7 +20,7 @@ from tests.support import error_code, eventually
 
 
 def device(token: str, **fields: Any) -> dict[str, Any]:
-    return {"token": token, "platform": "android", **fields}
+    return {"token": token, "platform": "android", "marketing_enabled": True, **fields}
 
 
 async def campaigns_in(db: Database) -> int:

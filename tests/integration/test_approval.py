@@ -50,9 +50,11 @@ async def approving_app(broker_settings: Settings, db: Database, redis: Any,
 @pytest.fixture
 async def admin(approving_app: FastAPI, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
     async with client_of(approving_app, admin_key) as client:
+        # opted in to marketing: the campaigns here are marketing (the default) and must count them
         devices = [{"token": f"tok-large-{i}", "platform": "android", "topics": ["large"],
-                    "user_id": f"u{i}"} for i in range(MIN_AUDIENCE)]
-        devices.append({"token": "tok-small-0", "platform": "ios", "topics": ["small"]})
+                    "user_id": f"u{i}", "marketing_enabled": True} for i in range(MIN_AUDIENCE)]
+        devices.append({"token": "tok-small-0", "platform": "ios", "topics": ["small"],
+                        "marketing_enabled": True})
         assert (await client.post("/v1/devices/bulk", json={"devices": devices})).is_success
         yield client
 
@@ -294,8 +296,8 @@ async def test_an_audience_that_grew_before_its_time_is_counted_again_and_waits(
     created = await _create(approving_app, keys["marketing"], audience={"topics": ["later"]},
                             send_at=due.isoformat())
     assert created["status"] == "scheduled"  # nobody subscribed yet: counted 0
-    devices = [{"token": f"tok-later-{i}", "platform": "ios", "topics": ["later"]}
-               for i in range(MIN_AUDIENCE)]
+    devices = [{"token": f"tok-later-{i}", "platform": "ios", "topics": ["later"],
+                "marketing_enabled": True} for i in range(MIN_AUDIENCE)]
     assert (await admin.post("/v1/devices/bulk", json={"devices": devices})).is_success
     assert await _scheduler(approving_app, broker).fire_due_campaigns(
         due + timedelta(seconds=1)) == 1

@@ -34,9 +34,9 @@ FLEET_WIDE = [{}, {"platforms": ["android"]}, {"locales": ["es"], "push_enabled"
 
 async def _registered(stores: Stores) -> None:
     await stores.devices.upsert([
-        device(1, locale="es-MX", topics=["user-u1"],
-               attributes={"email": "ann@example.com", "plan": "gold"}),
-        device(2, locale="fr")], utcnow())
+        device(1, locale="es-MX", topics=["user-u1"], marketing_enabled=True,  # estimates are
+               attributes={"email": "ann@example.com", "plan": "gold"}),  # marketing
+        device(2, locale="fr", marketing_enabled=True)], utcnow())
 
 
 @pytest.mark.parametrize("role", [Role.VIEWER, Role.RESPONDER])

@@ -65,7 +65,7 @@ async def test_the_lane_is_in_the_view_and_in_the_operator_logs_entry_of_the_cre
     assert [c["lane"] for c in listed if c["id"] == campaign_id] == ["urgent"]
     log = (await api.get("/v1/operator-log", params={"campaign_id": campaign_id})).json()
     assert [(e["action"], e["detail"]) for e in log["items"]] == [
-        ("campaign.create", "lane=urgent")]
+        ("campaign.create", "lane=urgent purpose=marketing")]
 
 
 async def test_a_schedules_template_shows_its_lane_standard_when_none_was_named(
@@ -83,4 +83,5 @@ async def test_a_schedules_template_shows_its_lane_standard_when_none_was_named(
         "template": {"title": "Digest", "body": "Next week"}})
     assert unnamed.json()["template"]["lane"] == "standard"  # what its runs will take
     log = (await api.get("/v1/operator-log")).json()["items"]
-    assert ("schedule.create", "lane=standard") in [(e["action"], e["detail"]) for e in log]
+    assert ("schedule.create", "lane=standard purpose=marketing") in [
+        (e["action"], e["detail"]) for e in log]

@@ -3,42 +3,19 @@ an in-process fake of the API's transport (the real API: tests/e2e/test_cli.py).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-import httpx
-import orjson
 import pytest
-from typer.testing import CliRunner
 
-from herald_cli import commands as cli
+from tests.unit.cli_fake import FakeApi, invoker
 
 CAMPAIGN = {"id": "a" * 24, "status": "in_progress", "lane": "urgent", "name": "outage",
             "counts": {"targeted": 1000, "sent": 250, "failed": 3, "unsent": 747}}
 
 
-class FakeApi:
-    """Answers each request with ``answer`` and keeps what was asked."""
-
-    def __init__(self, answer: dict[str, Any], status: int = 200) -> None:
-        self.answer, self.status = answer, status
-        self.requests: list[httpx.Request] = []
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        return httpx.Response(self.status, json=self.answer)
-
-    def body(self, index: int = -1) -> Any:
-        return orjson.loads(self.requests[index].content)
-
-
 @pytest.fixture
 def run(monkeypatch: pytest.MonkeyPatch) -> Any:
-    def invoke(fake: FakeApi, *args: str) -> Any:
-        monkeypatch.setattr(cli, "Endpoint", functools.partial(
-            cli.Endpoint, transport=httpx.MockTransport(fake.handle)))
-        return CliRunner().invoke(cli.app, list(args), catch_exceptions=False)
-    return invoke
+    return invoker(monkeypatch)
 
 
 def test_create_sends_the_lane_and_the_cap_it_is_given(run: Any) -> None:

@@ -22,6 +22,7 @@ from herald.domain.documents import (
     ScheduleState,
     new_id,
 )
+from herald.domain.purpose import Purpose
 from herald.domain.status import Status
 from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
@@ -388,7 +389,9 @@ async def test_whoever_replaced_a_schedule_s_template_is_an_editor_of_its_runs(
         stores: Stores, bus: FakeBus) -> None:
     made = await create_schedule(stores.schedules, create_request(), ACTOR)
     author = Actor(id="k2", name="b", kind=ActorKind.API_KEY, owner="bea")
-    template = CampaignTemplate(title="B's", body="text").model_dump(mode="json")
+    # Transactional: the fakes' devices never opted in to marketing, and all must count.
+    template = CampaignTemplate(title="B's", body="text",
+                                purpose=Purpose.TRANSACTIONAL).model_dump(mode="json")
     await replan(stores.schedules, made.id, {"template": template}, author)
     renamed = await replan(stores.schedules, made.id, {"name": "n", "template": template},
                            replace(author, id="k3"))

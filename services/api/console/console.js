@@ -244,6 +244,16 @@ const LANES = {
 const laneBadge = (lane) => h("span", { class: `lane ${lane || "standard"}`, "data-lane": lane || "standard",
   title: LANES[lane || "standard"], text: lane || "standard" });
 
+// Why a campaign is sent, and so who it may reach (herald/domain/purpose.py); null: a campaign
+// created before purposes, which reaches what its audience says.
+const PURPOSES = {
+  marketing: "marketing — only devices opted in to marketing",
+  transactional: "transactional — also devices opted out of marketing (push enabled)",
+  legacy: "legacy — created before purposes: reaches what its audience says",
+};
+const purposeBadge = (purpose) => h("span", { class: `purpose ${purpose || "legacy"}`,
+  "data-purpose": purpose || "legacy", title: PURPOSES[purpose || "legacy"], text: purpose || "legacy" });
+
 function campaignsPage(main) {
   const filter = h("select", { id: "status-filter", onchange: () => refresh() },
     h("option", { value: "", text: "every status" }),
@@ -335,7 +345,7 @@ async function refreshEta(parts, view, id) {
 function renderCampaign(parts, view) {
   const c = view.campaign;
   parts.title.textContent = label(c);
-  parts.status.replaceChildren(statusBadge(c.status), " ", laneBadge(c.lane));
+  parts.status.replaceChildren(statusBadge(c.status), " ", laneBadge(c.lane), " ", purposeBadge(c.purpose));
   const tags = Object.keys(c.translations || {});
   parts.meta.textContent = `${c.title} — ${c.body}` + (tags.length ? ` (also in ${tags.join(", ")})` : "");
   parts.bar.replaceChildren(progressBar(c.counts, true));
@@ -904,6 +914,7 @@ function newCampaignPage(main) {
   const name = h("input", { type: "text", id: "name", maxlength: 200, placeholder: "optional, e.g. live-stream-2026-11" });
   const rate = h("input", { type: "number", id: "rate", min: 1, step: 1, placeholder: "no cap: as fast as FCM allows" });
   const lane = laneChooser(() => estimate());
+  const purpose = purposeSelect(() => estimate());
   const audience = audienceEditor(() => estimate());
   const when = whenEditor();
   const reach = h("p", { class: "reach", id: "estimate", text: "Counting the audience…" });
@@ -919,7 +930,7 @@ function newCampaignPage(main) {
       const mine = ++counter;
       try {
         const languages = Object.keys(translations.value());
-        const asked = { audience: audience.value(), languages, lane: lane.value() };
+        const asked = { audience: audience.value(), languages, lane: lane.value(), purpose: purpose.value() };
         if (rate.value && Number(rate.value) > 0) asked.rate_per_s = Number(rate.value);
         const found = await post("/v1/audiences/estimate", asked);
         if (mine === counter) {
@@ -939,6 +950,7 @@ function newCampaignPage(main) {
     if (name.value.trim()) body.name = name.value.trim();
     if (rate.value) body.rate_per_s = Number(rate.value);
     body.lane = lane.value();
+    body.purpose = purpose.value();
     submit.disabled = true;
     try {
       const created = await post("/v1/campaigns", body, { "Idempotency-Key": idempotencyKey });
@@ -952,6 +964,7 @@ function newCampaignPage(main) {
   h("h2", { text: "Audience" }), audience.element, h("h2", { text: "When" }), when.element,
   h("label", { for: "rate", text: "Rate cap (messages per second, this campaign only)" }), rate,
   h("h2", { text: "Lane" }), lane.element,
+  h("label", { for: "purpose", text: "Purpose" }), purpose.element,
   reach, forecast, h("p", {}, submit));
   rate.addEventListener("input", () => estimate());
   main.append(h("div", { class: "compose" }, form, preview.element));
@@ -990,6 +1003,17 @@ function laneChooser(onChange) {
     text: "Urgent is kept for the roles allowed to interrupt everything else; yours is not one of them." }));
   const value = () => (radios.find((radio) => radio.checked) || { value: "standard" }).value;
   return { element, value };
+}
+
+// The purposes this key may send with, as the API says (GET /v1/me: transactional only for the
+// roles of HERALD_TRANSACTIONAL_ROLES); the API refuses the others anyway (403 purpose_not_allowed).
+function purposeSelect(onChange) {
+  const allowed = (session.me && session.me.purposes) || ["marketing"];
+  const select = h("select", { id: "purpose", onchange: onChange },
+    allowed.map((name) => h("option", { value: name, text: PURPOSES[name] })));
+  select.value = "marketing";
+  const value = () => select.value || "marketing";
+  return { element: select, value };
 }
 
 function listInput(id, placeholder) {

@@ -15,8 +15,15 @@ from herald.contracts.http import (
     OperatorLogPage,
 )
 from herald.domain.access import ROLE_SCOPES, Scope
-from services.api.auth import Caller, RequireKey, lanes_of, scoped
-from services.api.deps import ApiKeys, MintKey, OperatorLogEntries, RevokeKey, UrgentRoles
+from services.api.auth import Caller, RequireKey, lanes_of, purposes_of, scoped
+from services.api.deps import (
+    ApiKeys,
+    MintKey,
+    OperatorLogEntries,
+    RevokeKey,
+    TransactionalRoles,
+    UrgentRoles,
+)
 from services.api.operator_log import OperatorLoggedRoute, log_detail, logged
 from services.api.views import api_key_view, log_entry_view
 
@@ -72,10 +79,12 @@ async def operator_log(
 
 
 @router.get("/me", response_model=Me)
-async def me(caller: Annotated[Caller, RequireKey()], urgent_roles: UrgentRoles) -> Me:
+async def me(caller: Annotated[Caller, RequireKey()], urgent_roles: UrgentRoles,
+             transactional_roles: TransactionalRoles) -> Me:
     """The calling key: its name, role, scopes and the lanes it may send in (what the console
     shows and hides)."""
     key = caller.key
     return Me(id=key.id, name=key.name, role=key.role, owner=key.person,
               scopes=sorted(scope.value for scope in ROLE_SCOPES[key.role]),
-              expires_at=key.expires_at, lanes=lanes_of(key.role, urgent_roles))
+              expires_at=key.expires_at, lanes=lanes_of(key.role, urgent_roles),
+              purposes=purposes_of(key.role, transactional_roles))

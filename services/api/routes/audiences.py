@@ -9,6 +9,7 @@ from fastapi import APIRouter
 
 from herald.contracts.http import AudienceEstimate, AudienceEstimateRequest
 from herald.domain.access import Scope, allows, roles_allowed
+from herald.domain.purpose import reach
 from herald.service_layer.campaigns import rollout_of
 from services.api.auth import Caller, devices_read_adds, scoped
 from services.api.bodies import OffLoopRoute
@@ -39,7 +40,8 @@ async def estimate_audience(body: AudienceEstimateRequest, audience_split: Audie
             "and marketing consent, platform and locale only: user_ids, attributes and topics "
             f"can single out a device and need the scope {Scope.DEVICES_READ.value} "
             f"(roles {', '.join(r.value for r in roles_allowed(Scope.DEVICES_READ))})"))
-    devices, by_language = await audience_split(body.audience, body.languages)
+    devices, by_language = await audience_split(reach(body.audience, body.purpose),
+                                                body.languages)
     forecast = await forecasts.new_campaign(devices, body.lane, body.rate_per_s,
                                             rollout_of(body.rollout))
     return AudienceEstimate(devices=devices, by_language=by_language,

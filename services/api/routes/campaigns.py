@@ -41,7 +41,7 @@ from herald.service_layer.approval import ApprovalRefused
 from herald.service_layer.campaign_events import CampaignChanged, Event
 from herald.service_layer.test_sends import FcmMisconfigured, UnknownDevices
 from services.api.audit import MEDIA_TYPES, AuditFormat, audit_format, download_headers, encoded
-from services.api.auth import Caller, devices_read_adds, require_lane, scoped
+from services.api.auth import Caller, devices_read_adds, require_lane, require_purpose, scoped
 from services.api.bodies import BodyChecks, checked_later
 from services.api.deps import (
     AffectedLanguages,
@@ -59,6 +59,7 @@ from services.api.deps import (
     ResumeUseCase,
     SendTest,
     TestSends,
+    TransactionalRoles,
     UrgentRoles,
     Watch,
 )
@@ -91,10 +92,12 @@ IdempotencyKey = Annotated[str | None, Header(
 async def create_campaign(
     raw: Annotated[dict[str, Any], checked_later(CampaignCreate)], check: CheckBody,
     creator: Creator, request: Request, response: Response,
-    caller: Sender, urgent_roles: UrgentRoles, idempotency_key: IdempotencyKey = None,
+    caller: Sender, urgent_roles: UrgentRoles, transactional_roles: TransactionalRoles,
+    idempotency_key: IdempotencyKey = None,
 ) -> CampaignCreated:
     body = await check(CampaignCreate, raw)
     require_lane(caller, body.lane, urgent_roles)
+    require_purpose(caller, body.purpose, transactional_roles)
     result = await creator.create(body, idempotency_key, caller.actor)
     log_detail(request, lane_detail(result.campaign))
     if not result.created:
@@ -281,9 +284,20 @@ async def _templates_ahead(check: BodyChecks, find: FindCampaign, campaign_id: s
 
 
 def lane_detail(campaign: Campaign) -> str:
-    """What the operator log says of a campaign just made: its lane (an urgent send is a
-    privilege: the log shows who used it)."""
-    return f"lane={campaign.lane.value}"
+    """What the operator log says of a campaign just made: its lane and purpose (an urgent or
+    transactional send is a privilege: the log shows who used it; ``purpose=legacy`` for a
+    follow-up of a campaign stored before purposes existed)."""
+    purpose = campaign.purpose.value if campaign.purpose else "legacy"
+    return f"lane={campaign.lane.value} purpose={purpose}"
+
+
+async def _require_follow_up_purpose(caller: Caller, find: FindCampaign, campaign_id: str,
+                                     body: RetryRequest | None,
+                                     transactional_roles: frozenset[str]) -> None:
+    """The scope of the purpose a follow-up takes: the one asked, else its original's."""
+    asked = body.purpose if isinstance(body, RetargetRequest) else None
+    purpose = asked or (await find(campaign_id)).purpose
+    require_purpose(caller, purpose, transactional_roles)
 
 
 def _created(request: Request, response: Response, campaign: Campaign | None, campaign_id: str,
@@ -310,10 +324,12 @@ async def _follow_up_of(find: FindCampaign, affected: AffectedLanguages, request
              openapi_extra=logged("campaign.retry"))
 async def retry_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
                          response: Response, caller: Sender, check: CheckBody,
-                         find: FindCampaign, body: RetryRequest | None = None,
+                         find: FindCampaign, transactional_roles: TransactionalRoles,
+                         body: RetryRequest | None = None,
                          idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """Re-run a ``failed`` campaign for the recipients it did not reach (not dead tokens),
-    in its lane, with its staged rollout unless ``rollout`` says otherwise."""
+    in its lane and purpose, with its staged rollout unless ``rollout`` says otherwise."""
+    await _require_follow_up_purpose(caller, find, campaign_id, body, transactional_roles)
     await _templates_ahead(check, find, campaign_id, body)
     return _created(request, response, await creator.retry(
         campaign_id, caller.actor, idempotency_key, body), campaign_id)
@@ -325,11 +341,13 @@ async def retarget_campaign(campaign_id: CampaignId, creator: Creator, request: 
                             response: Response,
                             caller: Sender, find: FindCampaign, affected: AffectedLanguages,
                             urgent_roles: UrgentRoles, check: CheckBody,
+                            transactional_roles: TransactionalRoles,
                             body: RetargetRequest | None = None,
                             idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """A new campaign to exactly the ``unsent`` recipients of a finished one; ``languages``:
     those recipients by the variant of the original they would have got."""
     require_lane(caller, body.lane if body else None, urgent_roles)
+    await _require_follow_up_purpose(caller, find, campaign_id, body, transactional_roles)
     await _templates_ahead(check, find, campaign_id, body)
     made = await creator.retarget(campaign_id, body or RetargetRequest(), caller.actor,
                                   idempotency_key)
@@ -343,6 +361,7 @@ async def amend_campaign(campaign_id: CampaignId, creator: Creator, request: Req
                          response: Response,
                          caller: Sender, find: FindCampaign, affected: AffectedLanguages,
                          urgent_roles: UrgentRoles, check: CheckBody,
+                         transactional_roles: TransactionalRoles,
                          body: AmendRequest | None = None,
                          idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """A new campaign to exactly the ``sent`` recipients of a finished one, with its
@@ -350,6 +369,7 @@ async def amend_campaign(campaign_id: CampaignId, creator: Creator, request: Req
     ``not_amendable`` while it runs, ``nothing_to_amend`` if FCM accepted none of it.
     ``languages``: those recipients by the variant of the original they got."""
     require_lane(caller, body.lane if body else None, urgent_roles)
+    await _require_follow_up_purpose(caller, find, campaign_id, body, transactional_roles)
     await _templates_ahead(check, find, campaign_id, body)
     made = await creator.amend(campaign_id, body or AmendRequest(), caller.actor,
                                idempotency_key)
@@ -362,6 +382,7 @@ async def amend_campaign(campaign_id: CampaignId, creator: Creator, request: Req
 async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
                            caller: Sender, affected: AffectedLanguages,
                            urgent_roles: UrgentRoles, check: CheckBody, find: FindCampaign,
+                           transactional_roles: TransactionalRoles,
                            body: CorrectRequest | None = None,
                            idempotency_key: IdempotencyKey = None) -> CorrectResult:
     """Correct a finished campaign in one step: the new content as a new notification to its
@@ -369,6 +390,7 @@ async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: R
     Nobody gets both. 409 ``not_correctable`` while it runs, ``nothing_to_correct`` if it
     left nobody in either group."""
     require_lane(caller, body.lane if body else None, urgent_roles)
+    await _require_follow_up_purpose(caller, find, campaign_id, body, transactional_roles)
     await _templates_ahead(check, find, campaign_id, body)
     correction = await creator.correct(campaign_id, body or CorrectRequest(),
                                                 caller.actor, idempotency_key)

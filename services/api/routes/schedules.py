@@ -10,7 +10,7 @@ from herald.contracts.http import ScheduleCreate, SchedulePage, SchedulePatch, S
 from herald.domain.access import Scope
 from herald.domain.documents import Schedule
 from herald.domain.types import OBJECT_ID_PATTERN
-from services.api.auth import Caller, require_lane, scoped
+from services.api.auth import Caller, require_lane, require_purpose, scoped
 from services.api.bodies import checked_later
 from services.api.deps import (
     CheckBody,
@@ -20,6 +20,7 @@ from services.api.deps import (
     ListSchedules,
     MisfireGrace,
     Replan,
+    TransactionalRoles,
     UrgentRoles,
 )
 from services.api.errors import schedule_not_found
@@ -43,11 +44,14 @@ def _view(grace_s: float, schedule: Schedule) -> ScheduleView:
 async def create_schedule(raw: Annotated[dict[str, Any], checked_later(ScheduleCreate)],
                           check: CheckBody, create: CreateSchedule, grace_s: MisfireGrace,
                           request: Request, response: Response, caller: Writer,
-                          urgent_roles: UrgentRoles) -> ScheduleView:
+                          urgent_roles: UrgentRoles,
+                          transactional_roles: TransactionalRoles) -> ScheduleView:
     body = await check(ScheduleCreate, raw)
     require_lane(caller, body.template.lane, urgent_roles)
+    require_purpose(caller, body.template.purpose, transactional_roles)
     schedule = await create(body, caller.actor)
-    log_detail(request, f"lane={body.template.lane.value}")
+    log_detail(request, f"lane={body.template.lane.value} "
+                        f"purpose={body.template.purpose.value}")
     response.headers["Location"] = f"/v1/schedules/{schedule.id}"
     return _view(grace_s, schedule)
 
@@ -74,11 +78,16 @@ async def list_schedules(
 async def patch_schedule(schedule_id: ScheduleId,
                          raw: Annotated[dict[str, Any], checked_later(SchedulePatch)],
                          check: CheckBody, replan: Replan, grace_s: MisfireGrace, caller: Writer,
-                         urgent_roles: UrgentRoles) -> ScheduleView:
+                         urgent_roles: UrgentRoles,
+                         transactional_roles: TransactionalRoles) -> ScheduleView:
     """Pause, resume or edit; the next run is recomputed from now when timing changes."""
     body = await check(SchedulePatch, raw)
     require_lane(caller, body.template.lane if body.template else None, urgent_roles)
+    require_purpose(caller, body.template.purpose if body.template else None,
+                    transactional_roles)
     changes = body.model_dump(exclude_unset=True, exclude_none=True, mode="json", by_alias=True)
+    if body.template is not None:  # a new template names its purpose: never a legacy one
+        changes["template"]["purpose"] = body.template.purpose.value
     updated = await replan(schedule_id, changes, caller.actor)
     if updated is None:
         raise schedule_not_found(schedule_id)
