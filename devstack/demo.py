@@ -1,7 +1,7 @@
 """``make demo``: the story Herald exists for, told by the real services.
 
 50,000 synthetic devices are imported; "Live now" (a marketing campaign, the default purpose)
-goes to those with push enabled that opted in to marketing (about 40% of them), with a broken
+goes to those with push enabled that opted in to marketing (about 68% of them), with a broken
 link; when about 12,000 are sent, the on-call lead stops it with a ``responder`` key; the exact
 final numbers and the audit files come out; then one ``correct`` call sends the fixed link to
 everyone: a new notification to the unsent, a replacement (same tag and collapse id) to the sent.
@@ -132,7 +132,7 @@ def synthetic_devices(count: int, seed: int = SEED) -> list[dict[str, Any]]:
         devices.append({
             "token": f"{prefix}d{i:06d}:{body}", "user_id": f"user-{i // 2:06d}",
             "platform": rnd.choice(["android", "android", "ios", "web"]),
-            "push_enabled": rnd.random() >= 0.2, "marketing_enabled": rnd.random() < 0.5,
+            "push_enabled": rnd.random() >= 0.2, "marketing_enabled": rnd.random() < 0.85,
             "topics": rnd.sample(["news", "sports", "live", "offers"], k=rnd.randint(0, 3)),
             "locale": rnd.choice(["en-US", "ko-KR", "es-ES"]),
             "timezone": rnd.choice(["America/New_York", "Asia/Seoul", "Europe/Madrid"]),
