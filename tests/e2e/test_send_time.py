@@ -6,7 +6,9 @@ The issue's case is ``ttl_s`` 30 paused 40 s (564 of 564 requests after the resu
 test proves the same with ``ttl_s`` 3 paused 4 s, a pause longer than the TTL as there: a sender
 that dated the expiry when it first compiled the campaign (before the pause) would send every
 request after the resume expired; one that dates each request when it starts sends each with at
-least its TTL, less the second the expiry is rounded to, ahead of it."""
+least its TTL, less the second the expiry is rounded to, ahead of it (less the time from its
+start to the emulator: on a loaded machine, with the modules two at a time, the least was 0.97 s
+of 3 on 2026-11-27; an expiry dated before the pause would be at least a second past)."""
 
 from __future__ import annotations
 
@@ -56,4 +58,4 @@ def test_no_request_after_a_resume_carries_an_expiry_already_past(
                for r in after]
     print(f"{len(after)} requests after the resume; their expiry {min(slack_s):.2f} to "
           f"{max(slack_s):.2f} s after their arrival (TTL {TTL_S} s)")
-    assert min(slack_s) > 1.0, "no expiry past, each counted from its own request"
+    assert min(slack_s) > 0.0, "no expiry past, each counted from its own request"
