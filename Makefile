@@ -20,8 +20,8 @@ status:
 
 test: install services lint  ## lint and types, then the whole suite: unit, integration, end to end
 	$(BIN)/python -m pytest -n 2 tests/unit tests/deploy tests/integration
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not exclusive" tests/e2e
-	$(BIN)/python -m pytest -m exclusive tests/e2e
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not exclusive" tests/e2e; \
+	  shared=$$?; $(BIN)/python -m pytest -m exclusive tests/e2e && exit $$shared
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit
