@@ -57,7 +57,7 @@ def test_a_60_kb_locale_is_refused_and_a_35_character_one_handled_in_microsecond
     longest = "zh-Hant-TW-" + "-".join(["abcdefgh"] * 2) + "-abcdef"
     assert len(longest) == 35
     assert admin.http.post("/v1/devices", json={"token": "tok-locale-35", "platform": "android",
-                                                "locale": longest,
+                                                "locale": longest, "marketing_enabled": True,
                                                 "topics": ["inputs-e2e-35"]}).status_code == 201
     started = time.perf_counter()
     estimate = admin.http.post("/v1/audiences/estimate", json={
