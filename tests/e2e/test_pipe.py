@@ -1,6 +1,6 @@
 """Issue 12's proof, every service a separate process on one shared stack (one sender, one
 dispatcher, a bound of 8 chunks waiting in ``herald.chunks``):
-- one sender with FCM 50 ms away keeps its connections busy: >= 80% of connections / round trip,
+- one sender with FCM 50 ms away keeps its connections busy: >= 60% of connections / round trip,
   or of what Herald's bare FCM client does on this machine in the same test if that is lower
   (where the CPU and not the round trip is the limit); a loose floor, ``bench/`` carries the
   real figure;
@@ -40,7 +40,7 @@ STANDARD_SHARE = shares_of(MAX_QUEUED)[Route.STANDARD]
 queue has its own, adding up to the bound)."""
 CONNECTIONS = 256
 LATENCY_MS = 50
-FLOOR = 0.8
+FLOOR = 0.6
 THROUGHPUT_DEVICES = 12_000  # at the floor, 3 s of steady sending between the 10th and 90th percentiles
 BARE_SECONDS, BARE_RAMP_S = 2.0, 0.5
 

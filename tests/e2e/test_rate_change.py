@@ -14,7 +14,7 @@ from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, reachable_devices
 from tests.support import wait_for
 
-POPULATION = 12_000
+POPULATION = 14_000
 """Enough to still be sending at 2,000/s when the last measurement ends."""
 START, DOWN, UP = 1_000, 300, 2_000
 """Messages a second: at creation, after the first PATCH, after the second."""
@@ -52,12 +52,13 @@ def test_a_rate_changed_mid_flight_holds_across_the_fleet_within_a_second(
     wait_for(lambda: len(emulator.received()) >= 2_600, 30, "the campaign to be sending")
     # Each rate is measured over the two seconds after the first: senders take tokens in
     # blocks (up to 64 each), and one block more or less in a single second is 40% of 300/s.
+    time.sleep(MEASURED_S)  # the rate at creation, over as long a stretch as the others
     down_at = _patch(api, campaign_id, DOWN)
     time.sleep(1.0 + MEASURED_S)
     up_at = _patch(api, campaign_id, UP)
     time.sleep(1.0 + MEASURED_S)
     times = [r.received_at for r in emulator.received()]
-    before = _rate(times, down_at - 1.0, down_at)
+    before = _rate(times, down_at - MEASURED_S, down_at)
     after_down = _rate(times, down_at + 1.0, down_at + 1.0 + MEASURED_S)
     after_up = _rate(times, up_at + 1.0, up_at + 1.0 + MEASURED_S)
     print(f"measured: {before:.0f}/s before, {after_down:.0f}/s from 1 s after the change to "
