@@ -117,15 +117,19 @@ def test_a_person_erased_while_their_campaign_is_paused_is_never_sent_to(
     assert api.http.post(f"/v1/campaigns/{campaign_id}/pause").status_code in (200, 202)
     wait_for(lambda: api.campaign(campaign_id)["pause"]["settled_at"], 10, "the pause to settle")
 
-    erased = api.http.delete(f"/v1/users/{leaver}")  # an admin may erase too
-    assert erased.json() == {"devices": 3, "chunk_recipients": 3, "test_send_outcomes": 0}
+    erased = api.http.delete(f"/v1/users/{leaver}").json()  # an admin may erase too
+    # Paging runs ahead of sending by a window, not to the end: the leaver's chunk may not be
+    # written yet, and then their devices are gone before it is (never targeted).
+    in_chunks = erased["chunk_recipients"]
+    assert erased == {"devices": 3, "chunk_recipients": in_chunks, "test_send_outcomes": 0}
+    assert in_chunks in (0, 3)
     assert api.http.post(f"/v1/campaigns/{campaign_id}/resume").status_code == 200
     assert api.http.patch(f"/v1/campaigns/{campaign_id}", json={"rate_per_s": 50_000}
                           ).status_code == 200
     campaign = api.wait_finished(campaign_id, timeout_s=30)
 
     assert not theirs & {received.token for received in emulator.received()}
-    assert campaign["counts"] == {"targeted": 200, "sent": 197, "failed": 3, "unsent": 0,
-                                  "maybe_delivered": 0}
+    assert campaign["counts"] == {"targeted": 197 + in_chunks, "sent": 197, "failed": in_chunks,
+                                  "unsent": 0, "maybe_delivered": 0}
     assert len(api.audit(campaign_id, "sent")) == 197
     assert api.audit(campaign_id, "failed") == []  # their places are counted, not listed
