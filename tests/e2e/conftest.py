@@ -24,15 +24,14 @@ from tests.e2e.harness import Api, assert_bodies_conform
 
 EXCLUSIVE = frozenset({
     "test_lanes", "test_forecast", "test_many_campaigns", "test_pipe", "test_prefetch",
-    "test_rate_change", "test_cancel", "test_pause", "test_cli", "test_inputs",
-    "test_resilience"})
+    "test_rate_change", "test_cancel", "test_pause", "test_inputs", "test_resilience"})
 """Modules that measure deadlines under a second, rates or shares of the fleet, or stop the
 machine's RabbitMQ and Redis (test_resilience): ``make test`` runs them alone, after the other
 modules ran two at a time (``-m "not exclusive"`` with ``-n 2``). Each xdist worker has its own
 nx-27017, fleet and vhosts (session fixtures), so the others share nothing but RabbitMQ and
 Redis. Deadlines of a second or more (a schedule fired and started within 1 s, a revoked key
-refused within 1 s) hold with two modules at a time; a pause's 400 ms did not (402 ms, and the
-CLI's cancel came after its campaign had finished, in a run of 2026-11-27)."""
+refused within 1 s) hold with two modules at a time; a pause's 400 ms did not (402 ms in a run
+of 2026-11-27)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
