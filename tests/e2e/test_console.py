@@ -547,7 +547,9 @@ def test_urgent_is_offered_only_to_the_roles_allowed_and_shown_wherever_the_camp
         expect(page.locator(".lane[data-lane=urgent]")).to_be_visible()
         assert admin.wait_finished(campaign_id, timeout_s=30)["lane"] == "urgent"
         page.click("#nav a[data-page=campaigns]")
-        expect(page.locator(f"#campaigns tr[data-id='{campaign_id}'] .lane")).to_have_text("urgent")
+        row = page.locator(f"#campaigns tr[data-id='{campaign_id}']")
+        expect(row.locator(".lane")).to_have_text("urgent")
+        expect(row.locator(".purpose")).to_have_text("marketing")  # shown wherever a campaign is
         screenshot(page, "campaigns-lanes")
     finally:
         pages.close()

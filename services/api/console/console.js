@@ -262,13 +262,13 @@ function campaignsPage(main) {
   main.append(h("div", { class: "head" }, h("h1", { text: "Campaigns" }),
     h("label", { class: "row" }, "Show ", filter)),
   h("table", { id: "campaigns" }, h("thead", {}, h("tr", {},
-    ["Campaign", "Status", "Lane", "Created", "Progress"].map((t) => h("th", { text: t })),
+    ["Campaign", "Status", "Lane", "Purpose", "Created", "Progress"].map((t) => h("th", { text: t })),
     ["Sent", "Failed", "Unsent", "Targeted"].map((t) => h("th", { class: "num", text: t })))), body));
   const refresh = async () => {
     const query = filter.value ? `&status=${filter.value}` : "";
     const listed = await get(`/v1/campaigns?limit=50${query}`);
     body.replaceChildren(...listed.items.map(campaignRow));
-    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 9, class: "muted", text: "No campaigns." })));
+    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 10, class: "muted", text: "No campaigns." })));
   };
   every(LIST_REFRESH_MS, refresh);
 }
@@ -280,6 +280,7 @@ function campaignRow(c) {
     h("td", {}, h("a", { href: `#/campaigns/${c.id}`, text: label(c) })),
     h("td", {}, statusBadge(c.status)),
     h("td", {}, laneBadge(c.lane)),
+    h("td", {}, purposeBadge(c.purpose)),
     h("td", { text: localTime(c.created_at) }),
     h("td", {}, progressBar(n)),
     [n.sent, n.failed, n.unsent, n.targeted].map((v) => h("td", { class: "num", text: fmt(v) })));
