@@ -15,6 +15,7 @@ from datetime import datetime
 
 import pytest
 
+from devstack.processes import free_port
 from devstack.stack import REPO, Stack
 from fcm_emulator.client import EmulatorClient
 from tests.e2e.fleet import Fleet
@@ -125,8 +126,10 @@ def test_pause_stops_every_sender_and_resume_sends_exactly_the_rest(
 def test_a_sender_and_the_dispatcher_killed_while_paused_change_nothing(
         stack: Stack, fleet: Fleet, api: Api, emulator: EmulatorClient) -> None:
     """Smaller and shorter than the first (the suite's time budget): 6,000 devices at 2,000/s,
-    held 1 s after the kills (the pause is in MongoDB, not in a pod; the next test's
-    ``Fleet.heal`` starts them again)."""
+    held 1 s after the kills (the pause is in MongoDB, not in a pod). The dispatcher comes back
+    before the resume, as an orchestrator restarts it: its sweep offers again the chunks a sender
+    kept when the pause came (without one, a kept chunk waited forever on a loaded machine,
+    2026-11-27). The sender stays dead; the next test's ``Fleet.heal`` starts it again."""
     campaign_id, tokens, returned_at = _paused_at_a_fifth(fleet, api, 6_000, 2_000)
     _settled(api, campaign_id)
     wait_for(lambda: api.campaign(campaign_id)["counts"]["targeted"] == 6_000, 30,
@@ -134,4 +137,6 @@ def test_a_sender_and_the_dispatcher_killed_while_paused_change_nothing(
     stack.processes["sender-1"].kill()
     stack.processes["dispatcher"].kill()
     _assert_held(api, emulator, campaign_id, returned_at, 6_000, held_s=1.0)
+    stack.start_service("dispatcher", "dispatcher", HERALD_METRICS_PORT=str(free_port()))
+    stack.wait_for_pods({"dispatcher": 1})
     _resume_and_finish(api, emulator, campaign_id, tokens, cli=stack)
