@@ -18,7 +18,9 @@ without sending: a live erasure completes when each of the person's pending chun
 delivered (within a chunk's time budget for a chunk being sent at that moment).
 
 The order makes a repeated call finish an interrupted one: the records first, the devices last
-(while they exist, their tokens are what finds the person's records).
+(while they exist, their tokens are what finds the person's records). The records are then
+erased once more, with the tokens read at the start: a dispatcher paging the campaign read the
+devices before they went may have written a chunk with them after the first pass.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ async def erase_user(devices: DeviceRepository, chunks: ChunkRepository,
     recipients = await chunks.erase(person)
     test_outcomes = await test_sends.erase(person)
     removed = await devices.delete_of_user(user_id)
+    recipients += await chunks.erase(person)  # a chunk paged from the devices meanwhile
     return Erasure(removed, recipients, test_outcomes)
 
 

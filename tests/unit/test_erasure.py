@@ -154,3 +154,20 @@ def test_a_log_line_never_shows_a_token_or_user_id_from_a_path() -> None:
     assert loggable("/v1/users/dana@example.com") == "/v1/users/…"
     assert loggable("/v1/devices/bulk") == "/v1/devices/bulk"
     assert loggable("/v1/campaigns/" + "a" * 24) == "/v1/campaigns/" + "a" * 24
+
+
+async def test_a_chunk_paged_while_the_devices_are_deleted_is_erased_too(stores: Stores) -> None:
+    """A dispatcher read dana's device before it went and writes its chunk after the records'
+    first pass: the second pass, with the tokens read at the start, erases it there too."""
+    campaign = await finished_campaign(stores)
+    await stores.devices.upsert([device(3, user_id="dana")], utcnow())
+    deleting = stores.devices.delete_of_user
+
+    async def paged_meanwhile(user_id: str) -> int:
+        await stores.chunks.create(campaign.id, 3, recipients(3, 4), cursor=None, now=utcnow())
+        return await deleting(user_id)
+
+    stores.devices.delete_of_user = paged_meanwhile  # type: ignore[method-assign]
+    assert await erase(stores, "dana") == Erasure(devices=1, recipients=2, test_outcomes=0)
+    chunk = [c async for c in stores.chunks.in_order(campaign.id)][3]
+    assert chunk.recipients == (Recipient.erased_placeholder(),)
