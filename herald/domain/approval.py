@@ -38,8 +38,9 @@ def needs_approval(audience_size: int, min_audience: int | None) -> bool:
 
 def approval_digest(campaign: Campaign) -> str:
     """SHA-256 of what an approval is bound to: content (title, body, data, image, options,
-    translations), audience or follow-up source, replacement key, chunk size, rate cap and
-    staged rollout; not the name or the time."""
+    translations), audience or follow-up source, purpose (who the audience reaches), replacement
+    key, chunk size, rate cap and staged rollout; not the name or the time. A campaign stored
+    before purposes digests as it did then."""
     content = campaign.content
     bound: dict[str, Any] = {
         "title": content.title, "body": content.body, "data": content.data,
@@ -52,6 +53,8 @@ def approval_digest(campaign: Campaign) -> str:
         "follow_up": asdict(campaign.follow_up) if campaign.follow_up else None,
         "replace_key": campaign.sent_with_key, "chunk_size": campaign.chunk_size,
         "rate_per_s": campaign.rate_per_s}
+    if campaign.purpose is not None:
+        bound["purpose"] = campaign.purpose.value
     return hashlib.sha256(orjson.dumps(bound, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 

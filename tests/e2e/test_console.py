@@ -442,6 +442,7 @@ def test_a_large_campaign_is_approved_by_a_second_key_after_a_test_send(
         expect(creator.locator("#approve")).to_be_disabled()
         expect(creator.locator("#approve-hint")).to_contain_text("another operator or an admin")
         expect(creator.locator("#approval-content")).to_contain_text(FIXED)
+        expect(creator.locator("#approval-content")).to_contain_text("marketing — only devices")
         screenshot(creator, "approval-awaiting")
         creator.select_option("#test-kind", "user_ids")
         creator.fill("#test-targets", "user-2")

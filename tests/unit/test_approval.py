@@ -32,6 +32,7 @@ from herald.domain.approval import (
 from herald.domain.audience import Audience
 from herald.domain.documents import Approval, Campaign, CampaignContent, FollowUp, FollowUpOf
 from herald.domain.payload import SendOptions
+from herald.domain.purpose import Purpose
 from herald.domain.rendering import Translation
 from herald.domain.rollout import Rollout, RolloutProgress, RolloutWave
 from herald.domain.status import Status, Transition
@@ -161,6 +162,8 @@ def test_the_digest_binds_content_audience_and_options_not_name_or_time() -> Non
         replace(base, content=replace(base.content, translations={
             "es": Translation(title="Hola", body="Estamos en vivo")})),
         replace(base, rollout=Rollout(waves=(RolloutWave(1, 60), RolloutWave(100)))),
+        replace(base, purpose=Purpose.TRANSACTIONAL),
+        replace(base, purpose=Purpose.MARKETING),
     ]
     assert {approval_digest(c) for c in same} == {approval_digest(base)}
     digests = [approval_digest(c) for c in changed]

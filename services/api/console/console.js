@@ -482,6 +482,7 @@ function approvalSummary(c) {
   if (c.options) rows.push(["Options", JSON.stringify(c.options)]);
   rows.push(["Reaches", c.retarget ? `the ${c.retarget.outcome} recipients of ${c.retarget.campaign_id}`
     : JSON.stringify(c.audience || {}, (key, value) => (value === null ? undefined : value))]);
+  rows.push(["Purpose", PURPOSES[c.purpose || "legacy"]]);
   rows.push(["Rate", c.rate_per_s ? `${fmt(c.rate_per_s)}/s` : "uncapped"]);
   if (c.rollout) rows.push(["Rollout", c.rollout.waves.map((w) => `${w.percent}% (hold ${w.hold_s} s)`).join(", ")]);
   rows.push(["Sends at", localTime(c.due_at)]);
