@@ -34,7 +34,7 @@ from herald.domain.payload import (
     check_payload_size,
 )
 from herald.domain.personalize import TemplateRefused
-from herald.domain.purpose import DEFAULT_PURPOSE, Purpose, purpose_conflict
+from herald.domain.purpose import DEFAULT_PURPOSE, HoldBack, Purpose, purpose_conflict
 from herald.domain.rendering import (
     MAX_BODY_CHARS,
     MAX_TITLE_CHARS,
@@ -485,6 +485,11 @@ class AudienceEstimate(ForecastFields):
         default=None, description="With `languages`: the devices by the translation their "
                                   "locale selects (its tag), `default` for the campaign's own "
                                   "content; null without `languages`")
+    held_back: dict[HoldBack, int] = Field(
+        default_factory=dict, description="Devices the audience selects that a rule keeps from "
+                                          "the campaign, by rule: `marketing_opt_out` (push "
+                                          "enabled, not opted in to marketing) for a marketing "
+                                          "campaign; none for a transactional one")
 
 
 # --- preview ---------------------------------------------------------------------------------------

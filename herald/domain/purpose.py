@@ -66,6 +66,20 @@ def reach(audience: Audience, purpose: Purpose | None) -> Audience:
     return audience.model_copy(update=_REQUIRED[purpose])
 
 
+class HoldBack(StrEnum):
+    """A rule that keeps a device of the audience from a campaign (issue 32's forecast)."""
+
+    MARKETING_OPT_OUT = "marketing_opt_out"
+    """Push enabled, not opted in to marketing: a marketing campaign never reaches it."""
+
+
+def looser(purpose: Purpose | None) -> tuple[HoldBack, Purpose] | None:
+    """The rule ``purpose`` adds to the one below it, and that purpose: the devices the rule
+    holds back are those the looser purpose reaches and ``purpose`` does not (None: no rule)."""
+    return (HoldBack.MARKETING_OPT_OUT, Purpose.TRANSACTIONAL) if purpose is Purpose.MARKETING \
+        else None
+
+
 class PurposeNarrows(ValueError):
     """A follow-up whose purpose requires a device flag its original's recipients were not
     chosen by: it would reach devices its purpose excludes (its recipients are the original's,

@@ -10,6 +10,7 @@ from typing import Generic, TypeVar
 from herald.domain.audience import Audience
 from herald.domain.documents import Campaign, Outcome, Schedule
 from herald.domain.locales import LocaleMatcher
+from herald.domain.purpose import HoldBack, Purpose, looser, reach
 from herald.domain.rendering import DEFAULT_VARIANT
 from herald.domain.status import Status
 from herald.service_layer.errors import CampaignNotFound
@@ -80,6 +81,18 @@ async def audience_split(devices: DeviceRepository, audience: Audience,
     for locale, count in by_locale.items():
         split[matcher.match(locale) or DEFAULT_VARIANT] += count
     return sum(by_locale.values()), dict(split)
+
+
+async def held_back(devices: DeviceRepository, audience: Audience, purpose: Purpose | None,
+                    reached: int) -> dict[HoldBack, int]:
+    """How many devices ``audience`` selects that ``purpose``'s rule keeps from a campaign,
+    given the ``reached`` count under it: what the looser purpose reaches, less ``reached``
+    (one more count; none for a purpose without a rule)."""
+    rule = looser(purpose)
+    if rule is None:
+        return {}
+    hold, below = rule
+    return {hold: max(0, await devices.count(reach(audience, below)) - reached)}
 
 
 async def schedule(schedules: ScheduleRepository, schedule_id: str) -> Schedule:

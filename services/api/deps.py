@@ -29,6 +29,7 @@ from herald.domain.access import Actor, ApiKey, Role
 from herald.domain.audience import Audience
 from herald.domain.documents import Campaign, Outcome, Schedule, UpsertCounts
 from herald.domain.pods import PodBeat
+from herald.domain.purpose import HoldBack, Purpose
 from herald.domain.status import CancelDecision, PauseDecision, Status
 from herald.runtime.tasks import Background
 from herald.service_layer import approval, queries, scheduling
@@ -156,6 +157,10 @@ EraseUser = Annotated[Callable[[str], Awaitable[Erasure]], provided(lambda s: pa
 AudienceSplit = Annotated[
     Callable[[Audience, Sequence[str]], Awaitable[tuple[int, dict[str, int] | None]]],
     provided(lambda s: partial(queries.audience_split, s.stores.devices))]
+HeldBack = Annotated[
+    Callable[[Audience, Purpose | None, int], Awaitable[dict[HoldBack, int]]],
+    provided(lambda s: partial(queries.held_back, s.stores.devices))]
+"""The devices of an audience a campaign's purpose keeps from it, by rule."""
 Forecasts = Annotated[Forecaster, provided(lambda s: s.forecaster)]
 """When a new campaign (or a sending one) is expected to reach its last recipient."""
 PreviewMessage = Annotated[Callable[[PreviewRequest], Awaitable[Preview]],

@@ -32,6 +32,8 @@ from tests.support import wait_for
 pytestmark = pytest.mark.browser
 
 POPULATION = 10_000
+OPTED_OUT = 25
+"""Devices with push enabled that did not opt in to marketing: no campaign here reaches them."""
 SLOW_FCM_MS = 20
 RATE_PER_S = 2_000
 """The campaign's own cap, so a person (and this test) has time to press Stop mid-flight."""
@@ -55,6 +57,9 @@ def console_stack(module_stack: Stack) -> Stack:
 def admin(console_stack: Stack) -> Iterator[Api]:
     api = Api(console_stack.config.api_url, console_stack.config.api_key)
     api.import_devices(reachable_devices(POPULATION))
+    api.import_devices([{**{k: v for k, v in device.items() if k != "user_id"},  # nobody's
+                         "token": f"{device['token']}-no-ads", "marketing_enabled": False}
+                        for device in reachable_devices(OPTED_OUT)])
     yield api
     api.http.close()
 
@@ -152,7 +157,9 @@ def create_in_the_console(page: Page, name: str) -> str:
                                       {"landingUrl": BROKEN}, replace_key=LONGEST_DEFAULT_KEY))
     expect(page.locator("#payload-size")).to_have_text(f"{size:,} of 4,096 bytes")
     page.fill("#rate", str(RATE_PER_S))
-    expect(page.locator("#estimate")).to_have_text(f"This will reach {POPULATION:,} devices.")
+    expect(page.locator("#estimate")).to_have_text(
+        f"This will reach {POPULATION:,} devices. {OPTED_OUT} more held back: not opted in to "
+        "marketing.")
     # Issue 29: the key's lanes (an operator may send urgent by default), standard chosen, and
     # the forecast before the Send button, for this audience at this cap.
     expect(page.locator("#lane input[type=radio]")).to_have_count(3)

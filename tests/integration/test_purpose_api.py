@@ -1,7 +1,8 @@
 """Issue 32, point 1 through the in-process api (nx-27017, Redis, a private vhost): a campaign's
 purpose (marketing by default, transactional for the roles of ``HERALD_TRANSACTIONAL_ROLES``)
 is shown in its view and the operator log, narrows the estimate like the campaign, and a
-refused call changes nothing; a campaign stored before purposes reads ``purpose: null``."""
+refused call changes nothing; a campaign stored before purposes reads ``purpose: null``; the
+estimate says how many devices the marketing opt-out holds back (point 5)."""
 
 from __future__ import annotations
 
@@ -108,12 +109,18 @@ async def test_the_estimate_counts_the_devices_the_purpose_reaches(
                for push in (True, False) for marketing in (True, False)]
     assert (await api.post("/v1/devices/bulk", json={"devices": devices})).status_code == 200
     audience = {"topics": [TOPIC], "push_enabled": None}
-    counts = {purpose: (await api.post("/v1/audiences/estimate", json={
-        "audience": audience, "purpose": purpose})).json()["devices"]
+    answers = {purpose: (await api.post("/v1/audiences/estimate", json={
+        "audience": audience, "purpose": purpose})).json()
         for purpose in ("marketing", "transactional")}
-    assert counts == {"marketing": 1, "transactional": 2}
+    assert {p: (a["devices"], a["held_back"]) for p, a in answers.items()} == {
+        "marketing": (1, {"marketing_opt_out": 1}),  # push enabled, not opted in
+        "transactional": (2, {})}                   # push disabled is no rule's: nobody's
     default = await api.post("/v1/audiences/estimate", json={"audience": audience})
     assert default.json()["devices"] == 1
+    opted_in = await api.post("/v1/audiences/estimate", json={
+        "audience": {**audience, "marketing_enabled": True}})
+    assert (opted_in.json()["devices"], opted_in.json()["held_back"]) == (
+        1, {"marketing_opt_out": 0})  # the audience itself asked for the opted in
 
 
 async def test_a_campaign_stored_before_purposes_reads_purpose_null(

@@ -900,12 +900,16 @@ function renderPreview(preview) {
     h("pre", { class: "mono fcm-message", id: "preview-message", text: JSON.stringify({ message: preview.message }, null, 2) }));
 }
 
+const HELD_BACK = { marketing_opt_out: "not opted in to marketing" };
+
 function splitText(found) {
   const total = `This will reach ${fmt(found.devices)} devices`;
-  if (!found.by_language) return total + ".";
+  const held = Object.entries(found.held_back || {}).filter(([, count]) => count > 0)
+    .map(([rule, count]) => ` ${fmt(count)} more held back: ${HELD_BACK[rule] || rule}.`).join("");
+  if (!found.by_language) return total + "." + held;
   const parts = Object.entries(found.by_language).sort((a, b) => b[1] - a[1])
     .map(([variant, count]) => `${variant} ${fmt(count)}`);
-  return `${total}: ${parts.join(", ")}.`;
+  return `${total}: ${parts.join(", ")}.${held}`;
 }
 
 // --- new campaign ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from herald.domain.purpose import reach
 from herald.service_layer.campaigns import rollout_of
 from services.api.auth import Caller, devices_read_adds, scoped
 from services.api.bodies import OffLoopRoute
-from services.api.deps import AudienceSplit, Forecasts
+from services.api.deps import AudienceSplit, Forecasts, HeldBack
 from services.api.errors import ApiError
 from services.api.views import forecast_fields
 
@@ -23,13 +23,14 @@ router = APIRouter(prefix="/v1/audiences", tags=["campaigns"], route_class=OffLo
 @router.post("/estimate", response_model=AudienceEstimate, openapi_extra=devices_read_adds(
     "conditions on `user_ids`, `attributes` and `topics` (else 403 `forbidden`)"))
 async def estimate_audience(body: AudienceEstimateRequest, audience_split: AudienceSplit,
-                            forecasts: Forecasts,
+                            forecasts: Forecasts, held_back: HeldBack,
                             caller: Annotated[Caller, scoped(Scope.CAMPAIGNS_READ)]
                             ) -> AudienceEstimate:
     """How many devices the audience filter (the one of a campaign create) selects now;
     given the tags of a campaign's translations (``languages``), how they split by the variant
     each would get; and, given its ``rate_per_s``, ``lane`` and ``rollout``, when a campaign
-    created now would reach its last recipient (``finishes_in_s``). A read: it changes nothing,
+    created now would reach its last recipient (``finishes_in_s``); and how many devices of
+    the audience its purpose keeps from it, by rule (``held_back``). A read: it changes nothing,
     so anyone who may read campaigns may ask, over the whole fleet (push and marketing consent,
     platforms, locales); conditions that can single out devices (``user_ids``, ``attributes``,
     ``topics``) need ``devices:read`` too (403 ``forbidden`` otherwise): a count under them
@@ -44,5 +45,6 @@ async def estimate_audience(body: AudienceEstimateRequest, audience_split: Audie
                                                 body.languages)
     forecast = await forecasts.new_campaign(devices, body.lane, body.rate_per_s,
                                             rollout_of(body.rollout))
-    return AudienceEstimate(devices=devices, by_language=by_language,
+    held = await held_back(body.audience, body.purpose, devices)
+    return AudienceEstimate(devices=devices, by_language=by_language, held_back=held,
                             finishes_in_s=forecast.finishes_in_s, **forecast_fields(forecast))
