@@ -24,6 +24,12 @@ _NULL = {"$in": [None]}
 an ``$in`` misses explicit nulls (docs/mongodb-stand-in.md), ``$in: [None]`` does not."""
 
 
+def _due(ended_before: datetime) -> Document:
+    return {"status": {"$in": _FINISHED}, "archive": _NULL, "$or": [
+        {"finished_at": {"$lte": ended_before}},
+        {"finished_at": _NULL, "updated_at": {"$lte": ended_before}}]}
+
+
 class ArchivalStore:
     def __init__(self, db: Database) -> None:
         self._campaigns = db[names.CAMPAIGNS]
@@ -32,11 +38,11 @@ class ArchivalStore:
 
     async def due(self, ended_before: datetime, limit: int) -> list[Campaign]:
         """Finished before ``ended_before`` (or, stored without a finish, last changed then)."""
-        query: Document = {"status": {"$in": _FINISHED}, "archive": _NULL, "$or": [
-            {"finished_at": {"$lte": ended_before}},
-            {"finished_at": _NULL, "updated_at": {"$lte": ended_before}}]}
-        cursor = self._campaigns.find(query).sort("_id", 1).limit(limit)
+        cursor = self._campaigns.find(_due(ended_before)).sort("_id", 1).limit(limit)
         return [from_bson(Campaign, document) async for document in cursor]
+
+    async def count_due(self, ended_before: datetime) -> int:
+        return await self._campaigns.count_documents(_due(ended_before))
 
     async def claim(self, campaign_id: str, pod_id: str, now: datetime,
                     until: datetime) -> Campaign | None:

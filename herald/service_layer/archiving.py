@@ -160,22 +160,24 @@ class Archivist:
 
     async def run(self, now: datetime) -> list[Campaign]:
         """One pass, now: the campaigns archived by this pod."""
-        due = await self._archival.due(now - self._policy.kept, self._policy.per_run)
+        ended_before = now - self._policy.kept
         if self._target is None:
-            self._waiting(due)
+            await self._waiting(ended_before)
             return []
+        due = await self._archival.due(ended_before, self._policy.per_run)
         archived = [done for campaign in due
                     if (done := await self._archive(campaign, self._target, now)) is not None]
         for campaign in await self._archival.unpurged(self._policy.per_run):
             await self._purge(campaign, now)
-        RETENTION_WAITING.set(len(due) - len(archived))
+        RETENTION_WAITING.set(await self._archival.count_due(ended_before))
         return archived
 
-    def _waiting(self, due: list[Campaign]) -> None:
-        RETENTION_WAITING.set(len(due))
-        if due:
+    async def _waiting(self, ended_before: datetime) -> None:
+        waiting = await self._archival.count_due(ended_before)
+        RETENTION_WAITING.set(waiting)
+        if waiting:
             log.warning("%d finished campaigns are past HERALD_RETENTION_DAYS; their records "
-                        "are kept until HERALD_ARCHIVE_URL names where to archive them", len(due))
+                        "are kept until HERALD_ARCHIVE_URL names where to archive them", waiting)
 
     async def _archive(self, campaign: Campaign, target: ArchiveTarget,
                        now: datetime) -> Campaign | None:

@@ -264,6 +264,7 @@ class CampaignArchival(Protocol):
     async def due(self, ended_before: datetime, limit: int) -> list[Campaign]:
         """Finished campaigns not archived whose end is before ``ended_before``, oldest first."""
         ...
+    async def count_due(self, ended_before: datetime) -> int: ...
     async def claim(self, campaign_id: str, pod_id: str, now: datetime,
                     until: datetime) -> Campaign | None:
         """Hold ``campaign_id`` for archiving until ``until``, unless another pod holds it or

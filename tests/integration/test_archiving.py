@@ -173,11 +173,16 @@ async def test_nothing_is_deleted_before_the_archive_reads_back_as_written(
 
 
 async def test_without_an_archive_target_nothing_is_deleted_and_the_wait_is_counted(
-        db: Database, stores: Stores) -> None:
-    campaign = await cancelled_paged_campaign(stores)
+        db: Database, stores: Stores, tmp_path: Path) -> None:
+    campaigns = [await cancelled_paged_campaign(stores) for _ in range(2)]
     assert await archivist(db, stores, None).run(utcnow() + LATER) == []
-    assert await records_of(db, campaign.id) == (3, 3)
-    assert REGISTRY.get_sample_value("herald_retention_waiting_campaigns") == 1
+    for campaign in campaigns:
+        assert await records_of(db, campaign.id) == (3, 3)
+    assert REGISTRY.get_sample_value("herald_retention_waiting_campaigns") == 2
+
+    target = DirectoryArchive(parse_archive_url(f"file://{tmp_path}"))
+    assert len(await archivist(db, stores, target).run(utcnow() + LATER)) == 2
+    assert REGISTRY.get_sample_value("herald_retention_waiting_campaigns") == 0
 
 
 async def test_two_replicas_at_once_archive_a_campaign_once(
