@@ -17,6 +17,7 @@ class CampaignArchived(LookupError):
 
     def __init__(self, campaign_id: str, archive: ArchiveRecord) -> None:
         super().__init__(f"campaign {campaign_id}'s recipients were archived at "
-                         f"{archive.at.isoformat()} to {archive.location}")
+                         f"{archive.at.isoformat()} to {archive.location} "
+                         f"(sha256 {archive.sha256})")
         self.campaign_id = campaign_id
         self.archive = archive

@@ -106,6 +106,7 @@ def test_a_finished_campaign_is_archived_deleted_and_its_audit_says_where(
     assert answer.status_code == 410, answer.text
     error = answer.json()["error"]
     assert error["code"] == "archived" and record["location"] in error["message"]
+    assert record["sha256"] in error["message"]  # what the CLI prints
     [detail] = error["details"]
     assert {k: detail[k] for k in ("location", "sha256", "lines", "bytes")} == {
         "location": record["location"], "sha256": record["sha256"], "lines": 60,
