@@ -93,6 +93,28 @@ SCHEDULE_CLAIMS_LOST = Counter("herald_schedule_claims_lost_total",
 SCHEDULE_MISSED = Counter("herald_schedule_missed_total",
                           "Runs marked missed: overdue beyond the misfire grace")
 
+# --- retention: finished campaigns' records archived, then deleted ----------------------------
+ARCHIVED_CAMPAIGNS = Counter(
+    "herald_archived_campaigns_total",
+    "Finished campaigns whose per-recipient records were archived (HERALD_ARCHIVE_URL) and "
+    "verified by reading the archive back")
+RETENTION_DELETED = Counter(
+    "herald_retention_deleted_total",
+    "Per-recipient records deleted after their campaign's archive was verified, by collection",
+    ["collection"])
+for _collection in ("chunks", "deliveries"):
+    RETENTION_DELETED.labels(_collection)
+RETENTION_WAITING = Gauge(
+    "herald_retention_waiting_campaigns",
+    "Finished campaigns past HERALD_RETENTION_DAYS whose records are kept, as last seen by this "
+    "api: no HERALD_ARCHIVE_URL, a follow-up still reading them, or their archive failed")
+ARCHIVE_FAILURES = Counter(
+    "herald_archive_failures_total",
+    "Archives not verified, their records kept: checksum (the target read back other bytes), "
+    "count (the lines disagree with the campaign's counts)", ["reason"])
+for _reason in ("checksum", "count"):
+    ARCHIVE_FAILURES.labels(_reason)
+
 
 MAX_LOG_LINE_CHARS = 2000
 """No line Herald writes to its log is longer, whatever it logs (a 1 MiB message body, a 1 MiB

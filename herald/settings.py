@@ -201,7 +201,15 @@ class Settings(BaseSettings):
     idempotency_ttl_s: PositiveFloat = 24 * 3600.0
     """How long an ``Idempotency-Key`` binds a retry to the first answer."""
     retention_days: PositiveFloat = 90.0
-    """How long per-recipient records are kept (today: test sends' records)."""
+    """How long per-recipient records are kept after their campaign finished (chunks and
+    deliveries, archived first) or were written (test sends' records)."""
+    retention_interval_s: PositiveFloat = 300.0
+    """How often the api looks for finished campaigns past the retention."""
+    archive_url: str | None = None
+    """Where finished campaigns' records are archived before they are deleted: ``file:///dir``
+    or ``s3://bucket/prefix``; unset: nothing is archived, so nothing is deleted."""
+    archive_s3_endpoint_url: str | None = None
+    """An S3-compatible server's URL (MinIO, Ceph...); unset: AWS's S3, as boto3 finds it."""
 
     # Scheduler.
     scheduler_poll_s: PositiveFloat = 0.5
@@ -228,6 +236,20 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"unknown roles {unknown}; roles are {sorted(known)}")
         return value
+
+    @field_validator("archive_url")
+    @classmethod
+    def _archive_url(cls, value: str | None) -> str | None:
+        """``file:///absolute/dir`` or ``s3://bucket[/prefix]`` (``domain/archive.py`` takes it
+        apart; settings import nothing of Herald's)."""
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme == "file" and parts.netloc in ("", "localhost") and parts.path[:1] == "/":
+            return value
+        if parts.scheme == "s3" and parts.netloc:
+            return value
+        raise ValueError("HERALD_ARCHIVE_URL: file:///absolute/dir or s3://bucket/prefix")
 
     @field_validator("mongodb_url")
     @classmethod

@@ -710,6 +710,26 @@ class Eta(ForecastFields):
     finishes_at: datetime | None = Field(description="The same, as an instant")
 
 
+class ArchiveView(BaseModel):
+    """Where a finished campaign's per-recipient records are: a gzip NDJSON file, one line per
+    recipient (the audit's fields), and the SHA-256 of the file as stored."""
+
+    at: datetime
+    location: str = Field(description="file:///dir/campaign-<id>.ndjson.gz or "
+                                      "s3://bucket/prefix/campaign-<id>.ndjson.gz")
+    sha256: str
+    lines: int
+    bytes: int
+    purged_at: datetime | None = Field(
+        description="When its chunks and deliveries were deleted (null: not yet)")
+
+
+class VariantView(BaseModel):
+    sent: int
+    failed: int
+    unsent: int
+
+
 class CampaignView(BaseModel):
     id: str
     name: str | None
@@ -778,6 +798,13 @@ class CampaignView(BaseModel):
         default_factory=list, description="Every approval, oldest first, revoked ones included")
     testable: bool = Field(
         default=False, description="A test send (POST .../test) is allowed in its status")
+    archive: ArchiveView | None = Field(
+        default=None, description="Where its per-recipient records went once kept for "
+                                  "HERALD_RETENTION_DAYS after it finished (its audit answers "
+                                  "410 `archived` since); null: they are still here")
+    variants: dict[str, VariantView] | None = Field(
+        default=None, description="Its recipients by variant (a translation's tag, `default`, "
+                                  "or `erased`) and outcome, kept forever once it is archived")
 
 
 class CancelResult(BaseModel):

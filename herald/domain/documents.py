@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from herald.domain.access import Actor
+from herald.domain.archive import ArchiveRecord, VariantCounts, ended_at
 from herald.domain.audience import Audience
 from herald.domain.lanes import Lane, Route, chunk_route
 from herald.domain.messages import ProfileNeed, Recipient, SendChunk
@@ -338,6 +339,11 @@ class Campaign:
     """Every approval, oldest first; the last one, unless revoked, is in force."""
     revision: int = 0
     """Incremented by every edit: an approval is written only for the revision it read."""
+    archive: ArchiveRecord | None = None
+    """Where its per-recipient records went once kept for ``HERALD_RETENTION_DAYS``
+    (``service_layer/archiving.py``); None: its chunks and deliveries are still here."""
+    variants: dict[str, VariantCounts] | None = None
+    """Its recipients by variant and outcome, written when it was archived (kept forever)."""
 
     @property
     def approval(self) -> Approval | None:
@@ -384,6 +390,11 @@ class Campaign:
         """The campaign this one amends (it replaces that one's notification), if any."""
         follow_up = self.follow_up
         return follow_up.campaign_id if follow_up and follow_up.outcome is FollowUpOf.SENT else None
+
+    @property
+    def ended_at(self) -> datetime | None:
+        """When it finished (None: it has not)."""
+        return ended_at(self.status, self.finished_at, self.updated_at)
 
     @property
     def source_not_exhausted(self) -> bool:

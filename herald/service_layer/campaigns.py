@@ -40,6 +40,7 @@ from herald.domain.rollout import HaltWhen, Rollout, RolloutProgress, RolloutWav
 from herald.domain.status import EDITABLE, TERMINAL, Status, Transition, apply
 from herald.domain.timing import AmbiguousTime, first_instant_anywhere, to_utc
 from herald.service_layer.approval import ApprovalGate, ApprovalRefused
+from herald.service_layer.errors import CampaignArchived
 from herald.service_layer.ports import Bus, IdempotencyRepository, NewCampaigns, ScheduledCampaigns
 
 log = logging.getLogger(__name__)
@@ -390,6 +391,8 @@ class CampaignCreator:
             return None
         if parent.status is not Status.FAILED:
             raise NotRetryable(parent.status)
+        if parent.archive is not None:
+            raise CampaignArchived(parent.id, parent.archive)
         asked = RetargetRequest.model_validate(
             request.model_dump(exclude_unset=True) if request is not None else {})
         return await self._follow_up(parent, asked, FollowUpOf.NOT_SENT, by, idempotency_key)
@@ -399,6 +402,8 @@ class CampaignCreator:
         campaign = await self._campaigns.get(campaign_id)
         if campaign is not None and campaign.status not in TERMINAL:
             raise refusal(campaign.status)
+        if campaign is not None and campaign.archive is not None:
+            raise CampaignArchived(campaign.id, campaign.archive)  # its recipients are gone
         return campaign
 
     async def _follow_up(self, parent: Campaign, request: RetargetRequest, of: FollowUpOf,

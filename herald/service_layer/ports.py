@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from herald.contracts.http import DeviceIn
 from herald.domain.access import Actor, ApiKey, LogEntry
+from herald.domain.archive import ArchiveRecord, VariantCounts
 from herald.domain.audience import Audience, Zones
 from herald.domain.documents import (
     Approval,
@@ -253,6 +254,50 @@ class DeliveryRepository(Protocol):
                      outcomes: Sequence[RecipientOutcome], now: datetime) -> None: ...
     async def recorded(self, campaign_id: str, seq: int) -> Recorded: ...
     def in_order(self, campaign_id: str) -> AsyncIterator[Delivery]: ...
+
+
+class CampaignArchival(Protocol):
+    """Finished campaigns whose per-recipient records go to an archive (``archiving.py``):
+    which are due, the claim one replica holds on one while it archives it, and the deletion
+    of its chunks and deliveries once its archive is verified."""
+
+    async def due(self, ended_before: datetime, limit: int) -> list[Campaign]:
+        """Finished campaigns not archived whose end is before ``ended_before``, oldest first."""
+        ...
+    async def count_due(self, ended_before: datetime) -> int: ...
+    async def claim(self, campaign_id: str, pod_id: str, now: datetime,
+                    until: datetime) -> Campaign | None:
+        """Hold ``campaign_id`` for archiving until ``until``, unless another pod holds it or
+        it is archived already; the campaign, or None."""
+        ...
+    async def release(self, campaign_id: str, pod_id: str) -> None:
+        """Give up the claim (the archive failed): the next run, of any replica, tries again."""
+        ...
+    async def mark_archived(self, campaign_id: str, pod_id: str, record: ArchiveRecord,
+                            variants: dict[str, VariantCounts]) -> Campaign | None:
+        """Write where its archive is, if ``pod_id`` still holds the claim."""
+        ...
+    async def unpurged(self, limit: int) -> list[Campaign]:
+        """Archived campaigns whose records are not deleted yet."""
+        ...
+    async def purge(self, campaign_id: str) -> tuple[int, int]:
+        """Delete the campaign's chunks and deliveries; how many of each."""
+        ...
+    async def mark_purged(self, campaign_id: str, now: datetime) -> None: ...
+
+
+class ArchiveTarget(Protocol):
+    """A directory or an S3-compatible bucket that keeps archives (``adapters/archives.py``)."""
+
+    def location(self, name: str) -> str:
+        """Where ``name`` is stored, as a URL (``file://...``, ``s3://...``)."""
+        ...
+    async def put(self, name: str, blocks: AsyncIterator[bytes]) -> None:
+        """Store ``blocks`` as ``name``, whole or not at all (a reader never sees half)."""
+        ...
+    async def sha256(self, name: str) -> str | None:
+        """The SHA-256 of ``name`` as stored, read back whole; None if there is none."""
+        ...
 
 
 class DeviceRepository(Protocol):

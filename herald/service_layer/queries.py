@@ -13,7 +13,7 @@ from herald.domain.locales import LocaleMatcher
 from herald.domain.purpose import HoldBack, Purpose, looser, reach
 from herald.domain.rendering import DEFAULT_VARIANT
 from herald.domain.status import Status
-from herald.service_layer.errors import CampaignNotFound
+from herald.service_layer.errors import CampaignArchived, CampaignNotFound
 from herald.service_layer.ports import (
     CampaignLookup,
     CampaignReads,
@@ -58,8 +58,12 @@ async def campaigns(reads: CampaignReads, statuses: list[Status] | None, cursor:
 
 async def recipients(records: CampaignRecords, campaign_id: str,
                      outcome: Outcome) -> AsyncIterator[RecipientLine]:
-    """The audit of one outcome: found first (a 404 before the stream starts), then streamed."""
-    return audit(records, await campaign(records.campaigns, campaign_id), outcome)
+    """The audit of one outcome: found first (a 404 before the stream starts; archived, where
+    its archive is), then streamed."""
+    found = await campaign(records.campaigns, campaign_id)
+    if found.archive is not None:
+        raise CampaignArchived(found.id, found.archive)
+    return audit(records, found, outcome)
 
 
 async def audience_size(devices: DeviceRepository, audience: Audience) -> int:

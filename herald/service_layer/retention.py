@@ -4,10 +4,14 @@ the size it needs (``recover(now)``, run by the api's background loop).
 - Idempotency keys expire after ``HERALD_IDEMPOTENCY_TTL_S`` (24 h): a retry with the same key
   within it gets the first answer back; after it, the key is free again (as Stripe's are).
 - Test sends' records expire after ``HERALD_RETENTION_DAYS`` (90 days).
+- A finished campaign's chunks and deliveries go after the same time, archived first:
+  ``archiving.py``, run beside this.
 
-Herald deletes them itself, indexed by their time, rather than through MongoDB TTL indexes: the
-stand-in nx-27017 does not expire documents, and a TTL index's duration is fixed when it is
-built (a changed setting would need the index rebuilt).
+Herald deletes them itself, indexed by their time, rather than through MongoDB TTL indexes: a
+TTL index's duration is fixed when it is built (a changed setting would need the index rebuilt),
+and chunks and deliveries must be archived before they go, which no TTL index does. (nx-27017
+0.8.1 does expire documents through a TTL index, within about a minute as MongoDB's monitor does:
+checked on 2026-11-27; an earlier note here said it did not.)
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ from fastapi import Depends, FastAPI
 
 from herald import names
 from herald.adapters import fcm
+from herald.adapters.archival import ArchivalStore
+from herald.adapters.archives import archive_target
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.fleet_gauges import FleetReading, QueueDepths, refresh_fleet_gauges
 from herald.adapters.fleet_rate import BUSY_CHUNKS_PER_SENDER, FleetRate
@@ -27,6 +29,7 @@ from herald.runtime.resources import Resources
 from herald.runtime.worker import PodParts, StartTimedOut, exit_unstarted, running_pod
 from herald.service_layer.access import Authenticator, OperatorLog, ensure_bootstrap_key
 from herald.service_layer.approval import ApprovalGate
+from herald.service_layer.archiving import ArchivePolicy, Archivist
 from herald.service_layer.campaigns import CampaignCreator
 from herald.service_layer.forecasting import Forecaster, ForecastSettings
 from herald.service_layer.retention import Retention, RetentionPolicy
@@ -202,18 +205,25 @@ async def _refresh_gauges(parts: PodParts, loop: GaugeLoop, fleet_rate: FleetRat
 
 
 async def _expire(parts: PodParts) -> None:
-    """The api's part of retention (``service_layer/retention.py``): what expired is deleted,
-    every few minutes; a failure is logged and tried again."""
+    """The api's part of retention (``service_layer/retention.py``, ``archiving.py``): what
+    expired is deleted, finished campaigns past the retention archived then deleted, every few
+    minutes; a failure is logged and tried again."""
     stores, settings = parts.resources.stores, parts.settings
     retention = Retention(stores.idempotency, stores.test_sends, RetentionPolicy(
         idempotency_ttl=timedelta(seconds=settings.idempotency_ttl_s),
         test_sends_kept=timedelta(days=settings.retention_days)))
+    archivist = Archivist(stores, ArchivalStore(parts.resources.db), archive_target(settings),
+                          parts.identity.id, ArchivePolicy(
+                              kept=timedelta(days=settings.retention_days),
+                              every_s=settings.retention_interval_s))
     while True:
-        try:
-            await retention.recover(utcnow())
-        except Exception:
-            log.warning("expiring old records failed; trying again", exc_info=True)
-        await asyncio.sleep(GAUGE_REFRESH_S)
+        for protocol in (retention, archivist):
+            try:
+                await protocol.recover(utcnow())
+            except Exception:
+                log.warning("retention (%s) failed; trying again", type(protocol).__name__,
+                            exc_info=True)
+        await asyncio.sleep(min(GAUGE_REFRESH_S, settings.retention_interval_s))
 
 
 async def _refresh_once(resources: Resources, depths: QueueDepths, fcm_rate_per_min: int,

@@ -26,6 +26,10 @@ CONFLICT_PREFIXES = ("/v1/campaigns/", "/v1/schedules/")
 """Changes to what lives under these paths are guarded transitions: a campaign or schedule in
 the wrong state answers 409."""
 
+READS_RECIPIENTS = ("/recipients", "/retarget", "/amend", "/correct", "/retry")
+"""Campaign routes that read its recipients one by one: 410 once they were archived
+(``service_layer/archiving.py``)."""
+
 LOOKUPS_IN_BODY = frozenset({"/v1/campaigns/preview"})
 """Routes whose body names what they look up (a device, a campaign): 404 when it is unknown."""
 
@@ -35,6 +39,7 @@ DESCRIPTIONS = {
     403: "The key's role lacks the operation's scope",
     404: "No such resource",
     409: "The resource is in a state that does not allow this",
+    410: "The campaign's recipients were archived (`archived`: the details say where)",
     413: "The request body is larger than the api accepts",
     422: "The request does not validate",
     429: "The key is over its request rate (or its open event streams), or the address over "
@@ -65,6 +70,8 @@ def error_statuses(route: APIRoute) -> list[int]:
         statuses.append(404)
     if _guarded_change(route):
         statuses.append(409)
+    if route.path.startswith("/v1/campaigns/") and route.path.endswith(READS_RECIPIENTS):
+        statuses.append(410)
     if _has_input(route):
         statuses.append(422)
     return sorted(statuses)

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
+from herald.domain.archive import ArchiveRecord
 from herald.domain.payload import PayloadTooLarge
 from herald.domain.personalize import TemplateProblem, TemplateRefused
 from herald.domain.purpose import PurposeConflict, PurposeNarrows
@@ -37,6 +38,7 @@ from herald.service_layer.campaigns import (
     NotRetryable,
     SendAtInPast,
 )
+from herald.service_layer.errors import CampaignArchived
 from herald.service_layer.preview import DeviceNotFound
 from herald.service_layer.queries import ScheduleNotFound
 from herald.service_layer.scheduling import ScheduleEnded
@@ -174,6 +176,7 @@ def install(app: FastAPI) -> None:
         return error_response(exc.status_code, code, str(exc.detail),
                               headers=dict(exc.headers) if exc.headers else None)
 
+    app.add_exception_handler(CampaignArchived, _archived)  # type: ignore[arg-type]
     for error_type, (status, code) in DOMAIN_ERRORS.items():
         app.add_exception_handler(error_type, _domain_handler(status, code))
 
@@ -189,6 +192,17 @@ def install(app: FastAPI) -> None:
 
 
 UNAVAILABLE_RETRY_AFTER_S = 5
+
+
+async def _archived(_: Request, exc: CampaignArchived) -> JSONResponse:
+    return error_response(410, "archived", str(exc), [archive_detail(exc.archive)])
+
+
+def archive_detail(archive: ArchiveRecord) -> dict[str, Any]:
+    """A 410 ``archived``'s detail: where the campaign's recipients are, and how to check the
+    file (``sha256`` of the stored gzip, its ``lines`` and ``bytes``)."""
+    return {"archived_at": archive.at.isoformat(), "location": archive.location,
+            "sha256": archive.sha256, "lines": archive.lines, "bytes": archive.bytes}
 
 
 def _domain_handler(status: int, code: str) -> Any:

@@ -10,6 +10,7 @@ from herald.contracts.http import (
     ActorView,
     ApiKeyView,
     ApprovalView,
+    ArchiveView,
     CampaignView,
     CancelInfo,
     CorrectResult,
@@ -25,6 +26,7 @@ from herald.contracts.http import (
     ScheduleView,
     TestOutcomeView,
     TestSendView,
+    VariantView,
     WaveFigures,
 )
 from herald.domain.access import Actor, ApiKey, LogEntry
@@ -87,7 +89,10 @@ def campaign_view(campaign: Campaign) -> CampaignView:
         approval=approval_view(campaign.approval) if campaign.approval else None,
         approvals=[approval_view(a) for a in campaign.approvals],
         editors=actor_views(campaign.editors),
-        testable=campaign.status in TESTABLE)
+        testable=campaign.status in TESTABLE,
+        archive=ArchiveView(**asdict(campaign.archive)) if campaign.archive else None,
+        variants={tag: VariantView(**asdict(counts)) for tag, counts in campaign.variants.items()}
+        if campaign.variants is not None else None)
 
 
 def forecast_fields(forecast: Forecast) -> dict[str, Any]:

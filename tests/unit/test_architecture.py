@@ -15,7 +15,7 @@ OURS = ("herald", "herald_cli", "services", "fcm_emulator", "devstack", "bench",
 
 DRIVERS = frozenset({"pymongo", "bson", "motor", "redis", "aio_pika", "aiormq", "faststream",
                      "aiohttp", "httpx", "fastapi", "starlette", "firebase_admin", "google",
-                     "uvloop", "typer"})
+                     "uvloop", "typer", "boto3", "botocore"})
 """Libraries that talk to the outside world (or serve it): the adapters' and entrypoints' tools."""
 
 LEAVES = ("herald.clock", "herald.names", "herald.settings")
