@@ -315,7 +315,8 @@ def _print_final(campaign: dict[str, Any]) -> None:
     """The final numbers, and why a campaign failed (FCM's own words when FCM refused it)."""
     counts = campaign["counts"]
     console.print(f"{campaign['status']}: sent {counts['sent']}, failed {counts['failed']}, "
-                  f"unsent {counts['unsent']} of {counts['targeted']} targeted", highlight=False)
+                  f"unsent {counts['unsent']}{_suppressed(counts, ', ')} of "
+                  f"{counts['targeted']} targeted", highlight=False)
     if campaign.get("error"):
         console.print(f"reason: {campaign['error']}", highlight=False, markup=False)
 
@@ -329,9 +330,10 @@ def _progress_bar(states: Iterator[dict[str, Any]]) -> dict[str, Any]:
         task = progress.add_task("campaign", total=None, status="", sent=0, failed=0)
         for campaign in states:
             counts = campaign["counts"]
-            progress.update(task, total=counts["targeted"] or None,
-                            completed=counts["sent"] + counts["failed"], status=campaign["status"],
-                            sent=counts["sent"], failed=counts["failed"])
+            done = counts["sent"] + counts["failed"] + counts.get("suppressed", 0)
+            progress.update(task, total=counts["targeted"] or None, completed=done,
+                            status=campaign["status"], sent=counts["sent"],
+                            failed=counts["failed"])
     return campaign
 
 
@@ -341,9 +343,15 @@ def _progress_lines(states: Iterator[dict[str, Any]]) -> dict[str, Any]:
     for campaign in states:
         counts = campaign["counts"]
         console.print(f"{campaign['status']:<11} sent {counts['sent']:>8}  failed "
-                      f"{counts['failed']:>6}  unsent {counts['unsent']:>8}  of "
-                      f"{counts['targeted']:>8}", highlight=False)
+                      f"{counts['failed']:>6}  unsent {counts['unsent']:>8}"
+                      f"{_suppressed(counts, '  ')}  of {counts['targeted']:>8}", highlight=False)
     return campaign
+
+
+def _suppressed(counts: dict[str, Any], separator: str) -> str:
+    """The recipients a rule held back (the frequency cap), when there are any."""
+    held = counts.get("suppressed") or 0
+    return f"{separator}suppressed {held}" if held else ""
 
 
 SSE_READ_TIMEOUT_S = 40.0
@@ -413,7 +421,7 @@ def server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
 @campaigns.command("recipients")
 def recipients(
     campaign_id: str,
-    outcome: Annotated[str, typer.Option(help="sent, failed or unsent")] = "sent",
+    outcome: Annotated[str, typer.Option(help="sent, failed, unsent or suppressed")] = "sent",
     api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
 ) -> None:
     """The audit: one JSON line per recipient with the given outcome."""

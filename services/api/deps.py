@@ -107,6 +107,9 @@ UrgentRoles = Annotated[frozenset[str], provided(lambda s: s.settings.urgent_rol
 TransactionalRoles = Annotated[frozenset[str],
                                provided(lambda s: s.settings.transactional_role_names)]
 """Roles whose keys may send transactional campaigns (``HERALD_TRANSACTIONAL_ROLES``)."""
+FrequencyCapRoles = Annotated[frozenset[str],
+                              provided(lambda s: s.settings.frequency_cap_role_names)]
+"""Roles whose keys may give a campaign its own frequency cap (``HERALD_FREQUENCY_CAP_ROLES``)."""
 Creator = Annotated[CampaignCreator, provided(lambda s: s.creator)]
 """Create, retry, retarget, amend, correct."""
 CancelUseCase = Annotated[Callable[..., Awaitable[Decided[CancelDecision]]],

@@ -12,7 +12,9 @@ from pydantic import ValidationError
 from herald import names
 from herald.adapters import fcm, rabbit
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
+from herald.adapters.frequency_caps import RedisFrequencyCaps
 from herald.adapters.rate_limit import RedisRateLimits as RateLimits
+from herald.domain.frequency_cap import setting_cap
 from herald.domain.lanes import Route
 from herald.domain.messages import SendChunk
 from herald.domain.status import Verdict
@@ -20,6 +22,7 @@ from herald.observability import CHUNKS_DEFERRED
 from herald.runtime.worker import PodParts, Worker
 from herald.service_layer.ports import Bus
 from herald.service_layer.sending.campaigns import CampaignCache
+from herald.service_layer.sending.capping import Capping
 from herald.service_layer.sending.chunk import ChunkSender, SendingPolicy, Settlement
 from herald.service_layer.sending.claims import ChunkClaims
 from herald.service_layer.sending.dead_chunks import DeadChunks
@@ -168,9 +171,11 @@ def compose(parts: PodParts) -> Sender:
                            heartbeat_interval_s=settings.heartbeat_interval_s)
     refusals = CampaignRefusals(parts.view, parts.decider.stop_for_error,
                                 parts.background.spawn)
+    capping = Capping(RedisFrequencyCaps(resources.redis, resources.keys),
+                      setting_cap(settings.marketing_cap))
     chunks = ChunkSender(lifecycle, CampaignCache(stores.campaigns, parts.view), window, limits,
                          claims, parts.tracker.working_on, policy, refusals, parts.fence,
-                         settle=parts.settler.settle)
+                         settle=parts.settler.settle, capping=capping)
     closing = contextlib.AsyncExitStack()
     closing.push_async_callback(session.close)
     closing.callback(client.close)
