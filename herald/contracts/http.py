@@ -129,6 +129,10 @@ class Me(BaseModel):
                                           "(`transactional` only for the roles of "
                                           "HERALD_TRANSACTIONAL_ROLES); none without the "
                                           "campaigns:send scope")
+    frequency_cap: bool = Field(
+        default=False, description="Whether this key may give a campaign its own "
+                                   "`frequency_cap` (`none` or a lower cap): the roles of "
+                                   "HERALD_FREQUENCY_CAP_ROLES with the campaigns:send scope")
 
 
 class LogEntryView(BaseModel):
