@@ -54,14 +54,13 @@ async def test_a_person_is_kept_for_the_longest_window_then_expires(
 
 
 async def test_two_campaigns_to_the_same_2000_people_at_once_reach_each_person_once(
-        broker_settings: Settings, db: Any, redis: Any, emulator: EmulatorClient) -> None:
+        broker_settings: Settings, stores: Stores, redis: Any, emulator: EmulatorClient) -> None:
     capped = broker_settings.model_copy(update={"marketing_cap": "1/24h"})
     async with contextlib.AsyncExitStack() as pods:
         first, _ = await pods.enter_async_context(
             running_pod("sender", capped, acknowledges_cancels=True, compose=compose))
         await pods.enter_async_context(
             running_pod("sender", capped, acknowledges_cancels=True, compose=compose))
-        stores = first.resources.stores
         tag = broker_settings.mongodb_database
         people = [Recipient(token=f"cap-{tag}-{i}", user_id=f"person-{i}") for i in range(PEOPLE)]
         # The second campaign groups the same people otherwise: each of its chunks meets

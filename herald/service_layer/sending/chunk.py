@@ -1,5 +1,6 @@
-"""Sending a chunk: skip what an earlier attempt recorded, send the rest through the pod's
-window (``window.py``), and close the chunk (which may complete the campaign).
+"""Sending a chunk: skip what an earlier attempt recorded, hold back whom the frequency cap
+holds back (``capping.py``: recorded ``suppressed`` before any request), send the rest through
+the pod's window (``window.py``), and close the chunk (which may complete the campaign).
 
 The chunk message is acknowledged only after all its outcomes are recorded, so a sender that dies
 loses nothing: RabbitMQ redelivers the chunk and the next sender skips the recorded recipients.
