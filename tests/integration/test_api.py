@@ -82,7 +82,7 @@ async def test_a_campaign_is_created_read_and_listed(api: httpx.AsyncClient) -> 
     view = (await api.get(f"/v1/campaigns/{campaign_id}")).json()
     assert view["title"] == "Live now" and view["data"] == CAMPAIGN["data"]
     assert view["counts"] == {"targeted": 0, "sent": 0, "failed": 0, "unsent": 0,
-                              "maybe_delivered": 0}
+                              "maybe_delivered": 0, "suppressed": 0}
     assert view["audience"]["push_enabled"] is True
 
 
