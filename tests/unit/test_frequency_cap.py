@@ -6,6 +6,7 @@ capped nor counted."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -51,6 +52,7 @@ from tests.unit.fakes import (
     FakeRegistry,
     UnlimitedBucket,
     UnlimitedLimits,
+    answer_by_token,
 )
 
 POD = "s1"
@@ -147,8 +149,11 @@ class Rig:
     caps: FakeFrequencyCaps
     fcm: FakeFcm
 
-    def sender(self, setting: str | None = "1/24h") -> ChunkSender:
-        window = SendWindow(self.fcm, WindowPolicy(connections=2, unrecorded=4, max_retries=0),
+    def sender(self, setting: str | None = "1/24h",
+               on_request: Callable[[str], None] | None = None) -> ChunkSender:
+        if on_request is not None:
+            self.fcm = FakeFcm(answer_by_token, on_request)
+        window = SendWindow(self.fcm, WindowPolicy(connections=1, unrecorded=2, max_retries=0),
                             UnlimitedBucket())
         settler = Settler(self.stores, self.registry, POD)
         return ChunkSender(
@@ -242,6 +247,26 @@ async def test_a_request_fcm_refused_counts_no_more(rig: Rig) -> None:
     assert refused.counts == CampaignCounts(targeted=1, failed=1)
     assert second.counts.sent == 1
     assert (await rig.send(people(1))).counts.suppressed == 1
+
+
+async def test_sends_that_never_left_are_released_and_the_next_delivery_sends_them(
+        rig: Rig, stores: Stores) -> None:
+    recipients = people(1, 2, 3, 4, 5)
+    record = campaign(**{**paged(1, 5), "purpose": Purpose.MARKETING})
+    await stores.campaigns.insert(record)
+    await stores.chunks.create(record.id, 0, recipients, None, utcnow())
+    chunk = SendChunk(campaign_id=record.id, seq=0, recipients=recipients)
+    stopping = rig.sender(on_request=lambda _token: stopping.stop())  # a SIGTERM mid-chunk
+    assert await stopping.process(chunk, lambda: False) is Settlement.REPUBLISH
+    sent = [f"u:user-{token.split('-')[1]}" for token in rig.fcm.sent]
+    assert 0 < len(sent) < 5
+    assert sorted(p for p, sends in rig.caps.history.items() if sends) == sorted(sent)
+    await ChunkClaims(stores.chunks, rig.registry, POD, 60.0, rig.clock).release(
+        record.id, 0, refund=True)  # what settling REPUBLISH does
+    assert await rig.sender().process(chunk, lambda: False) is Settlement.ACK
+    done = await stores.campaigns.get(record.id)
+    assert done is not None and done.counts == CampaignCounts(targeted=5, sent=5)
+    assert sorted(rig.fcm.sent) == sorted(r.token for r in recipients)
 
 
 async def test_a_campaign_opted_out_reaches_capped_people_and_still_counts(rig: Rig) -> None:
