@@ -142,6 +142,15 @@ FollowUpPurposeOption = Annotated[PurposeChoice | None, typer.Option(
                       "transactional", show_default=False)]
 
 
+FrequencyCapOption = Annotated[str | None, typer.Option(
+    "--frequency-cap", help="This campaign's own cap per person, marketing only: none (not "
+                            "capped), or a lower one than HERALD_MARKETING_CAP such as 1/24h "
+                            "(operators and admins by default)", show_default=False)]
+IncludeSuppressedOption = Annotated[bool, typer.Option(
+    "--include-suppressed", help="Also the original's recipients a rule suppressed (the "
+                                 "frequency cap): retarget and correct")]
+
+
 def purpose_of(campaign: dict[str, Any]) -> str:
     """A campaign's purpose as printed: ``legacy`` for one created before purposes."""
     return campaign.get("purpose") or "legacy"
@@ -208,9 +217,12 @@ def create(
     lane: LaneOption = None, purpose: PurposeOption = None,
     rate_per_s: Annotated[int | None, typer.Option(
         help="This campaign's own cap, messages a second", show_default=False)] = None,
+    frequency_cap: FrequencyCapOption = None,
 ) -> None:
     """Create a campaign (sent now) and print its id (its lane and purpose on stderr)."""
     payload: dict[str, Any] = {"title": title, "body": body, "data": _parse_data(data or [])}
+    if frequency_cap is not None:
+        payload["frequency_cap"] = frequency_cap
     if name:
         payload["name"] = name
     if lane is not None:
@@ -316,7 +328,7 @@ def _print_final(campaign: dict[str, Any]) -> None:
     counts = campaign["counts"]
     console.print(f"{campaign['status']}: sent {counts['sent']}, failed {counts['failed']}, "
                   f"unsent {counts['unsent']}{_suppressed(counts, ', ')} of "
-                  f"{counts['targeted']} targeted", highlight=False)
+                  f"{counts['targeted']} targeted", highlight=False, soft_wrap=True)
     if campaign.get("error"):
         console.print(f"reason: {campaign['error']}", highlight=False, markup=False)
 
@@ -344,7 +356,8 @@ def _progress_lines(states: Iterator[dict[str, Any]]) -> dict[str, Any]:
         counts = campaign["counts"]
         console.print(f"{campaign['status']:<11} sent {counts['sent']:>8}  failed "
                       f"{counts['failed']:>6}  unsent {counts['unsent']:>8}"
-                      f"{_suppressed(counts, '  ')}  of {counts['targeted']:>8}", highlight=False)
+                      f"{_suppressed(counts, '  ')}  of {counts['targeted']:>8}", highlight=False,
+                      soft_wrap=True)  # one line per change, however wide
     return campaign
 
 
@@ -451,9 +464,11 @@ IdempotencyOption = Annotated[str | None, typer.Option(
 def _follow_up_body(title: str | None, body: str | None, data: list[str] | None,
                     image_url: str | None, translations: str | None = None,
                     lane: LaneChoice | None = None,
-                    purpose: PurposeChoice | None = None) -> dict[str, Any]:
+                    purpose: PurposeChoice | None = None, frequency_cap: str | None = None,
+                    include_suppressed: bool = False) -> dict[str, Any]:
     given: dict[str, Any] = {
-        "purpose": purpose.value if purpose else None,
+        "purpose": purpose.value if purpose else None, "frequency_cap": frequency_cap,
+        "include_suppressed": include_suppressed or None,
         "title": title, "body": body, "image_url": image_url,
         "data": _parse_data(data) if data else None,
         "translations": _parse_json("--translations", translations) if translations else None,
@@ -495,11 +510,12 @@ def _follow_up_command(action: str, summary: str,
         title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
         image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
         translations: TranslationsOption = None, lane: FollowUpLaneOption = None,
-        purpose: FollowUpPurposeOption = None,
+        purpose: FollowUpPurposeOption = None, frequency_cap: FrequencyCapOption = None,
+        include_suppressed: IncludeSuppressedOption = False,
     ) -> None:
         show(_follow_up(Endpoint(api, api_key), campaign_id, action,
                         _follow_up_body(title, body, data, image_url, translations, lane,
-                                        purpose),
+                                        purpose, frequency_cap, include_suppressed),
                         idempotency_key))
 
 
