@@ -202,8 +202,8 @@ def campaign_line(campaign: dict[str, Any]) -> str:
     counts = campaign["counts"]
     return (f"{campaign['id']}  {campaign['status']:<11} {campaign.get('lane', 'standard'):<8} "
             f"{purpose_of(campaign):<13} "
-            f"sent {counts['sent']:>8}  failed {counts['failed']:>6}  of "
-            f"{counts['targeted']:>8}  {campaign['name'] or ''}")
+            f"sent {counts['sent']:>8}  failed {counts['failed']:>6}"
+            f"{_suppressed(counts, '  ')}  of {counts['targeted']:>8}  {campaign['name'] or ''}")
 
 
 @campaigns.command("create")

@@ -55,3 +55,14 @@ def test_watch_prints_the_suppressed_beside_the_other_counts(
                                 "suppressed", "400", "of", "1000"]
     assert lines[1] == "completed: sent 600, failed 0, unsent 0, suppressed 400 of 1000 targeted"
     assert lines[2] == "completed: sent 600, failed 0, unsent 0 of 1000 targeted"
+
+
+def test_list_prints_the_suppressed_only_when_there_are_some(run: Any) -> None:
+    fake = FakeApi({"items": [FINISHED, {**FINISHED, "id": "d" * 24,
+                                         "counts": {**FINISHED["counts"], "suppressed": 0}}],
+                    "next_cursor": None})
+    result = run(fake, "campaigns", "list")
+    assert result.exit_code == 0, result.output
+    first, second = result.stdout.splitlines()
+    assert "failed      0  suppressed 400  of     1000" in first
+    assert "failed      0  of     1000" in second
