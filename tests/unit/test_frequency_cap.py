@@ -42,6 +42,8 @@ from herald.service_layer.sending.claims import ChunkClaims
 from herald.service_layer.sending.lifecycle import ChunkLifecycle
 from herald.service_layer.sending.window import SendWindow, WindowPolicy
 from herald.service_layer.stopping import PodView, Settler
+from herald.settings import Settings
+from services.sender.main import marketing_cap
 from tests.factories import campaign, paged
 from tests.unit.cap_contract import CapContract
 from tests.unit.fakes import (
@@ -297,3 +299,11 @@ def test_a_staged_rollouts_gate_and_counts_leave_the_suppressed_out() -> None:
     recorded = [None, "suppressed:frequency_cap", "UNAVAILABLE", "suppressed:frequency_cap"]
     assert gate_figures(recorded) == GateFigures(failed=1, attempted=2)
     assert sent_and_failed(recorded) == (1, 1)
+
+
+def test_a_sender_refuses_to_start_with_a_cap_it_cannot_read() -> None:
+    assert marketing_cap(Settings.model_construct(marketing_cap=None)) is None
+    assert marketing_cap(Settings.model_construct(marketing_cap="2/1d")) == parse_cap("2/24h")
+    with pytest.raises(SystemExit, match="invalid configuration\n  HERALD_MARKETING_CAP: "
+                                         "frequency cap '3/24x': '3/24x' is not a window"):
+        marketing_cap(Settings.model_construct(marketing_cap="3/24x"))
