@@ -119,3 +119,7 @@ class RedisFrequencyCaps:
             for person, keys in sends.items():
                 pipe.zrem(self.key(person), *keys)
             await pipe.execute()
+
+    async def forget(self, people: Sequence[str]) -> None:
+        if people:
+            await self._redis.delete(*(self.key(person) for person in people))

@@ -478,3 +478,7 @@ class FrequencyCaps(Protocol):
         """Count these sends (person → send keys) no more: their requests failed or never
         left."""
         ...
+
+    async def forget(self, people: Sequence[str]) -> None:
+        """Everything counted for these people (their erasure)."""
+        ...

@@ -17,8 +17,11 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
 
+from herald.adapters.frequency_caps import RedisFrequencyCaps
 from herald.clock import utcnow
 from herald.domain.access import Role
+from herald.domain.frequency_cap import CapRule, CapWindow, send_key
+from herald.names import RedisKeys
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import final_counts
 from herald.settings import Settings
@@ -149,3 +152,16 @@ async def test_a_retarget_leaves_the_suppressed_out_unless_it_asks_for_them(
                            json={"include_suppressed": True})
     assert amend.status_code == 422 and "retarget it instead" in amend.text
     assert (await api.get("/v1/campaigns")).json()["items"] == before
+
+
+async def test_erasing_a_person_forgets_what_the_cap_counted_for_them(
+        api: httpx.AsyncClient, redis: Any, settings: Settings) -> None:
+    caps = RedisFrequencyCaps(redis, RedisKeys(settings.mongodb_database))
+    a = "a" * 24
+    for person in ("u:dana", "u:eve"):
+        await caps.admit(a, CapRule((CapWindow(3_600, 1),), 3_600),
+                         {person: [send_key(a, 0, 0)]})
+    erased = await api.delete("/v1/users/dana")
+    assert erased.status_code == 200, erased.text
+    assert await redis.exists(caps.key("u:dana")) == 0
+    assert await redis.exists(caps.key("u:eve")) == 1

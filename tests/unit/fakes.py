@@ -762,6 +762,11 @@ class FakeFrequencyCaps:
             for key in keys:
                 self.history.get(person, {}).pop(key, None)
 
+    async def forget(self, people: Sequence[str]) -> None:
+        await _round_trip()
+        for person in people:
+            self.history.pop(person, None)
+
 
 # --- devices -----------------------------------------------------------------------------------
 class FakeDevices:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from herald.clock import utcnow
+from herald.contracts.http import DeviceIn
 from herald.domain.documents import Campaign, CampaignCounts, FollowUpOf, Outcome
 from herald.domain.frequency_cap import (
     NO_CAP,
@@ -33,6 +34,7 @@ from herald.domain.rollout import GateFigures, gate_figures, sent_and_failed
 from herald.domain.status import Status
 from herald.observability import MESSAGES, SUPPRESSED
 from herald.runtime.tracking import WorkTracker
+from herald.service_layer.erasure import erase_user
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import FollowUpSource, audit
 from herald.service_layer.sending.campaigns import CampaignCache
@@ -307,3 +309,13 @@ def test_a_sender_refuses_to_start_with_a_cap_it_cannot_read() -> None:
     with pytest.raises(SystemExit, match="invalid configuration\n  HERALD_MARKETING_CAP: "
                                          "frequency cap '3/24x': '3/24x' is not a window"):
         marketing_cap(Settings.model_construct(marketing_cap="3/24x"))
+
+
+async def test_an_erased_person_is_forgotten_by_the_cap(rig: Rig, stores: Stores) -> None:
+    await stores.devices.upsert([DeviceIn(token="tok-1-0", user_id="user-1", platform="ios")],
+                                utcnow())
+    await rig.send([*people(1), Recipient(token="tok-1-0")])  # as the user, and as the device
+    await rig.send(people(2))
+    assert set(rig.caps.history) == {"u:user-1", "t:tok-1-0", "u:user-2"}
+    await erase_user(stores.devices, stores.chunks, stores.test_sends, "user-1", caps=rig.caps)
+    assert set(rig.caps.history) == {"u:user-2"}
