@@ -117,6 +117,11 @@ class RedisKeys:
         """The event streams a key holds open (a sorted set: stream id by last sign of life)."""
         return f"{self.prefix}event-streams:{key_id}"
 
+    def frequency_cap(self, person_digest: str) -> str:
+        """One person's marketing sends within the cap's windows (a sorted set: send key by
+        the time it was counted, ``herald/adapters/frequency_caps.py``)."""
+        return f"{self.prefix}cap:{person_digest}"
+
     def first_seen(self, kind: str, digest: str) -> str:
         """A broadcast one pod already acted on (one copy, not one per pod): a malformed
         message dead-lettered (``malformed``), an outside tool's request decided (``request``)."""

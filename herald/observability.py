@@ -12,6 +12,7 @@ import sys
 from prometheus_client import Counter, Gauge, Histogram
 
 from herald.domain.fcm_errors import CONFIGURATION_ERRORS, FcmError
+from herald.domain.suppression import Rule
 
 STOPPING_CODES = {*CONFIGURATION_ERRORS, FcmError.UNAUTHENTICATED, FcmError.SENDER_ID_MISMATCH}
 """Codes with which a sender stops a campaign (``herald/service_layer/sending/refusals.py``)."""
@@ -22,6 +23,12 @@ LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10
 MESSAGES = Counter("herald_messages_total",
                    "Recipients recorded by senders, by outcome, error and the campaign's lane",
                    ["outcome", "error", "lane"])
+SUPPRESSED = Counter("herald_recipients_suppressed_total",
+                     "Recipients a rule of Herald's held back at send time, never sent "
+                     "(frequency_cap: the person had as many marketing pushes as "
+                     "HERALD_MARKETING_CAP allows)", ["rule"])
+for _rule in Rule:  # a series from the start: the dashboard shows 0, not nothing
+    SUPPRESSED.labels(_rule.value)
 FIRST_REQUEST_SECONDS = Histogram(
     "herald_first_request_seconds",
     "From when a campaign was due (or approved) to its first FCM request, by lane",

@@ -160,6 +160,13 @@ class Settings(BaseSettings):
     transactional_roles: str = "operator,admin"
     """Roles whose keys may send ``transactional`` campaigns (comma-separated): they reach
     devices that opted out of marketing."""
+    marketing_cap: str | None = None
+    """How many marketing campaigns one person may receive within rolling windows
+    (``3/24h``, ``1/1h,3/24h,10/7d``); unset or empty: no cap. Read by the senders, which
+    refuse to start with one they cannot read (``herald/domain/frequency_cap.py``); every
+    sender of a stack must have the same."""
+    frequency_cap_roles: str = "operator,admin"
+    """Roles whose keys may give a campaign its own frequency cap, or none (comma-separated)."""
     forecast_sender_rate_per_s: PositiveFloat = 1_000.0
     """What one sender is assumed to send in a second for the forecasts (``finishes_in_s``,
     ``eta``) until the api has measured the fleet busy (``adapters/fleet_rate.py``)."""
@@ -228,7 +235,11 @@ class Settings(BaseSettings):
     def transactional_role_names(self) -> frozenset[str]:
         return _role_names(self.transactional_roles)
 
-    @field_validator("urgent_roles", "transactional_roles")
+    @property
+    def frequency_cap_role_names(self) -> frozenset[str]:
+        return _role_names(self.frequency_cap_roles)
+
+    @field_validator("urgent_roles", "transactional_roles", "frequency_cap_roles")
     @classmethod
     def _known_roles(cls, value: str) -> str:
         known = {"viewer", "responder", "operator", "ingest", "admin"}

@@ -142,6 +142,15 @@ FollowUpPurposeOption = Annotated[PurposeChoice | None, typer.Option(
                       "transactional", show_default=False)]
 
 
+FrequencyCapOption = Annotated[str | None, typer.Option(
+    "--frequency-cap", help="This campaign's own cap per person, marketing only: none (not "
+                            "capped), or a lower one than HERALD_MARKETING_CAP such as 1/24h "
+                            "(operators and admins by default)", show_default=False)]
+IncludeSuppressedOption = Annotated[bool, typer.Option(
+    "--include-suppressed", help="Also the original's recipients a rule suppressed (the "
+                                 "frequency cap): retarget and correct")]
+
+
 def purpose_of(campaign: dict[str, Any]) -> str:
     """A campaign's purpose as printed: ``legacy`` for one created before purposes."""
     return campaign.get("purpose") or "legacy"
@@ -193,8 +202,8 @@ def campaign_line(campaign: dict[str, Any]) -> str:
     counts = campaign["counts"]
     return (f"{campaign['id']}  {campaign['status']:<11} {campaign.get('lane', 'standard'):<8} "
             f"{purpose_of(campaign):<13} "
-            f"sent {counts['sent']:>8}  failed {counts['failed']:>6}  of "
-            f"{counts['targeted']:>8}  {campaign['name'] or ''}")
+            f"sent {counts['sent']:>8}  failed {counts['failed']:>6}"
+            f"{_suppressed(counts, '  ')}  of {counts['targeted']:>8}  {campaign['name'] or ''}")
 
 
 @campaigns.command("create")
@@ -208,9 +217,12 @@ def create(
     lane: LaneOption = None, purpose: PurposeOption = None,
     rate_per_s: Annotated[int | None, typer.Option(
         help="This campaign's own cap, messages a second", show_default=False)] = None,
+    frequency_cap: FrequencyCapOption = None,
 ) -> None:
     """Create a campaign (sent now) and print its id (its lane and purpose on stderr)."""
     payload: dict[str, Any] = {"title": title, "body": body, "data": _parse_data(data or [])}
+    if frequency_cap is not None:
+        payload["frequency_cap"] = frequency_cap
     if name:
         payload["name"] = name
     if lane is not None:
@@ -315,7 +327,8 @@ def _print_final(campaign: dict[str, Any]) -> None:
     """The final numbers, and why a campaign failed (FCM's own words when FCM refused it)."""
     counts = campaign["counts"]
     console.print(f"{campaign['status']}: sent {counts['sent']}, failed {counts['failed']}, "
-                  f"unsent {counts['unsent']} of {counts['targeted']} targeted", highlight=False)
+                  f"unsent {counts['unsent']}{_suppressed(counts, ', ')} of "
+                  f"{counts['targeted']} targeted", highlight=False, soft_wrap=True)
     if campaign.get("error"):
         console.print(f"reason: {campaign['error']}", highlight=False, markup=False)
 
@@ -329,9 +342,10 @@ def _progress_bar(states: Iterator[dict[str, Any]]) -> dict[str, Any]:
         task = progress.add_task("campaign", total=None, status="", sent=0, failed=0)
         for campaign in states:
             counts = campaign["counts"]
-            progress.update(task, total=counts["targeted"] or None,
-                            completed=counts["sent"] + counts["failed"], status=campaign["status"],
-                            sent=counts["sent"], failed=counts["failed"])
+            done = counts["sent"] + counts["failed"] + counts.get("suppressed", 0)
+            progress.update(task, total=counts["targeted"] or None, completed=done,
+                            status=campaign["status"], sent=counts["sent"],
+                            failed=counts["failed"])
     return campaign
 
 
@@ -341,9 +355,16 @@ def _progress_lines(states: Iterator[dict[str, Any]]) -> dict[str, Any]:
     for campaign in states:
         counts = campaign["counts"]
         console.print(f"{campaign['status']:<11} sent {counts['sent']:>8}  failed "
-                      f"{counts['failed']:>6}  unsent {counts['unsent']:>8}  of "
-                      f"{counts['targeted']:>8}", highlight=False)
+                      f"{counts['failed']:>6}  unsent {counts['unsent']:>8}"
+                      f"{_suppressed(counts, '  ')}  of {counts['targeted']:>8}", highlight=False,
+                      soft_wrap=True)  # one line per change, however wide
     return campaign
+
+
+def _suppressed(counts: dict[str, Any], separator: str) -> str:
+    """The recipients a rule held back (the frequency cap), when there are any."""
+    held = counts.get("suppressed") or 0
+    return f"{separator}suppressed {held}" if held else ""
 
 
 SSE_READ_TIMEOUT_S = 40.0
@@ -413,7 +434,7 @@ def server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
 @campaigns.command("recipients")
 def recipients(
     campaign_id: str,
-    outcome: Annotated[str, typer.Option(help="sent, failed or unsent")] = "sent",
+    outcome: Annotated[str, typer.Option(help="sent, failed, unsent or suppressed")] = "sent",
     api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
 ) -> None:
     """The audit: one JSON line per recipient with the given outcome."""
@@ -443,9 +464,11 @@ IdempotencyOption = Annotated[str | None, typer.Option(
 def _follow_up_body(title: str | None, body: str | None, data: list[str] | None,
                     image_url: str | None, translations: str | None = None,
                     lane: LaneChoice | None = None,
-                    purpose: PurposeChoice | None = None) -> dict[str, Any]:
+                    purpose: PurposeChoice | None = None, frequency_cap: str | None = None,
+                    include_suppressed: bool = False) -> dict[str, Any]:
     given: dict[str, Any] = {
-        "purpose": purpose.value if purpose else None,
+        "purpose": purpose.value if purpose else None, "frequency_cap": frequency_cap,
+        "include_suppressed": include_suppressed or None,
         "title": title, "body": body, "image_url": image_url,
         "data": _parse_data(data) if data else None,
         "translations": _parse_json("--translations", translations) if translations else None,
@@ -487,11 +510,12 @@ def _follow_up_command(action: str, summary: str,
         title: TitleOption = None, body: BodyOption = None, data: DataOption = None,
         image_url: ImageOption = None, idempotency_key: IdempotencyOption = None,
         translations: TranslationsOption = None, lane: FollowUpLaneOption = None,
-        purpose: FollowUpPurposeOption = None,
+        purpose: FollowUpPurposeOption = None, frequency_cap: FrequencyCapOption = None,
+        include_suppressed: IncludeSuppressedOption = False,
     ) -> None:
         show(_follow_up(Endpoint(api, api_key), campaign_id, action,
                         _follow_up_body(title, body, data, image_url, translations, lane,
-                                        purpose),
+                                        purpose, frequency_cap, include_suppressed),
                         idempotency_key))
 
 

@@ -50,7 +50,8 @@ def _latest(after: Decision | None) -> Document:
 
 def _counts(counts: CampaignCounts) -> Document:
     return {"counts.targeted": counts.targeted, "counts.sent": counts.sent,
-            "counts.failed": counts.failed, "counts.maybe_delivered": counts.maybe_delivered}
+            "counts.failed": counts.failed, "counts.maybe_delivered": counts.maybe_delivered,
+            "counts.suppressed": counts.suppressed}
 
 
 class CampaignStore:
@@ -309,11 +310,12 @@ class CampaignStore:
 
     # --- counting chunks -------------------------------------------------------------------------
     async def count_finished_chunk(self, campaign_id: str, sent: int, failed: int,
-                                   *, done: bool) -> Campaign | None:
+                                   *, done: bool, suppressed: int = 0) -> Campaign | None:
         """Add a finished chunk's outcomes to the live counts (and to the chunks done, if it
         was not cut short by a cancel). Each chunk finishes once, so the counts never drift;
         a campaign already finished keeps the exact counts it was finished with (None)."""
         increments = {"counts.sent": sent, "counts.failed": failed,
+                      "counts.suppressed": suppressed,
                       "progress.chunks_done": 1 if done else 0}
         return maybe(Campaign, await self._campaigns.find_one_and_update(
             {"_id": object_id(campaign_id), "status": {"$in": _STILL_COUNTING}},

@@ -34,10 +34,12 @@ from herald.domain.documents import (
     Delivery,
     Failure,
     Recorded,
+    Suppression,
 )
 from herald.domain.erasure import ErasedPerson
 from herald.domain.messages import Profile, Recipient
 from herald.domain.outcomes import RecipientOutcome
+from herald.domain.suppression import Rule
 
 _WITHOUT_RECIPIENTS = {"recipients": 0}
 ERASED_RECIPIENT = Recipient.erased_placeholder()
@@ -130,13 +132,14 @@ class ChunkStore:
         await self._chunks.update_one({"_id": chunk_id(campaign_id, seq), "owner": pod_id}, update)
 
     async def finish(self, campaign_id: str, seq: int, status: ChunkStatus, sent: int,
-                     failed: int, now: datetime, owner: str | None) -> bool:
+                     failed: int, now: datetime, owner: str | None,
+                     suppressed: int = 0) -> bool:
         """Close a pending chunk this ``owner`` holds; True only for the one that closed it."""
         result = await self._chunks.update_one(
             {"_id": chunk_id(campaign_id, seq), "status": ChunkStatus.PENDING.value,
              "owner": owner},
             {"$set": {"status": status.value, "sent": sent, "failed": failed,
-                      "finished_at": now, "owner": None}})
+                      "suppressed": suppressed, "finished_at": now, "owner": None}})
         return result.modified_count == 1
 
     async def pending(self, campaign_id: str) -> list[ChunkState]:
@@ -204,8 +207,10 @@ class DeliveryStore:
     async def record(self, campaign_id: str, seq: int, pod_id: str,
                      outcomes: Sequence[RecipientOutcome], now: datetime) -> None:
         """Record FCM's answers for recipients of chunk ``seq``, by position."""
-        delivery = Delivery.of(campaign_id, seq, pod_id, now, outcomes)
-        await self._deliveries.insert_one(asdict(delivery))
+        document = asdict(Delivery.of(campaign_id, seq, pod_id, now, outcomes))
+        if not document["suppressed"]:  # a delivery document as before the cap, in most
+            del document["suppressed"]
+        await self._deliveries.insert_one(document)
 
     async def recorded(self, campaign_id: str, seq: int) -> Recorded:
         """Everything recorded for chunk ``seq`` so far."""
@@ -226,4 +231,6 @@ def _delivery(document: dict[str, Any]) -> Delivery:
     return Delivery(
         campaign_id=document["campaign_id"], seq=document["seq"], pod=document["pod"],
         at=document["at"], sent=tuple(document["sent"]),
-        failed=tuple(Failure(f["position"], f["error"]) for f in document["failed"]))
+        failed=tuple(Failure(f["position"], f["error"]) for f in document["failed"]),
+        suppressed=tuple(Suppression(s["position"], Rule(s["rule"]))
+                         for s in document.get("suppressed", ())))

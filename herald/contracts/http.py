@@ -22,6 +22,7 @@ from pydantic import (
 
 from herald.domain.access import OWNER_PATTERN, ActorKind, LogOutcome, Role
 from herald.domain.audience import Audience, Platform
+from herald.domain.frequency_cap import campaign_choice, normalized_choice
 from herald.domain.lanes import Lane
 from herald.domain.locales import LanguageTag
 from herald.domain.payload import (
@@ -128,6 +129,10 @@ class Me(BaseModel):
                                           "(`transactional` only for the roles of "
                                           "HERALD_TRANSACTIONAL_ROLES); none without the "
                                           "campaigns:send scope")
+    frequency_cap: bool = Field(
+        default=False, description="Whether this key may give a campaign its own "
+                                   "`frequency_cap` (`none` or a lower cap): the roles of "
+                                   "HERALD_FREQUENCY_CAP_ROLES with the campaigns:send scope")
 
 
 class LogEntryView(BaseModel):
@@ -251,6 +256,13 @@ PURPOSE = ("Why it is sent: `marketing` (the default) reaches only devices with 
            "`transactional` permission)")
 
 
+FREQUENCY_CAP = ("Omitted: the person cap of HERALD_MARKETING_CAP. `none`: not capped (its sends "
+                 "still count towards the cap); a cap such as `1/24h` or `1/1h,2/7d`: checked "
+                 "together with HERALD_MARKETING_CAP, so it can only lower it. Marketing "
+                 "campaigns only; needs the `frequency_cap` permission (roles of "
+                 "HERALD_FREQUENCY_CAP_ROLES)")
+
+
 LEGACY_TEMPLATE = "legacy_template"
 """Validation context: a schedule's template stored before purposes existed (no conflict)."""
 
@@ -272,11 +284,13 @@ class CampaignTemplate(Content):
                                    description="Optional cap for this campaign alone")
     lane: Lane = Field(default=Lane.STANDARD, description=LANE)
     purpose: Purpose = Field(default=DEFAULT_PURPOSE, description=PURPOSE)
+    frequency_cap: str | None = Field(default=None, max_length=100, description=FREQUENCY_CAP)
 
     @model_validator(mode="after")
     def _purpose_reaches_someone(self, info: ValidationInfo) -> CampaignTemplate:
         if not (info.context or {}).get(LEGACY_TEMPLATE):
             refuse_purpose_conflict(self.audience, self.purpose)
+        self.frequency_cap = campaign_choice(self.frequency_cap, self.purpose)
         return self
 
 
@@ -559,10 +573,15 @@ class CampaignCreated(BaseModel):
 
 
 class Counts(BaseModel):
+    """``targeted = sent + failed + unsent + suppressed``."""
+
     targeted: int
     sent: int
     failed: int
     unsent: int
+    suppressed: int = Field(
+        default=0, description="Held back by a rule at send time and never sent (the "
+                               "frequency cap); listed in the audit with the rule")
     maybe_delivered: int = Field(
         default=0, description="Of the failed, those FCM did not answer in time (TIMEOUT): the "
                                "message may have been delivered. Final counts only")
@@ -759,6 +778,9 @@ class CampaignView(BaseModel):
     purpose: Purpose | None = Field(
         default=None, description=PURPOSE + "; null: created before purposes existed, it "
                                             "reaches what its audience says")
+    frequency_cap: str | None = Field(
+        default=None, description="Its own frequency cap: null, HERALD_MARKETING_CAP's (if "
+                                  "set); `none`, not capped; else a cap checked with it")
     eta: Eta | None = Field(
         default=None, description="While it sends (pending, in_progress), in GET "
                                   "/v1/campaigns/{id}: when its last recipient is expected")
@@ -865,12 +887,34 @@ class RetargetRequest(RetryRequest):
     lane: Lane | None = Field(default=None, description="Omitted: the original's lane. " + LANE)
     purpose: Purpose | None = Field(default=None, description="Omitted: the original's "
                                                               "purpose. " + PURPOSE)
+    frequency_cap: str | None = Field(
+        default=None, max_length=100,
+        description="Omitted: the original's (while the follow-up is marketing). " +
+                    FREQUENCY_CAP)
+    include_suppressed: bool = Field(
+        default=False, description="Also the original's recipients a rule suppressed "
+                                   "(`suppressed` in its audit, e.g. by the frequency cap); "
+                                   "they meet the cap again when sent. Retarget and correct "
+                                   "only")
+
+    @field_validator("frequency_cap")
+    @classmethod
+    def _readable_cap(cls, value: str | None) -> str | None:
+        return None if value is None else normalized_choice(value)
 
 
 class AmendRequest(RetargetRequest):
     """Optional new content for the amend, sent to exactly the recipients FCM accepted the
     original for, with the original's replacement key, so it replaces the original on their
     devices; what is omitted is copied from the original."""
+
+    @field_validator("include_suppressed")
+    @classmethod
+    def _amends_only_the_sent(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("an amend replaces what FCM accepted; a suppressed recipient got "
+                             "nothing to replace (retarget it instead)")
+        return value
 
 
 class CorrectRequest(RetargetRequest):

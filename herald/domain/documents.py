@@ -31,6 +31,7 @@ from herald.domain.purpose import Purpose, reach
 from herald.domain.rendering import Translation, profile_need
 from herald.domain.rollout import Rollout, RolloutProgress
 from herald.domain.status import Status
+from herald.domain.suppression import Rule, is_failure, suppressed_by, suppressed_code
 from herald.domain.timing import Wave
 
 _PROCESS = os.urandom(5).hex()
@@ -68,6 +69,7 @@ class Outcome(StrEnum):
     SENT = "sent"  # FCM accepted the message
     FAILED = "failed"  # FCM refused it (or it was given up on)
     UNSENT = "unsent"  # targeted, but never sent: stopped by a cancel before its turn
+    SUPPRESSED = "suppressed"  # held back by a rule of Herald's (a frequency cap), never sent
 
 
 class FollowUpOf(StrEnum):
@@ -106,10 +108,13 @@ class CampaignCounts:
     maybe_delivered: int = 0
     """Of the failed, those whose request had no answer in time (``TIMEOUT``): FCM may have
     delivered them. Counted in the final counts only."""
+    suppressed: int = 0
+    """Held back by a rule (``domain/suppression.py``): never sent, neither failed nor unsent."""
 
     @property
     def unsent(self) -> int:
-        return max(0, self.targeted - self.sent - self.failed)
+        """``targeted = sent + failed + unsent + suppressed``."""
+        return max(0, self.targeted - self.sent - self.failed - self.suppressed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +233,14 @@ class FollowUp:
 
     campaign_id: str
     outcome: FollowUpOf
+    with_suppressed: bool = False
+    """Also the original's recipients a rule suppressed (a retarget that asked for them)."""
+
+    def size_in(self, counts: CampaignCounts) -> int:
+        """How many recipients it reaches at most, from its original's final counts."""
+        size = {FollowUpOf.UNSENT: counts.unsent, FollowUpOf.SENT: counts.sent,
+                FollowUpOf.NOT_SENT: counts.unsent + counts.failed}[self.outcome]
+        return size + (counts.suppressed if self.with_suppressed else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +313,9 @@ class Campaign:
     purpose: Purpose | None = None
     """Marketing or transactional (``domain/purpose.py``); None: stored before purposes
     existed, it reaches what its audience says."""
+    frequency_cap: str | None = None
+    """Its own frequency cap (``domain/frequency_cap.py``): None, ``HERALD_MARKETING_CAP``;
+    ``none``, not capped; else a cap checked with the setting's."""
     counts: CampaignCounts = CampaignCounts()
     progress: Progress = Progress()
     dispatch: Dispatch = Dispatch()
@@ -425,6 +441,7 @@ class ChunkState:
     another pod taking the chunk over, exactly one succeeds."""
     sent: int = 0
     failed: int = 0
+    suppressed: int = 0
     finished_at: datetime | None = None
     wave_sent: int = -1
     """A staged rollout's last wave whose recipients in this chunk all have an outcome (the
@@ -452,13 +469,20 @@ class Chunk:
 
 
 Recorded = dict[int, str | None]
-"""Outcomes recorded for a chunk: position in the chunk → FCM error, ``None`` meaning sent."""
+"""Outcomes recorded for a chunk: position in the chunk → FCM error, ``None`` meaning sent, or
+the code of the rule that suppressed it (``domain/suppression.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Failure:
     position: int
     error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Suppression:
+    position: int
+    rule: Rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,6 +495,7 @@ class Delivery:
     at: datetime
     sent: tuple[int, ...] = ()
     failed: tuple[Failure, ...] = ()
+    suppressed: tuple[Suppression, ...] = ()
 
     @classmethod
     def of(cls, campaign_id: str, seq: int, pod: str, at: datetime,
@@ -479,7 +504,9 @@ class Delivery:
         return cls(campaign_id=campaign_id, seq=seq, pod=pod, at=at,
                    sent=tuple(o.position for o in outcomes if o.error is None),
                    failed=tuple(Failure(o.position, code) for o in outcomes
-                                if (code := o.code) is not None))
+                                if is_failure(code := o.code) and code is not None),
+                   suppressed=tuple(Suppression(o.position, rule) for o in outcomes
+                                    if (rule := suppressed_by(o.code)) is not None))
 
     def add_to(self, recorded: Recorded) -> Recorded:
         """Add these outcomes to ``recorded``; the first record of a position wins."""
@@ -487,6 +514,8 @@ class Delivery:
             recorded.setdefault(position, None)
         for failure in self.failed:
             recorded.setdefault(failure.position, failure.error)
+        for suppression in self.suppressed:
+            recorded.setdefault(suppression.position, suppressed_code(suppression.rule))
         return recorded
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from herald.domain.fcm_errors import token_is_dead
+from herald.domain.suppression import is_failure, is_suppressed
 
 BUCKETS = 10_000
 """Resolution of a wave bucket: hundredths of a percent."""
@@ -108,11 +109,12 @@ def in_waves_up_to(campaign_id: str, token: str, rollout: Rollout, wave: int) ->
 
 
 def sent_and_failed(errors: Iterable[str | None]) -> tuple[int, int]:
-    """Recorded outcomes counted as the campaign's counts count them."""
+    """Recorded outcomes counted as the campaign's counts count them (a suppressed one is
+    neither)."""
     sent = failed = 0
     for error in errors:
         sent += error is None
-        failed += error is not None
+        failed += is_failure(error)
     return sent, failed
 
 
@@ -120,7 +122,7 @@ def gate_figures(errors: Iterable[str | None]) -> GateFigures:
     """The gate's figures from recorded outcomes (None: sent; else the recorded error)."""
     failed = attempted = 0
     for error in errors:
-        if token_is_dead(error):
+        if token_is_dead(error) or is_suppressed(error):  # suppressed: never attempted
             continue
         attempted += 1
         failed += error is not None

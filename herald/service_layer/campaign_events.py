@@ -22,7 +22,7 @@ from herald.service_layer.queries import campaign as find_campaign
 POLL_S = 0.25
 KEEPALIVE_S = 15.0
 
-Fingerprint = tuple[Status, int, int, int, datetime | None, datetime | None, datetime | None,
+Fingerprint = tuple[Status, int, int, int, int, datetime | None, datetime | None, datetime | None,
                     int, int, int, PauseRecord | None,
                     tuple[int, datetime | None, GateFigures] | None, int | None]
 
@@ -51,7 +51,7 @@ def fingerprint(campaign: Campaign) -> Fingerprint:
     """What a watcher of a campaign sees change."""
     counts, cancel = campaign.counts, campaign.cancel
     rollout = campaign.rollout_progress
-    return (campaign.status, counts.targeted, counts.sent, counts.failed,
+    return (campaign.status, counts.targeted, counts.sent, counts.failed, counts.suppressed,
             cancel.requested_at if cancel else None, cancel.acknowledged_at if cancel else None,
             campaign.finished_at, len(campaign.amended_by), campaign.revision,
             len(campaign.approvals), campaign.pause,

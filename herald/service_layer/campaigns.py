@@ -34,6 +34,7 @@ from herald.domain.documents import (
     LocalTime,
     new_campaign_id,
 )
+from herald.domain.frequency_cap import follow_up_choice
 from herald.domain.lanes import Lane
 from herald.domain.purpose import Purpose, follow_up_purpose
 from herald.domain.rollout import HaltWhen, Rollout, RolloutProgress, RolloutWave
@@ -157,7 +158,7 @@ def new_campaign(*, content: CampaignContent, name: str | None, audience: Audien
                  local_time: LocalTime | None = None, run_key: str | None = None,
                  replace_key: str | None = None, created_by: Actor | None = None,
                  rollout: Rollout | None = None, lane: Lane = Lane.STANDARD,
-                 purpose: Purpose | None = None) -> Campaign:
+                 purpose: Purpose | None = None, frequency_cap: str | None = None) -> Campaign:
     """A fresh campaign, ``scheduled`` if ``due_at`` is in the future, else ``pending``;
     ``replace_key`` is the key it names (None: the one derived from its id). ``purpose`` is
     what the request named or defaulted to (``marketing``, ``contracts/http.py``); None builds
@@ -165,7 +166,8 @@ def new_campaign(*, content: CampaignContent, name: str | None, audience: Audien
     return Campaign(
         id=new_campaign_id(), status=Status.SCHEDULED if due_at > now else Status.PENDING,
         content=content, name=name, audience=audience, follow_up=follow_up,
-        chunk_size=chunk_size, rate_per_s=rate_per_s, lane=lane, purpose=purpose, source=source,
+        chunk_size=chunk_size, rate_per_s=rate_per_s, lane=lane, purpose=purpose,
+        frequency_cap=frequency_cap, source=source,
         schedule_id=schedule_id,
         local_time=local_time, run_key=run_key, replace_key=replace_key,
         created_by=created_by, created_at=now, updated_at=now, due_at=due_at,
@@ -254,11 +256,6 @@ FOLLOW_UP_SOURCES = {FollowUpOf.UNSENT: "retarget", FollowUpOf.SENT: "amend",
 """What each kind of follow-up is called: its ``source``, and its action in the operator log."""
 
 
-FOLLOW_UP_SIZES = {FollowUpOf.UNSENT: lambda c: c.unsent, FollowUpOf.SENT: lambda c: c.sent,
-                   FollowUpOf.NOT_SENT: lambda c: c.unsent + c.failed}
-"""How many recipients each kind of follow-up reaches at most, from its original's counts."""
-
-
 class CampaignCreator:
     def __init__(self, campaigns: NewCampaigns, idempotency: IdempotencyRepository,
                  bus: Bus, approvals: ApprovalGate | None = None) -> None:
@@ -304,7 +301,8 @@ class CampaignCreator:
             follow_up=None, chunk_size=request.chunk_size, rate_per_s=request.rate_per_s,
             due_at=_due_at(request, now), now=now, source="api",
             local_time=_local_time(request), replace_key=request.replace_key, created_by=by,
-            rollout=rollout_of(request.rollout), lane=request.lane, purpose=request.purpose)
+            rollout=rollout_of(request.rollout), lane=request.lane, purpose=request.purpose,
+            frequency_cap=request.frequency_cap)
         if idempotency_key is not None:
             earlier = await self._earlier_campaign(f"{by.id}:{idempotency_key}",
                                                    fingerprint(request), campaign)
@@ -371,12 +369,14 @@ class CampaignCreator:
         if parent is None:
             return None
         counts = parent.counts
-        if counts.unsent == 0 and counts.sent == 0:
+        not_sent = FollowUp(parent.id, FollowUpOf.UNSENT,
+                            with_suppressed=request.include_suppressed).size_in(counts)
+        if not_sent == 0 and counts.sent == 0:
             raise NothingToCorrect(parent.status)
         # Both halves are one correction: the threshold judges them together, never each apart.
-        together = await self._reach_together(parent, counts.unsent + counts.sent)
+        together = await self._reach_together(parent, not_sent + counts.sent)
         retarget = await self._follow_up(parent, request, FollowUpOf.UNSENT, by,
-                                         idempotency_key, together) if counts.unsent else None
+                                         idempotency_key, together) if not_sent else None
         amend = await self._follow_up(parent, request, FollowUpOf.SENT, by,
                                       idempotency_key, together) if counts.sent else None
         return Correction(parent, retarget, amend)
@@ -420,16 +420,20 @@ class CampaignCreator:
         original's recipients split into follow-ups each under the threshold still need one."""
         now = utcnow()
         source = FOLLOW_UP_SOURCES[of]
+        follow_up = FollowUp(parent.id, of, with_suppressed=(
+            request.include_suppressed and of is FollowUpOf.UNSENT))
+        purpose = follow_up_purpose(request.purpose, parent.purpose, parent.reach)
         campaign = new_campaign(
             content=_follow_up_content(request, parent.content, parent.sent_with_key),
             name=request.name or f"{parent.name or parent.id} ({source})",
-            audience=None, follow_up=FollowUp(parent.id, of),
+            audience=None, follow_up=follow_up,
             chunk_size=request.chunk_size or parent.chunk_size, rate_per_s=parent.rate_per_s,
             due_at=now, now=now, source=source, schedule_id=parent.schedule_id,
             replace_key=parent.sent_with_key, created_by=by,
             rollout=follow_up_rollout(request, parent), lane=request.lane or parent.lane,
-            purpose=follow_up_purpose(request.purpose, parent.purpose, parent.reach))
-        size = FOLLOW_UP_SIZES[of](parent.counts)
+            purpose=purpose,
+            frequency_cap=follow_up_choice(request.frequency_cap, parent.frequency_cap, purpose))
+        size = follow_up.size_in(parent.counts)
         if together is None:
             together = await self._reach_together(parent, size)
         campaign = await self.held_if_large(campaign, size, together)

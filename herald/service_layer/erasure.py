@@ -6,7 +6,8 @@ too); in every chunk of every campaign, each recipient with one of those devices
 with the user id is replaced by the erased placeholder (no token, no user id, no profile:
 ``Recipient.erased_placeholder``), in the place it had; in every test send, each outcome of
 one of those devices or with the user id loses its device id, token suffix and user id.
-Deliveries name recipients by position only and keep them. A recount (``final_counts``) reads
+Deliveries name recipients by position only and keep them; what the frequency cap counted for
+them (under a digest of their user id or tokens) is deleted. A recount (``final_counts``) reads
 positions and chunk sizes, so it finds the same numbers; the audit and every follow-up
 (retarget, amend, correct, retry) skip the placeholders, so nobody erased is listed or sent to
 again.
@@ -28,7 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from herald.domain.erasure import ErasedPerson
-from herald.service_layer.ports import ChunkRepository, DeviceRepository, TestSendRepository
+from herald.domain.frequency_cap import person_of as cap_person
+from herald.service_layer.ports import (
+    ChunkRepository,
+    DeviceRepository,
+    FrequencyCaps,
+    TestSendRepository,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +53,16 @@ class Erasure:
 
 
 async def erase_user(devices: DeviceRepository, chunks: ChunkRepository,
-                     test_sends: TestSendRepository, user_id: str) -> Erasure:
+                     test_sends: TestSendRepository, user_id: str,
+                     caps: FrequencyCaps | None = None) -> Erasure:
     """Erase the person ``user_id``: their records first, their devices last. Idempotent: a
     second call finds nothing more and answers zeros."""
     person = await person_of(devices, user_id)
     recipients = await chunks.erase(person)
     test_outcomes = await test_sends.erase(person)
+    if caps is not None:  # counted as the user, or as a device before it had a user id
+        await caps.forget([cap_person(user_id, ""),
+                           *(cap_person(None, token) for token in sorted(person.tokens))])
     removed = await devices.delete_of_user(user_id)
     recipients += await chunks.erase(person)  # a chunk paged from the devices meanwhile
     return Erasure(removed, recipients, test_outcomes)

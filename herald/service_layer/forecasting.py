@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from herald.clock import utcnow
-from herald.domain.documents import Campaign, FollowUpOf
+from herald.domain.documents import Campaign
 from herald.domain.forecast import FleetRates, Job, Phase, finishes_in_s, rollout_phases
 from herald.domain.lanes import Lane
 from herald.domain.rollout import Rollout
@@ -90,7 +90,7 @@ def recorded(campaign: Campaign) -> int:
     sent, failed = counts.sent, counts.failed
     if rollout is not None:
         sent, failed = max(sent, rollout.sent), max(failed, rollout.failed)
-    return sent + failed
+    return sent + failed + counts.suppressed
 
 
 def known_size(campaign: Campaign) -> int | None:
@@ -213,9 +213,7 @@ class Forecaster:
         original = await self._campaigns.get(follow_up.campaign_id)
         if original is None:
             return 0
-        counts = original.counts
-        return {FollowUpOf.UNSENT: counts.unsent, FollowUpOf.SENT: counts.sent,
-                FollowUpOf.NOT_SENT: counts.unsent + counts.failed}[follow_up.outcome]
+        return follow_up.size_in(original.counts)
 
 
 async def _forecast(job: Job, load: Load) -> Forecast:

@@ -39,6 +39,7 @@ from herald.domain.documents import (
 )
 from herald.domain.erasure import ErasedPerson
 from herald.domain.fcm_errors import SendResult
+from herald.domain.frequency_cap import CapRule
 from herald.domain.lanes import Lane, Route
 from herald.domain.messages import CancelCampaign, Profile, ProfileNeed, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
@@ -149,7 +150,7 @@ class CampaignCompletion(CampaignLookup, Protocol):
     """Counting finished chunks and finishing a campaign once (``completion.py``)."""
 
     async def count_finished_chunk(self, campaign_id: str, sent: int, failed: int, *,
-                                   done: bool) -> Campaign | None: ...
+                                   done: bool, suppressed: int = 0) -> Campaign | None: ...
     async def mark_first_request(self, campaign_id: str, at: datetime) -> bool:
         """Note when the campaign's first FCM request started: True for the one pod that
         noted it first."""
@@ -225,7 +226,8 @@ class ChunkRepository(Protocol):
                     until: datetime) -> int | None: ...
     async def release(self, campaign_id: str, seq: int, pod_id: str, *, refund: bool) -> None: ...
     async def finish(self, campaign_id: str, seq: int, status: ChunkStatus, sent: int,
-                     failed: int, now: datetime, owner: str | None) -> bool: ...
+                     failed: int, now: datetime, owner: str | None,
+                     suppressed: int = 0) -> bool: ...
     def in_order(self, campaign_id: str) -> AsyncIterator[Chunk]: ...
     async def count_closed(self, campaign_id: str) -> int: ...
     async def pending_everywhere(self) -> list[ChunkState]:
@@ -502,4 +504,26 @@ class RateLimits(Protocol):
     def for_lane(self, lane: Lane) -> tuple[RateBucket, ...]:
         """The buckets a request of ``lane`` takes from: the project's rate, and for ``bulk``
         first its share of it (the rest is kept for urgent sends)."""
+        ...
+
+
+class FrequencyCaps(Protocol):
+    """Each person's marketing pushes within the cap's windows, shared by every sender
+    (``domain/frequency_cap.py``)."""
+
+    async def admit(self, campaign_id: str, rule: CapRule,
+                    people: Mapping[str, Sequence[str]], now_s: float | None = None
+                    ) -> set[str]:
+        """The people of ``people`` (person → the send keys of this batch that reach them)
+        that ``rule`` lets ``campaign_id`` reach, their sends counted, in one atomic step for
+        the whole batch; ``now_s`` None: the store's own clock."""
+        ...
+
+    async def release(self, sends: Mapping[str, Sequence[str]]) -> None:
+        """Count these sends (person → send keys) no more: their requests failed or never
+        left."""
+        ...
+
+    async def forget(self, people: Sequence[str]) -> None:
+        """Everything counted for these people (their erasure)."""
         ...

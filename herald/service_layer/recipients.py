@@ -4,8 +4,10 @@ Two questions share this module because each answers part of the other:
 - *recipient sources*: the ordered, resumable stream of recipients a dispatcher pages into chunks
   (an audience over the device registry, or some recipients of an earlier campaign, read from
   its audit);
-- *the audit*: per recipient, ``sent``/``failed`` as recorded from FCM's answers, and ``unsent``
-  for everyone targeted (in a chunk, or still in the source past the last chunk) but not recorded.
+- *the audit*: per recipient, ``sent``/``failed`` as recorded from FCM's answers,
+  ``suppressed`` as recorded by the rule that held it back (``domain/suppression.py``), and
+  ``unsent`` for everyone targeted (in a chunk, or still in the source past the last chunk) but
+  not recorded.
 Final counts are computed from the audit itself, so the numbers and the lists never disagree.
 Freezing what a cancelled campaign never paged is ``freezing.py``'s.
 """
@@ -31,6 +33,7 @@ from herald.domain.fcm_errors import FcmError, token_is_unusable
 from herald.domain.locales import LocaleMatcher
 from herald.domain.messages import Profile, ProfileNeed, Recipient
 from herald.domain.rendering import DEFAULT_VARIANT
+from herald.domain.suppression import Rule, is_failure, is_suppressed, suppressed_by
 from herald.domain.timing import Wave
 from herald.service_layer.ports import CampaignRecords
 
@@ -49,10 +52,13 @@ class RecipientLine:
     erased: bool = False
     """The recipient's person was erased (``erasure.py``): a placeholder, counted in its place
     and never listed nor sent to."""
+    rule: Rule | None = None
+    """What suppressed it (``suppressed`` only)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"token": self.token, "user_id": self.user_id, "outcome": self.outcome.value,
-                "error": self.error, "variant": self.variant}
+                "error": self.error, "variant": self.variant,
+                "rule": None if self.rule is None else self.rule.value}
 
 
 class Variants:
@@ -101,7 +107,8 @@ class AudienceSource:
 class FollowUpSource:
     """Some recipients of a finished campaign, by position in its audit: the unsent ones
     (retarget); with ``of=NOT_SENT`` also those that failed for a reason other than their token
-    (retry); with ``of=SENT`` those FCM accepted (amend).
+    (retry); with ``of=SENT`` those FCM accepted (amend). ``with_suppressed`` adds, after
+    those, the ones a rule suppressed (a retarget that asks for them).
 
     The positions stay valid across pages because a finished campaign's records no longer
     change (``CampaignCreator.correct`` says why)."""
@@ -111,11 +118,13 @@ class FollowUpSource:
     per device (one ``$in`` on MongoDB; one scan of the devices on nx-27017)."""
 
     def __init__(self, stores: CampaignRecords, parent: Campaign,
-                 of: FollowUpOf = FollowUpOf.UNSENT, need: ProfileNeed | None = None) -> None:
+                 of: FollowUpOf = FollowUpOf.UNSENT, need: ProfileNeed | None = None,
+                 *, with_suppressed: bool = False) -> None:
         self._stores = stores
         self._parent = parent
         self._of = of
         self._need = need
+        self._with_suppressed = with_suppressed
 
     async def stream(self, after: Cursor) -> AsyncGenerator[tuple[Cursor, Recipient], None]:
         skip = after if isinstance(after, int) else 0
@@ -147,16 +156,16 @@ class FollowUpSource:
 
     async def _lines(self) -> AsyncIterator[RecipientLine]:
         """The parent's lines this follow-up is of, erased ones included (to keep places)."""
-        if self._of is FollowUpOf.SENT:
-            async for line in audit(self._stores, self._parent, Outcome.SENT, in_place=True):
-                yield line
-            return
-        if self._of is FollowUpOf.NOT_SENT:
-            async for line in audit(self._stores, self._parent, Outcome.FAILED, in_place=True):
-                if not token_is_unusable(line.error):
+        for outcome in self._outcomes():
+            async for line in audit(self._stores, self._parent, outcome, in_place=True):
+                if outcome is not Outcome.FAILED or not token_is_unusable(line.error):
                     yield line
-        async for line in audit(self._stores, self._parent, Outcome.UNSENT, in_place=True):
-            yield line
+
+    def _outcomes(self) -> list[Outcome]:
+        """The parent's outcomes it reaches, in the order its positions count them."""
+        outcomes = {FollowUpOf.SENT: [Outcome.SENT], FollowUpOf.UNSENT: [Outcome.UNSENT],
+                    FollowUpOf.NOT_SENT: [Outcome.FAILED, Outcome.UNSENT]}[self._of]
+        return [*outcomes, Outcome.SUPPRESSED] if self._with_suppressed else outcomes
 
 
 class LocalTimeSource:
@@ -211,7 +220,8 @@ async def source_for(stores: CampaignRecords, campaign: Campaign,
         parent = await stores.campaigns.get(campaign.follow_up.campaign_id)
         if parent is None:
             raise LookupError(f"campaign {campaign.follow_up.campaign_id} is gone")
-        return FollowUpSource(stores, parent, campaign.follow_up.outcome, need)
+        return FollowUpSource(stores, parent, campaign.follow_up.outcome, need,
+                              with_suppressed=campaign.follow_up.with_suppressed)
     audience = campaign.reach or Audience()
     dispatch = campaign.dispatch
     if campaign.local_time is not None and dispatch.waves is not None:
@@ -252,11 +262,14 @@ class _Lookahead:
 
 
 def outcome_of(recorded: Recorded, position: int) -> tuple[Outcome, str | None]:
-    """The audit's outcome of the recipient at ``position`` of a chunk, and its error."""
+    """The audit's outcome of the recipient at ``position`` of a chunk, and its error (or,
+    suppressed, the code of its rule)."""
     if position not in recorded:
         return Outcome.UNSENT, None
     error = recorded[position]
-    return (Outcome.SENT, None) if error is None else (Outcome.FAILED, error)
+    if error is None:
+        return Outcome.SENT, None
+    return (Outcome.SUPPRESSED if is_suppressed(error) else Outcome.FAILED), error
 
 
 async def audit(stores: CampaignRecords, campaign: Campaign, outcome: Outcome, *,
@@ -277,8 +290,10 @@ async def audit(stores: CampaignRecords, campaign: Campaign, outcome: Outcome, *
         for position, recipient in enumerate(chunk.recipients):
             found, error = outcome_of(recorded, position)
             if found is outcome and (in_place or not recipient.erased):
-                yield RecipientLine(recipient.token, recipient.user_id, found, error,
-                                    variants.of(recipient), erased=bool(recipient.erased))
+                rule = suppressed_by(error)
+                yield RecipientLine(recipient.token, recipient.user_id, found,
+                                    None if rule else error, variants.of(recipient),
+                                    erased=bool(recipient.erased), rule=rule)
     if outcome is Outcome.UNSENT and campaign.source_not_exhausted:
         source = await source_for(stores, campaign, need=_variant_need(campaign))
         async for _, recipient in source.stream(after=cursor):
@@ -298,7 +313,9 @@ async def variants_of(stores: CampaignRecords, campaign: Campaign,
     would have got): the languages a follow-up of them affects. A campaign without
     translations has only ``default``, counted without reading the audit."""
     if not campaign.content.translations:
-        count = campaign.counts.sent if outcome is Outcome.SENT else campaign.counts.unsent
+        count = {Outcome.SENT: campaign.counts.sent, Outcome.FAILED: campaign.counts.failed,
+                 Outcome.SUPPRESSED: campaign.counts.suppressed}.get(outcome,
+                                                                    campaign.counts.unsent)
         return {DEFAULT_VARIANT: count} if count else {}
     counted: Counter[str] = Counter()
     async for line in audit(stores, campaign, outcome):
@@ -332,13 +349,15 @@ async def targeted(stores: CampaignRecords, campaign: Campaign) -> int:
 
 async def final_counts(stores: CampaignRecords, campaign: Campaign) -> FinalCounts:
     """Exact counts from the records (what the audit lists), read once a campaign is finished."""
-    sent = failed = retryable = maybe_delivered = 0
+    sent = failed = suppressed = retryable = maybe_delivered = 0
     async for _, group in _recorded_by_chunk(stores, campaign.id):
-        errors = [error for error in group.values() if error is not None]
-        sent += len(group) - len(errors)
+        errors = [error for error in group.values() if is_failure(error)]
+        held = sum(map(is_suppressed, group.values()))
+        sent += len(group) - len(errors) - held
         failed += len(errors)
+        suppressed += held
         retryable += sum(not token_is_unusable(error) for error in errors)
         maybe_delivered += errors.count(FcmError.TIMEOUT.value)
     counts = CampaignCounts(targeted=await targeted(stores, campaign), sent=sent, failed=failed,
-                    maybe_delivered=maybe_delivered)
+                            maybe_delivered=maybe_delivered, suppressed=suppressed)
     return FinalCounts(counts, failed_not_by_token=retryable)

@@ -171,7 +171,8 @@ class Scheduling:
             rate_per_s=template.rate_per_s, due_at=occurrence, now=now, source="schedule",
             schedule_id=schedule.id, run_key=run_key(schedule, occurrence),
             created_by=schedule.created_by, lane=template.lane,
-            purpose=template_purpose(schedule.template))
+            purpose=template_purpose(schedule.template),
+            frequency_cap=template.frequency_cap if schedule.template.get("purpose") else None)
         # A large run (its audience counted now) waits, awaiting_approval, for a person other
         # than the schedule's creator and whoever wrote its template.
         held = await self._creator.held_if_large(

@@ -19,6 +19,7 @@ from herald.adapters.archives import archive_target
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.fleet_gauges import FleetReading, QueueDepths, refresh_fleet_gauges
 from herald.adapters.fleet_rate import BUSY_CHUNKS_PER_SENDER, FleetRate
+from herald.adapters.frequency_caps import RedisFrequencyCaps
 from herald.adapters.rate_limit import Budget, FailedAuthentications, Rate, RequestBudget, TokenBucket
 from herald.adapters.redis import StreamSlots
 from herald.clock import utcnow
@@ -161,6 +162,7 @@ def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient,
             settings.api_auth_failures_per_min / 60, settings.api_auth_failure_burst)),
         stream_slots=StreamSlots(resources.redis, resources.keys, settings.api_streams_per_key,
                                  stale_s=STREAM_STALE_S),
+        frequency_caps=RedisFrequencyCaps(resources.redis, resources.keys),
         body_checks=BodyChecks())
 
 

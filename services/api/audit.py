@@ -27,7 +27,8 @@ from herald.domain.documents import Outcome
 from herald.service_layer.recipients import RecipientLine
 
 LINES_PER_WRITE = 500
-COLUMNS = ("token", "user_id", "outcome", "error", "variant")
+COLUMNS = ("token", "user_id", "outcome", "error", "variant", "rule")
+"""``rule``: what held a ``suppressed`` recipient back (``frequency_cap``); empty otherwise."""
 
 
 class AuditFormat(StrEnum):
@@ -90,7 +91,8 @@ def neutralised(cell: str) -> str:
 
 def _csv_block(block: list[RecipientLine]) -> bytes:
     return _csv_rows([(neutralised(line.token), neutralised(line.user_id or ""),
-                       line.outcome.value, neutralised(line.error or ""), line.variant)
+                       line.outcome.value, neutralised(line.error or ""), line.variant,
+                       line.rule.value if line.rule else "")
                       for line in block])
 
 

@@ -107,6 +107,19 @@ def require_purpose(caller: Caller, purpose: Purpose | None,
                        f"{', '.join(sorted(transactional_roles)) or 'none'})")
 
 
+def require_frequency_cap(caller: Caller, choice: str | None,
+                          frequency_cap_roles: frozenset[str]) -> None:
+    """Only keys of the roles in ``HERALD_FREQUENCY_CAP_ROLES`` (operator and admin by
+    default) give a campaign its own frequency cap, or none (``none`` sends past the cap
+    every person's other campaigns count towards): 403 ``frequency_cap_not_allowed`` for
+    any other."""
+    if choice is not None and caller.key.role.value not in frequency_cap_roles:
+        raise ApiError(403, "frequency_cap_not_allowed",
+                       f"the key {caller.key.name!r} ({caller.key.role.value}) may not set a "
+                       f"campaign's frequency_cap (roles allowed: "
+                       f"{', '.join(sorted(frequency_cap_roles)) or 'none'})")
+
+
 def _caller(request: Request, key: ApiKey) -> Caller:
     on_behalf_of = request.headers.get(ON_BEHALF_OF_HEADER)
     return Caller(key=key, address=request.client.host if request.client else None,

@@ -48,6 +48,7 @@ from herald.service_layer.erasure import Erasure, erase_user, unregister_device
 from herald.service_layer.forecasting import Forecaster
 from herald.service_layer.ports import (
     ApiKeyRepository,
+    FrequencyCaps,
     OperatorLogRepository,
     PodRegistry,
     Stores,
@@ -80,6 +81,7 @@ class AppServices:
     request_budget: RequestBudget
     failed_authentications: FailedAuthentications
     stream_slots: StreamSlots
+    frequency_caps: FrequencyCaps
     approvals: ApprovalGate
     test_sender: TestSender
     forecaster: Forecaster
@@ -108,6 +110,9 @@ UrgentRoles = Annotated[frozenset[str], provided(lambda s: s.settings.urgent_rol
 TransactionalRoles = Annotated[frozenset[str],
                                provided(lambda s: s.settings.transactional_role_names)]
 """Roles whose keys may send transactional campaigns (``HERALD_TRANSACTIONAL_ROLES``)."""
+FrequencyCapRoles = Annotated[frozenset[str],
+                              provided(lambda s: s.settings.frequency_cap_role_names)]
+"""Roles whose keys may give a campaign its own frequency cap (``HERALD_FREQUENCY_CAP_ROLES``)."""
 Creator = Annotated[CampaignCreator, provided(lambda s: s.creator)]
 """Create, retry, retarget, amend, correct."""
 CancelUseCase = Annotated[Callable[..., Awaitable[Decided[CancelDecision]]],
@@ -152,7 +157,8 @@ RegisterDevices = Annotated[Callable[[Sequence[DeviceIn]], Awaitable[UpsertCount
 UnregisterDevice = Annotated[Callable[[str], Awaitable[bool]],
                              provided(lambda s: partial(unregister_device, s.stores.devices))]
 EraseUser = Annotated[Callable[[str], Awaitable[Erasure]], provided(lambda s: partial(
-    erase_user, s.stores.devices, s.stores.chunks, s.stores.test_sends))]
+    erase_user, s.stores.devices, s.stores.chunks, s.stores.test_sends,
+    caps=s.frequency_caps))]
 """A person leaves: their devices, and their place in every record (``erasure.py``)."""
 AudienceSplit = Annotated[
     Callable[[Audience, Sequence[str]], Awaitable[tuple[int, dict[str, int] | None]]],

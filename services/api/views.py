@@ -53,7 +53,8 @@ def counts_of(campaign: Campaign) -> Counts:
 
 def _counts(counts: CampaignCounts) -> Counts:
     return Counts(targeted=counts.targeted, sent=counts.sent, failed=counts.failed,
-                  unsent=counts.unsent, maybe_delivered=counts.maybe_delivered)
+                  unsent=counts.unsent, maybe_delivered=counts.maybe_delivered,
+                  suppressed=counts.suppressed)
 
 
 def campaign_view(campaign: Campaign) -> CampaignView:
@@ -76,7 +77,7 @@ def campaign_view(campaign: Campaign) -> CampaignView:
                           requested_by=actor_view(cancel.requested_by),
                           on_behalf_of=cancel.on_behalf_of) if cancel else None,
         pause=pause_info(campaign.pause), rate_per_s=campaign.rate_per_s, lane=campaign.lane,
-        purpose=campaign.purpose,
+        purpose=campaign.purpose, frequency_cap=campaign.frequency_cap,
         rollout=rollout_view(campaign),
         created_by=actor_view(campaign.created_by), edited_by=actor_view(campaign.edited_by),
         schedule_id=campaign.schedule_id,
@@ -154,8 +155,16 @@ def correct_result(correction: Correction, *, retarget: dict[str, int],
     affects (the original's recipients in it, by variant)."""
     counts = correction.original.counts
     return CorrectResult(campaign_id=correction.original.id,
-                         retarget=follow_up_created(correction.retarget, counts.unsent, retarget),
+                         retarget=follow_up_created(correction.retarget,
+                                                    _expected(correction.retarget, counts),
+                                                    retarget),
                          amend=follow_up_created(correction.amend, counts.sent, amend))
+
+
+def _expected(follow_up: Campaign | None, original: CampaignCounts) -> int:
+    """What a follow-up reaches of its original's final counts."""
+    return 0 if follow_up is None or follow_up.follow_up is None else \
+        follow_up.follow_up.size_in(original)
 
 
 def follow_up_created(campaign: Campaign | None, expected: int,

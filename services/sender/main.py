@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 
 from faststream.rabbit.annotations import RabbitMessage
 from pydantic import ValidationError
@@ -12,7 +13,9 @@ from pydantic import ValidationError
 from herald import names
 from herald.adapters import fcm, rabbit
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
+from herald.adapters.frequency_caps import RedisFrequencyCaps
 from herald.adapters.rate_limit import RedisRateLimits as RateLimits
+from herald.domain.frequency_cap import Cap, CapSpecInvalid, setting_cap
 from herald.domain.lanes import Route
 from herald.domain.messages import SendChunk
 from herald.domain.status import Verdict
@@ -20,12 +23,14 @@ from herald.observability import CHUNKS_DEFERRED
 from herald.runtime.worker import PodParts, Worker
 from herald.service_layer.ports import Bus
 from herald.service_layer.sending.campaigns import CampaignCache
+from herald.service_layer.sending.capping import Capping
 from herald.service_layer.sending.chunk import ChunkSender, SendingPolicy, Settlement
 from herald.service_layer.sending.claims import ChunkClaims
 from herald.service_layer.sending.dead_chunks import DeadChunks
 from herald.service_layer.sending.lifecycle import ChunkLifecycle
 from herald.service_layer.sending.refusals import CampaignRefusals
 from herald.service_layer.sending.window import SendWindow, WindowPolicy
+from herald.settings import Settings
 from services.sender.dead_letters import DeadChunkConsumer
 
 log = logging.getLogger(__name__)
@@ -147,8 +152,17 @@ def channel_closed(message: RabbitMessage) -> bool:
     return bool(message.raw_message.channel.is_closed)
 
 
+def marketing_cap(settings: Settings) -> Cap | None:
+    """``HERALD_MARKETING_CAP`` read, or an exit naming what is wrong (as for any setting)."""
+    try:
+        return setting_cap(settings.marketing_cap)
+    except CapSpecInvalid as exc:
+        sys.exit(f"herald: invalid configuration\n  HERALD_MARKETING_CAP: {exc}")
+
+
 def compose(parts: PodParts) -> Sender:
     settings, resources, pod_id = parts.settings, parts.resources, parts.identity.id
+    cap = marketing_cap(settings)  # before anything is opened
     stores, broker = resources.stores, resources.broker
     session = fcm.open_session(settings)
     tokens = fcm.access_tokens(settings)
@@ -168,9 +182,10 @@ def compose(parts: PodParts) -> Sender:
                            heartbeat_interval_s=settings.heartbeat_interval_s)
     refusals = CampaignRefusals(parts.view, parts.decider.stop_for_error,
                                 parts.background.spawn)
+    capping = Capping(RedisFrequencyCaps(resources.redis, resources.keys), cap)
     chunks = ChunkSender(lifecycle, CampaignCache(stores.campaigns, parts.view), window, limits,
                          claims, parts.tracker.working_on, policy, refusals, parts.fence,
-                         settle=parts.settler.settle)
+                         settle=parts.settler.settle, capping=capping)
     closing = contextlib.AsyncExitStack()
     closing.push_async_callback(session.close)
     closing.callback(client.close)

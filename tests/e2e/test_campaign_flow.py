@@ -31,7 +31,8 @@ def test_every_targeted_device_gets_exactly_one_message_and_the_audit_agrees(
     assert set(per_token) == targeted, "a targeted device was missed or another device was sent"
     assert set(per_token.values()) == {1}, "some device got more than one request"
     assert campaign["counts"] == {"targeted": len(targeted), "sent": len(targeted - refused),
-                                  "failed": len(refused), "unsent": 0, "maybe_delivered": 0}
+                                  "failed": len(refused), "unsent": 0, "maybe_delivered": 0,
+                                  "suppressed": 0}
     assert sorted(api.audit_tokens(campaign_id, "sent")) == sorted(accepted(emulator.received()))
     assert set(api.audit_tokens(campaign_id, "failed")) == refused
     assert api.audit_tokens(campaign_id, "unsent") == []
@@ -49,5 +50,5 @@ def test_tokens_fcm_refused_are_never_targeted_again(stack: Stack, fleet: Fleet,
     live = {d["token"] for d in population if d["push_enabled"] and not dead(d["token"])}
     assert first["counts"]["failed"] > 0
     assert second["counts"] == {"targeted": len(live), "sent": len(live), "failed": 0, "unsent": 0,
-                                "maybe_delivered": 0}
+                                "maybe_delivered": 0, "suppressed": 0}
     assert set(requests_per_token(emulator)) == live

@@ -562,3 +562,25 @@ def test_urgent_is_offered_only_to_the_roles_allowed_and_shown_wherever_the_camp
     finally:
         pages.close()
         console_stack.processes.pop("api-lanes").terminate(timeout_s=15)
+
+
+def test_suppressed_recipients_are_shown_beside_sent_failed_and_unsent(
+        pages: PageMaker, admin: Api, operator_key: str) -> None:
+    """Issue 32, point 2: a second campaign capped at one a day to the same 20 people holds all
+    of them back; the console counts them apart, in the list and on the campaign's page, and
+    offers their audit."""
+    audience = {"user_ids": [f"user-{i}" for i in range(9_980, 10_000)]}
+    first = admin.create_campaign(audience=audience, frequency_cap="1/24h")
+    assert admin.wait_finished(first, timeout_s=30)["counts"]["sent"] == 20
+    second = admin.create_campaign(audience=audience, frequency_cap="1/24h")
+    assert admin.wait_finished(second, timeout_s=30)["counts"]["suppressed"] == 20
+    page = pages.signed_in(operator_key)
+    pages.open(page, f"#/campaigns/{second}")
+    expect(page.locator("#count-suppressed")).to_have_text("20")
+    assert [shown_count(page, k) for k in ("targeted", "sent", "failed", "unsent")] == [
+        20, 0, 0, 0]
+    expect(page.locator("button[data-outcome=suppressed][data-format=csv]")).to_be_visible()
+    screenshot(page, "campaign-suppressed")
+    page.click("#nav a[data-page=campaigns]")
+    cells = page.locator(f"#campaigns tr[data-id='{second}'] td.num")
+    expect(cells).to_have_text(["0", "0", "0", "20", "20"])

@@ -130,6 +130,6 @@ def test_a_person_erased_while_their_campaign_is_paused_is_never_sent_to(
 
     assert not theirs & {received.token for received in emulator.received()}
     assert campaign["counts"] == {"targeted": 197 + in_chunks, "sent": 197, "failed": in_chunks,
-                                  "unsent": 0, "maybe_delivered": 0}
+                                  "unsent": 0, "maybe_delivered": 0, "suppressed": 0}
     assert len(api.audit(campaign_id, "sent")) == 197
     assert api.audit(campaign_id, "failed") == []  # their places are counted, not listed

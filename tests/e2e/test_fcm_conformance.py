@@ -85,7 +85,7 @@ def test_a_configuration_error_stops_the_campaign_and_retires_no_token(
     assert 0 < len(requests) <= SENDERS * CONNECTIONS  # one window per sender, no more
     counts = campaign["counts"]
     assert counts == {"targeted": 3_000, "sent": 0, "failed": len(requests),
-                      "unsent": 3_000 - len(requests), "maybe_delivered": 0}
+                      "unsent": 3_000 - len(requests), "maybe_delivered": 0, "suppressed": 0}
     failed = api.audit(campaign_id, "failed")
     assert sorted(line["token"] for line in failed) == sorted(r.token for r in requests)
     assert {line["error"] for line in failed} == {fault}

@@ -108,7 +108,7 @@ def _resume_and_finish(api: Api, emulator: EmulatorClient, campaign_id: str,
     assert set(per_token) == tokens, "nobody skipped"
     assert set(per_token.values()) == {1}, "nobody twice"
     assert campaign["counts"] == {"targeted": population_size, "sent": population_size,
-                                  "failed": 0, "unsent": 0, "maybe_delivered": 0}
+                                  "failed": 0, "unsent": 0, "maybe_delivered": 0, "suppressed": 0}
     assert sorted(api.audit_tokens(campaign_id, "sent")) == sorted(tokens)
 
 

@@ -167,6 +167,6 @@ def test_a_dispatcher_killed_while_paused_is_replaced_and_each_device_reached_on
     delivered = accepted(pipe_emulator.received())
     assert campaign["status"] == "completed"
     assert campaign["counts"] == {"targeted": 8_000, "sent": 8_000, "failed": 0, "unsent": 0,
-                                  "maybe_delivered": 0}
+                                  "maybe_delivered": 0, "suppressed": 0}
     assert set(delivered) == {d["token"] for d in population}
     assert set(delivered.values()) == {1}

@@ -61,7 +61,8 @@ def test_30_percent_of_old_project_tokens_in_a_2_percent_wave_never_stop_the_cam
     campaign = api.wait_finished(campaign_id, timeout_s=60)
     assert campaign["status"] == "completed", campaign.get("error")
     assert campaign["counts"] == {"targeted": POPULATION, "sent": POPULATION - len(old),
-                                  "failed": len(old), "unsent": 0, "maybe_delivered": 0}
+                                  "failed": len(old), "unsent": 0, "maybe_delivered": 0,
+                                  "suppressed": 0}
     per_token = Counter(r.token for r in emulator.received())
     assert set(per_token) == {d["token"] for d in devices} and set(per_token.values()) == {1}
     assert {line["error"] for line in api.audit(campaign_id, "failed")} == {"SENDER_ID_MISMATCH"}

@@ -134,6 +134,6 @@ def test_local_time_delivery_sends_each_zone_when_its_clock_reaches_send_at(
     api.http.post(f"/v1/campaigns/{campaign_id}/cancel").raise_for_status()
     cancelled = api.wait_until(campaign_id, {"cancelled"}, timeout_s=10)
     assert cancelled["counts"] == {"targeted": 350, "sent": 250, "failed": 0, "unsent": 100,
-                                   "maybe_delivered": 0}
+                                   "maybe_delivered": 0, "suppressed": 0}
     assert set(api.audit_tokens(campaign_id, "unsent")) == {
         d["token"] for d in population if d["timezone"] == "Europe/Madrid"}

@@ -82,7 +82,7 @@ async def test_a_campaign_is_created_read_and_listed(api: httpx.AsyncClient) -> 
     view = (await api.get(f"/v1/campaigns/{campaign_id}")).json()
     assert view["title"] == "Live now" and view["data"] == CAMPAIGN["data"]
     assert view["counts"] == {"targeted": 0, "sent": 0, "failed": 0, "unsent": 0,
-                              "maybe_delivered": 0}
+                              "maybe_delivered": 0, "suppressed": 0}
     assert view["audience"]["push_enabled"] is True
 
 
@@ -171,10 +171,11 @@ async def test_the_audit_streams_ndjson_per_outcome(api: httpx.AsyncClient, db: 
     bad = await api.get(f"/v1/campaigns/{campaign_id}/recipients", params={"outcome": "lost"})
     assert sent.headers["content-type"] == "application/x-ndjson"
     lines = [orjson.loads(line) for line in sent.content.splitlines()]
-    assert len(lines) == 12 and set(lines[0]) == {"token", "user_id", "outcome", "error", "variant"}
+    assert len(lines) == 12 and set(lines[0]) == {"token", "user_id", "outcome", "error", "variant",
+                                                  "rule"}
     assert [orjson.loads(line) for line in failed.content.splitlines()] == [
         {"token": "tok-00011", "user_id": "u11", "outcome": "failed", "error": "UNREGISTERED",
-         "variant": "default"}]
+         "variant": "default", "rule": None}]
     assert bad.status_code == 422
 
 
@@ -191,7 +192,7 @@ async def test_the_audit_downloads_as_csv_with_a_header_row_and_a_filename(
     assert by_param.headers["content-type"].startswith("text/csv")
     assert by_param.headers["content-disposition"] == (
         f'attachment; filename="campaign-{campaign_id}-unsent.csv"')
-    assert by_param.text.splitlines()[0] == "token,user_id,outcome,error,variant"
+    assert by_param.text.splitlines()[0] == "token,user_id,outcome,error,variant,rule"
     assert len(rows) == len(expected) == 17
     assert rows == [{k: v or "" for k, v in line.items()} for line in expected]
     assert by_accept.content == by_param.content

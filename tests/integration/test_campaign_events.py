@@ -98,7 +98,7 @@ async def test_events_follow_the_counts_end_at_the_final_status_and_restart_on_r
         assert last["data"] == _streamed(await served.get(f"/v1/campaigns/{campaign_id}"))
         assert (last["data"]["status"], last["data"]["counts"]) == (
             "cancelled", {"targeted": 30, "sent": 12, "failed": 1, "unsent": 17,
-                          "maybe_delivered": 0})
+                          "maybe_delivered": 0, "suppressed": 0})
         assert await next_event(reader) is None  # the server closed the stream
 
 

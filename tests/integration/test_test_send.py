@@ -65,7 +65,7 @@ async def test_only_the_named_devices_get_the_campaign_s_own_message(
     view = (await api.get(f"/v1/campaigns/{campaign_id}")).json()
     assert view["testable"] is True
     assert view["counts"] == {"targeted": 0, "sent": 0, "failed": 0, "unsent": 0,
-                              "maybe_delivered": 0}
+                              "maybe_delivered": 0, "suppressed": 0}
     assert await db[names.DELIVERIES].count_documents({}) == 0
     assert await db[names.CHUNKS].count_documents({}) == 0
     recorded = (await api.get(f"/v1/campaigns/{campaign_id}/tests")).json()["items"]

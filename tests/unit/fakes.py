@@ -70,6 +70,7 @@ from herald.domain.documents import (
 )
 from herald.domain.erasure import ErasedPerson
 from herald.domain.fcm_errors import FcmError
+from herald.domain.frequency_cap import CapRule, admits
 from herald.domain.lanes import Lane, Route
 from herald.domain.messages import CancelCampaign, Profile, ProfileNeed, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
@@ -393,11 +394,12 @@ class FakeCampaigns:
                      lambda c: replace(c, dispatch=replace(c.dispatch, lease_until=until)))
 
     async def count_finished_chunk(self, campaign_id: str, sent: int, failed: int,
-                                   *, done: bool) -> Campaign | None:
+                                   *, done: bool, suppressed: int = 0) -> Campaign | None:
         await _round_trip()
         counted = self._update(campaign_id, lambda c: c.status not in TERMINAL, lambda c: replace(
             c, counts=replace(c.counts, sent=c.counts.sent + sent,
-                              failed=c.counts.failed + failed),
+                              failed=c.counts.failed + failed,
+                              suppressed=c.counts.suppressed + suppressed),
             progress=replace(c.progress, chunks_done=c.progress.chunks_done + int(done))),
             matched_is_enough=True)
         return self._rows[campaign_id] if counted else None
@@ -621,14 +623,15 @@ class FakeChunks:
                                     attempts=held.attempts - 1 if refund else held.attempts))
 
     async def finish(self, campaign_id: str, seq: int, status: ChunkStatus, sent: int,
-                     failed: int, now: datetime, owner: str | None) -> bool:
+                     failed: int, now: datetime, owner: str | None,
+                     suppressed: int = 0) -> bool:
         await _round_trip()
         held = self._state_if(campaign_id, seq, lambda s: (s.status is ChunkStatus.PENDING
                                                            and s.owner == owner))
         if held is None:
             return False
-        self._set_state(replace(held, status=status, sent=sent, failed=failed, finished_at=now,
-                                owner=None))
+        self._set_state(replace(held, status=status, sent=sent, failed=failed,
+                                suppressed=suppressed, finished_at=now, owner=None))
         return True
 
     async def in_order(self, campaign_id: str) -> AsyncIterator[Chunk]:
@@ -726,6 +729,43 @@ class FakeDeliveries:
         for delivery in sorted((d for d in self._rows if d.campaign_id == campaign_id),
                                key=lambda d: d.seq):
             yield delivery
+
+
+class FakeFrequencyCaps:
+    """``herald.adapters.frequency_caps.RedisFrequencyCaps`` in memory, deciding with the
+    domain's :func:`admits` (what the Lua script is checked against in
+    ``tests/unit/cap_contract.py``): person → send key → when it was counted."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.history: dict[str, dict[str, float]] = {}
+        self._clock = clock
+
+    async def admit(self, campaign_id: str, rule: CapRule,
+                    people: Mapping[str, Sequence[str]], now_s: float | None = None
+                    ) -> set[str]:
+        await _round_trip()
+        now = self._clock() if now_s is None else now_s
+        admitted: set[str] = set()
+        for person, sends in people.items():
+            kept = {key: at for key, at in self.history.get(person, {}).items()
+                    if at > now - rule.retention_s}
+            self.history[person] = kept
+            if admits(kept.items(), campaign_id, rule.windows, now):
+                admitted.add(person)
+                for key in sends:
+                    kept.setdefault(key, now)
+        return admitted
+
+    async def release(self, sends: Mapping[str, Sequence[str]]) -> None:
+        await _round_trip()
+        for person, keys in sends.items():
+            for key in keys:
+                self.history.get(person, {}).pop(key, None)
+
+    async def forget(self, people: Sequence[str]) -> None:
+        await _round_trip()
+        for person in people:
+            self.history.pop(person, None)
 
 
 # --- devices -----------------------------------------------------------------------------------

@@ -32,9 +32,10 @@ async def download(items: list[RecipientLine], fmt: AuditFormat,
 async def test_csv_keeps_every_value_quoting_what_needs_it_and_neutralising_formulas() -> None:
     content, _ = await download(LINES, AuditFormat.CSV)
     rows = list(csv.reader(io.StringIO(content.decode(), newline="")))
-    assert rows == [["token", "user_id", "outcome", "error", "variant"],
-                    ["tok-1", 'ann, "the" boss', "failed", "UNREGISTERED", "default"],
-                    ["tok-2", "", "failed", "", "default"], ["tok-3", "'=1+1", "failed", "", "default"]]
+    assert rows == [["token", "user_id", "outcome", "error", "variant", "rule"],
+                    ["tok-1", 'ann, "the" boss', "failed", "UNREGISTERED", "default", ""],
+                    ["tok-2", "", "failed", "", "default", ""],
+                    ["tok-3", "'=1+1", "failed", "", "default", ""]]
 
 
 async def test_ndjson_is_one_object_per_line_written_in_blocks() -> None:
@@ -43,11 +44,12 @@ async def test_ndjson_is_one_object_per_line_written_in_blocks() -> None:
     parsed = [orjson.loads(line) for line in content.splitlines()]
     assert blocks == 2 and len(parsed) == LINES_PER_WRITE + 1
     assert parsed[0] == {"token": "tok-0", "user_id": None, "outcome": "unsent", "error": None,
-                         "variant": "default"}
+                         "variant": "default", "rule": None}
 
 
 async def test_an_empty_csv_audit_is_its_header() -> None:
-    assert await download([], AuditFormat.CSV) == (b"token,user_id,outcome,error,variant\r\n", 1)
+    assert await download([], AuditFormat.CSV) == (
+        b"token,user_id,outcome,error,variant,rule\r\n", 1)
 
 
 def test_the_parameter_wins_over_accept_and_ndjson_is_the_default() -> None:

@@ -88,7 +88,7 @@ async def test_a_failed_line_carries_fcms_error(stores: Stores) -> None:
     assert [(line.token, line.user_id, line.error) for line in failed] == [
         ("tok-00011", "u11", "UNREGISTERED"), ("tok-00013", "u13", "QUOTA_EXCEEDED")]
     assert failed[0].as_dict() == {"token": "tok-00011", "user_id": "u11", "outcome": "failed",
-                                   "error": "UNREGISTERED", "variant": "default"}
+                                   "error": "UNREGISTERED", "variant": "default", "rule": None}
 
 
 async def test_final_counts_agree_with_the_audit(stores: Stores) -> None:

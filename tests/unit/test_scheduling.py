@@ -402,3 +402,14 @@ async def test_whoever_replaced_a_schedule_s_template_is_an_editor_of_its_runs(
     [run] = await runs_of(stores, made.id)
     assert (run.status, run.created_by, run.editors) == (
         Status.AWAITING_APPROVAL, ACTOR, (author,))
+
+
+async def test_a_schedules_runs_take_its_templates_frequency_cap(stores: Stores,
+                                                                  bus: FakeBus) -> None:
+    made = await create_schedule(stores.schedules, create_request(template={
+        "title": "t", "body": "b", "frequency_cap": " 1/7d"}), ACTOR)
+    assert made.template["frequency_cap"] == "1/7d"
+    await stores.schedules.update(made.id, {"next_run_at": NOW.replace(second=0)})
+    assert await scheduling(stores, bus).run_due_schedules(NOW) == 1
+    [run] = await runs_of(stores, made.id)
+    assert (run.purpose, run.frequency_cap) == (Purpose.MARKETING, "1/7d")

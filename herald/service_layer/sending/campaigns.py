@@ -19,6 +19,7 @@ from datetime import datetime
 from herald.clock import utcnow
 from herald.domain.documents import Campaign
 from herald.domain.lanes import Lane
+from herald.domain.purpose import Purpose
 from herald.domain.rendering import CompiledContent, compile_content
 from herald.domain.rollout import Rollout, in_waves_up_to
 from herald.domain.status import ACTIVE, Verdict
@@ -45,6 +46,9 @@ class CampaignInfo:
     first_request_noted: bool = False
     wave: int = 0
     """A staged rollout's wave being sent (read again with the status)."""
+    purpose: Purpose | None = None
+    frequency_cap: str | None = None
+    """Its own frequency cap, if any (``sending/capping.py``)."""
 
     def admits(self, campaign_id: str, token: str, wave: int) -> bool:
         """Whether the recipient is sent in waves up to ``wave`` (all are without a rollout)."""
@@ -94,7 +98,8 @@ class CampaignCache:
         info = CampaignInfo(message_of(campaign), campaign.rate_per_s,
                             rollout=campaign.rollout, wave=_wave(campaign), lane=campaign.lane,
                             due_since=campaign.due_since,
-                            first_request_noted=campaign.first_request_at is not None)
+                            first_request_noted=campaign.first_request_at is not None,
+                            purpose=campaign.purpose, frequency_cap=campaign.frequency_cap)
         self._entries[campaign_id] = info
         if len(self._entries) > CACHE_SIZE:
             self._entries.popitem(last=False)

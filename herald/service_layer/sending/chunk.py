@@ -1,5 +1,6 @@
-"""Sending a chunk: skip what an earlier attempt recorded, send the rest through the pod's
-window (``window.py``), and close the chunk (which may complete the campaign).
+"""Sending a chunk: skip what an earlier attempt recorded, hold back whom the frequency cap
+holds back (``capping.py``: recorded ``suppressed`` before any request), send the rest through
+the pod's window (``window.py``), and close the chunk (which may complete the campaign).
 
 The chunk message is acknowledged only after all its outcomes are recorded, so a sender that dies
 loses nothing: RabbitMQ redelivers the chunk and the next sender skips the recorded recipients.
@@ -27,6 +28,7 @@ from herald.domain.status import Verdict as May
 from herald.observability import CHUNKS
 from herald.service_layer.ports import RateLimits
 from herald.service_layer.sending.campaigns import UNKNOWN, CampaignCache, CampaignInfo
+from herald.service_layer.sending.capping import Capping, Screened
 from herald.service_layer.sending.claims import ChunkClaims, NotTaken
 from herald.service_layer.sending.fence import Fence
 from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
@@ -68,6 +70,8 @@ class SendingPolicy:
 
 UNFENCED = Fence(float("inf"), 1.0)
 """A fence that always holds (tests of what a fence does not concern)."""
+NO_CAP = Capping(None, None)
+"""No frequency cap anywhere (tests of what the cap does not concern)."""
 
 
 @dataclass
@@ -86,8 +90,10 @@ class ChunkSender:
     def __init__(self, lifecycle: ChunkLifecycle, cache: CampaignCache, window: SendWindow,
                  limits: RateLimits, claims: ChunkClaims, working_on: WorkingOn,
                  policy: SendingPolicy, refusals: CampaignRefusals | None = None,
-                 fence: Fence = UNFENCED, settle: Settle = _no_settler) -> None:
+                 fence: Fence = UNFENCED, settle: Settle = _no_settler,
+                 capping: Capping = NO_CAP) -> None:
         self._lifecycle = lifecycle
+        self._capping = capping
         self._fence = fence
         self._refusals = refusals
         self._cache = cache
@@ -155,7 +161,9 @@ class ChunkSender:
                                     lambda token: info.admits(chunk.campaign_id, token, wave))
             if refused:  # recorded failed at once: no request can carry their message
                 await self._record(chunk, refused, tally)
-            verdict = await self._send_window(chunk, info, todo, tally, channel_closed, hold)
+            screened = await self._screened(chunk, info, todo, tally)
+            verdict = await self._send_window(chunk, info, screened, tally, channel_closed, hold)
+            await self._capping.release(screened)
             if self._fence.holds(hold.epoch):
                 break
             if not await self._come_back(chunk, hold):  # away: established again, or gone
@@ -166,7 +174,7 @@ class ChunkSender:
             return Settlement.REPUBLISH  # held by a pause resumed since: the rest goes on now
         if verdict is not Settlement.ACK or (tally.stopped and not tally.recorded_now):
             return verdict  # a cancel before this delivery sent anything: nothing to close
-        if not tally.stopped and tally.sent + tally.failed < len(chunk.recipients):
+        if not tally.stopped and tally.done < len(chunk.recipients):
             return await self._not_all_sent(chunk, info, wave, tally)
         await self._lifecycle.close(chunk.campaign_id, chunk.seq, tally.status, tally)
         return Settlement.ACK
@@ -178,7 +186,7 @@ class ChunkSender:
         chunk again); any other (a pause lifted before this delivery stopped) goes on as a new
         message."""
         admitted = sum(info.admits(chunk.campaign_id, r.token, wave) for r in chunk.recipients)
-        if tally.sent + tally.failed >= admitted:
+        if tally.done >= admitted:
             await self._lifecycle.wave_sent(chunk.campaign_id, chunk.seq, wave)
             return Settlement.HOLD
         return Settlement.REPUBLISH
@@ -204,7 +212,17 @@ class ChunkSender:
         hold.token, hold.epoch = token, epoch
         return True
 
-    async def _send_window(self, chunk: SendChunk, info: CampaignInfo, todo: list[Target],
+    async def _screened(self, chunk: SendChunk, info: CampaignInfo, todo: list[Target],
+                        tally: Tally) -> Screened:
+        """The recipients to send once the frequency cap has held back whom it holds back
+        (recorded ``suppressed`` before any request, ``capping.py``)."""
+        screened = await self._capping.screen(
+            chunk, self._capping.rule(info.purpose, info.frequency_cap), todo)
+        if screened.suppressed:
+            await self._lifecycle.record(chunk.campaign_id, chunk.seq, screened.suppressed, tally)
+        return screened
+
+    async def _send_window(self, chunk: SendChunk, info: CampaignInfo, screened: Screened,
                            tally: Tally, channel_closed: Callable[[], bool],
                            hold: _Hold) -> Settlement:
         gate = _Gate(self, chunk, channel_closed, tally)
@@ -212,6 +230,7 @@ class ChunkSender:
 
         async def record(outcomes: list[RecipientOutcome]) -> None:
             await self._record(chunk, outcomes, tally)
+            screened.answered(outcomes)
 
         def stop(result: SendResult) -> None:
             if self._refusals is not None and result.error is not None:
@@ -219,7 +238,7 @@ class ChunkSender:
 
         fence, epoch = self._fence, hold.epoch
         await self._window.send(
-            info.content.shared, todo, may_start=gate.may_start, cancelled=cancelled,
+            info.content.shared, screened.admitted, may_start=gate.may_start, cancelled=cancelled,
             buckets=(LiveRate(self._limits, chunk.campaign_id, info),
                      *self._limits.for_lane(info.lane)),
             record=record, stop=stop, fenced=lambda: not fence.holds(epoch), lane=info.lane)

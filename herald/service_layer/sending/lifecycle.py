@@ -24,7 +24,8 @@ from herald.domain.documents import (
 )
 from herald.domain.lanes import Lane
 from herald.domain.outcomes import RecipientOutcome
-from herald.observability import CHUNKS, MESSAGES
+from herald.domain.suppression import is_suppressed, suppressed_by
+from herald.observability import CHUNKS, MESSAGES, SUPPRESSED
 from herald.service_layer.ports import Stores
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class Tally:
 
     sent: int = 0
     failed: int = 0
+    suppressed: int = 0
     recorded_now: int = 0
     """Outcomes this delivery recorded (the rest came from earlier deliveries)."""
     stopped: bool = False
@@ -45,14 +47,27 @@ class Tally:
 
     @classmethod
     def of(cls, recorded: Recorded) -> Tally:
-        failed = sum(error is not None for error in recorded.values())
-        return cls(sent=len(recorded) - failed, failed=failed)
+        tally = cls()
+        tally._count(recorded.values())
+        return tally
 
     def add(self, outcomes: Sequence[RecipientOutcome]) -> None:
-        failed = sum(o.error is not None for o in outcomes)
-        self.sent += len(outcomes) - failed
-        self.failed += failed
+        self._count(o.code for o in outcomes)
         self.recorded_now += len(outcomes)
+
+    def _count(self, codes: Iterable[str | None]) -> None:
+        for code in codes:
+            if code is None:
+                self.sent += 1
+            elif is_suppressed(code):
+                self.suppressed += 1
+            else:
+                self.failed += 1
+
+    @property
+    def done(self) -> int:
+        """Recipients with an outcome: sent, failed or suppressed."""
+        return self.sent + self.failed + self.suppressed
 
     @property
     def status(self) -> ChunkStatus:
@@ -100,12 +115,13 @@ class ChunkLifecycle:
         campaign to the settler (it may have been the last chunk); False if it was closed
         already. A chunk a cancel cut short counts its outcomes but finishes nothing."""
         closed = await self._stores.chunks.finish(campaign_id, seq, status, tally.sent,
-                                                  tally.failed, self._clock(), owner=self._pod_id)
+                                                  tally.failed, self._clock(), owner=self._pod_id,
+                                                  suppressed=tally.suppressed)
         if closed:
             CHUNKS.labels(status.value).inc()
             done = status in CHUNK_CLOSED_FOR_GOOD
             campaign = await self._stores.campaigns.count_finished_chunk(
-                campaign_id, tally.sent, tally.failed, done=done)
+                campaign_id, tally.sent, tally.failed, done=done, suppressed=tally.suppressed)
             if done and campaign is not None:
                 await self._settled(campaign)
         return closed
@@ -117,7 +133,12 @@ class ChunkLifecycle:
         await self._stores.chunks.mark_wave_sent(campaign_id, seq, wave)
 
 def count_outcomes(errors: Iterable[str | None], lane: Lane = Lane.STANDARD) -> None:
-    """Add recorded outcomes to ``herald_messages_total{outcome, error, lane}``."""
+    """Add recorded outcomes to ``herald_messages_total{outcome, error, lane}``, and those
+    suppressed to ``herald_recipients_suppressed_total{rule}`` (no message was sent)."""
     for error, n in Counter(errors).items():
+        rule = suppressed_by(error)
+        if rule is not None:
+            SUPPRESSED.labels(rule.value).inc(n)
+            continue
         outcome = Outcome.SENT if error is None else Outcome.FAILED
         MESSAGES.labels(outcome.value, error or "", lane.value).inc(n)

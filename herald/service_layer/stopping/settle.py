@@ -140,8 +140,9 @@ class Settler:
         if finished is not None:
             CAMPAIGNS_FINISHED.labels(finished.status.value).inc()
             counts = final.counts
-            log.info("campaign %s %s: %d targeted, %d sent, %d failed", finished.id,
-                     finished.status.value, counts.targeted, counts.sent, counts.failed)
+            log.info("campaign %s %s: %d targeted, %d sent, %d failed, %d suppressed",
+                     finished.id, finished.status.value, counts.targeted, counts.sent,
+                     counts.failed, counts.suppressed)
         return finished
 
     # --- cancelled ------------------------------------------------------------------------------
@@ -165,8 +166,9 @@ class Settler:
             campaign.id, counts, utcnow(), error=cancel.fails_with)
         if cancelled is not None and cancelled.cancel is not None:
             _observe_cancelled(cancelled)
-            log.info("campaign %s %s: %d of %d sent, %d failed", campaign.id,
-                     cancelled.status.value, counts.sent, counts.targeted, counts.failed)
+            log.info("campaign %s %s: %d of %d sent, %d failed, %d suppressed", campaign.id,
+                     cancelled.status.value, counts.sent, counts.targeted, counts.failed,
+                     counts.suppressed)
         return cancelled
 
     # --- a pause settled ------------------------------------------------------------------------

@@ -223,9 +223,11 @@ function progressBar(counts, big = false) {
   const total = Math.max(counts.targeted, 1);
   const share = (n) => `${(100 * n / total).toFixed(2)}%`;
   return h("div", { class: big ? "progress big" : "progress", role: "img",
-    "aria-label": `${fmt(counts.sent)} sent, ${fmt(counts.failed)} failed of ${fmt(counts.targeted)}` },
+    "aria-label": `${fmt(counts.sent)} sent, ${fmt(counts.failed)} failed, ` +
+      `${fmt(counts.suppressed || 0)} suppressed of ${fmt(counts.targeted)}` },
   widthOf(h("div", { class: "sent" }), share(counts.sent)),
-  widthOf(h("div", { class: "failed" }), share(counts.failed)));
+  widthOf(h("div", { class: "failed" }), share(counts.failed)),
+  widthOf(h("div", { class: "suppressed" }), share(counts.suppressed || 0)));
 }
 
 // Through the CSSOM: the console's Content-Security-Policy refuses inline style attributes.
@@ -263,12 +265,12 @@ function campaignsPage(main) {
     h("label", { class: "row" }, "Show ", filter)),
   h("table", { id: "campaigns" }, h("thead", {}, h("tr", {},
     ["Campaign", "Status", "Lane", "Purpose", "Created", "Progress"].map((t) => h("th", { text: t })),
-    ["Sent", "Failed", "Unsent", "Targeted"].map((t) => h("th", { class: "num", text: t })))), body));
+    ["Sent", "Failed", "Unsent", "Suppressed", "Targeted"].map((t) => h("th", { class: "num", text: t })))), body));
   const refresh = async () => {
     const query = filter.value ? `&status=${filter.value}` : "";
     const listed = await get(`/v1/campaigns?limit=50${query}`);
     body.replaceChildren(...listed.items.map(campaignRow));
-    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 10, class: "muted", text: "No campaigns." })));
+    if (!listed.items.length) body.append(h("tr", {}, h("td", { colspan: 11, class: "muted", text: "No campaigns." })));
   };
   every(LIST_REFRESH_MS, refresh);
 }
@@ -283,7 +285,7 @@ function campaignRow(c) {
     h("td", {}, purposeBadge(c.purpose)),
     h("td", { text: localTime(c.created_at) }),
     h("td", {}, progressBar(n)),
-    [n.sent, n.failed, n.unsent, n.targeted].map((v) => h("td", { class: "num", text: fmt(v) })));
+    [n.sent, n.failed, n.unsent, n.suppressed || 0, n.targeted].map((v) => h("td", { class: "num", text: fmt(v) })));
 }
 
 // --- one campaign ------------------------------------------------------------------------------
@@ -351,9 +353,10 @@ function renderCampaign(parts, view) {
   parts.meta.textContent = `${c.title} — ${c.body}` + (tags.length ? ` (also in ${tags.join(", ")})` : "");
   parts.bar.replaceChildren(progressBar(c.counts, true));
   if (!SENDING.has(c.status)) parts.eta.hidden = true;  // no forecast once it stopped sending
+  // Suppressed: held back by a rule (the frequency cap), never sent; in the audit with the rule.
   parts.counts.replaceChildren(...[["targeted", "Targeted"], ["sent", "Sent"], ["failed", "Failed"],
-    ["unsent", "Unsent"]].map(([k, t]) => h("div", { class: k },
-    h("dt", { text: t }), h("dd", { id: `count-${k}`, text: fmt(c.counts[k]) }))));
+    ["unsent", "Unsent"], ["suppressed", "Suppressed"]].map(([k, t]) => h("div", { class: k },
+    h("dt", { text: t }), h("dd", { id: `count-${k}`, text: fmt(c.counts[k] || 0) }))));
   const steps = timeline(c);
   const seen = steps.map((li) => li.textContent).join("|");
   if (seen !== parts.timelineSeen) {  // unchanged: keep the links under the pointer
@@ -662,7 +665,7 @@ function links(c) {
 
 function downloads(id) {
   const grid = h("div", { class: "downloads" });
-  for (const outcome of ["sent", "failed", "unsent"]) {
+  for (const outcome of ["sent", "failed", "unsent", "suppressed"]) {
     grid.append(h("strong", { text: outcome }));
     for (const format of ["csv", "ndjson"]) {
       grid.append(h("button", { type: "button", "data-outcome": outcome, "data-format": format,

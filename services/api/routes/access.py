@@ -14,10 +14,11 @@ from herald.contracts.http import (
     Me,
     OperatorLogPage,
 )
-from herald.domain.access import ROLE_SCOPES, Scope
+from herald.domain.access import ROLE_SCOPES, Scope, allows
 from services.api.auth import Caller, RequireKey, lanes_of, purposes_of, scoped
 from services.api.deps import (
     ApiKeys,
+    FrequencyCapRoles,
     MintKey,
     OperatorLogEntries,
     RevokeKey,
@@ -80,11 +81,14 @@ async def operator_log(
 
 @router.get("/me", response_model=Me)
 async def me(caller: Annotated[Caller, RequireKey()], urgent_roles: UrgentRoles,
-             transactional_roles: TransactionalRoles) -> Me:
+             transactional_roles: TransactionalRoles,
+             frequency_cap_roles: FrequencyCapRoles) -> Me:
     """The calling key: its name, role, scopes and the lanes it may send in (what the console
     shows and hides)."""
     key = caller.key
     return Me(id=key.id, name=key.name, role=key.role, owner=key.person,
               scopes=sorted(scope.value for scope in ROLE_SCOPES[key.role]),
               expires_at=key.expires_at, lanes=lanes_of(key.role, urgent_roles),
-              purposes=purposes_of(key.role, transactional_roles))
+              purposes=purposes_of(key.role, transactional_roles),
+              frequency_cap=allows(key.role, Scope.CAMPAIGNS_SEND)
+              and key.role.value in frequency_cap_roles)

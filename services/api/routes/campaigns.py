@@ -41,7 +41,14 @@ from herald.service_layer.approval import ApprovalRefused
 from herald.service_layer.campaign_events import CampaignChanged, Event
 from herald.service_layer.test_sends import FcmMisconfigured, UnknownDevices
 from services.api.audit import MEDIA_TYPES, AuditFormat, audit_format, download_headers, encoded
-from services.api.auth import Caller, devices_read_adds, require_lane, require_purpose, scoped
+from services.api.auth import (
+    Caller,
+    devices_read_adds,
+    require_frequency_cap,
+    require_lane,
+    require_purpose,
+    scoped,
+)
 from services.api.bodies import BodyChecks, checked_later
 from services.api.deps import (
     AffectedLanguages,
@@ -53,6 +60,7 @@ from services.api.deps import (
     EditScheduled,
     FindCampaign,
     Forecasts,
+    FrequencyCapRoles,
     ListCampaigns,
     PauseUseCase,
     PreviewMessage,
@@ -93,11 +101,12 @@ async def create_campaign(
     raw: Annotated[dict[str, Any], checked_later(CampaignCreate)], check: CheckBody,
     creator: Creator, request: Request, response: Response,
     caller: Sender, urgent_roles: UrgentRoles, transactional_roles: TransactionalRoles,
-    idempotency_key: IdempotencyKey = None,
+    frequency_cap_roles: FrequencyCapRoles, idempotency_key: IdempotencyKey = None,
 ) -> CampaignCreated:
     body = await check(CampaignCreate, raw)
     require_lane(caller, body.lane, urgent_roles)
     require_purpose(caller, body.purpose, transactional_roles)
+    require_frequency_cap(caller, body.frequency_cap, frequency_cap_roles)
     result = await creator.create(body, idempotency_key, caller.actor)
     log_detail(request, lane_detail(result.campaign))
     if not result.created:
@@ -293,11 +302,28 @@ def lane_detail(campaign: Campaign) -> str:
 
 async def _require_follow_up_purpose(caller: Caller, find: FindCampaign, campaign_id: str,
                                      body: RetryRequest | None,
-                                     transactional_roles: frozenset[str]) -> None:
-    """The scope of the purpose a follow-up takes: the one asked, else its original's."""
-    asked = body.purpose if isinstance(body, RetargetRequest) else None
-    purpose = asked or (await find(campaign_id)).purpose
-    require_purpose(caller, purpose, transactional_roles)
+                                     transactional_roles: frozenset[str],
+                                     frequency_cap_roles: frozenset[str]) -> None:
+    """The scopes of the purpose and frequency cap a follow-up takes: those asked, else its
+    original's."""
+    asked = body if isinstance(body, RetargetRequest) else None
+    original = await find(campaign_id)
+    require_purpose(caller, (asked.purpose if asked else None) or original.purpose,
+                    transactional_roles)
+    cap = asked.frequency_cap if asked and asked.frequency_cap is not None else \
+        original.frequency_cap
+    require_frequency_cap(caller, cap, frequency_cap_roles)
+
+
+async def _not_sent_languages(affected: AffectedLanguages, original: Campaign,
+                              body: RetargetRequest | None) -> dict[str, int]:
+    """A retarget's languages: the original's unsent recipients by variant, and its
+    suppressed ones if it asked for them."""
+    languages = await affected(original, Outcome.UNSENT)
+    if body is not None and body.include_suppressed:
+        for variant, count in (await affected(original, Outcome.SUPPRESSED)).items():
+            languages[variant] = languages.get(variant, 0) + count
+    return languages
 
 
 def _created(request: Request, response: Response, campaign: Campaign | None, campaign_id: str,
@@ -325,11 +351,13 @@ async def _follow_up_of(find: FindCampaign, affected: AffectedLanguages, request
 async def retry_campaign(campaign_id: CampaignId, creator: Creator, request: Request,
                          response: Response, caller: Sender, check: CheckBody,
                          find: FindCampaign, transactional_roles: TransactionalRoles,
+                         frequency_cap_roles: FrequencyCapRoles,
                          body: RetryRequest | None = None,
                          idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """Re-run a ``failed`` campaign for the recipients it did not reach (not dead tokens),
     in its lane and purpose, with its staged rollout unless ``rollout`` says otherwise."""
-    await _require_follow_up_purpose(caller, find, campaign_id, body, transactional_roles)
+    await _require_follow_up_purpose(caller, find, campaign_id, body, transactional_roles,
+                                     frequency_cap_roles)
     await _templates_ahead(check, find, campaign_id, body)
     return _created(request, response, await creator.retry(
         campaign_id, caller.actor, idempotency_key, body), campaign_id)
@@ -342,17 +370,21 @@ async def retarget_campaign(campaign_id: CampaignId, creator: Creator, request: 
                             caller: Sender, find: FindCampaign, affected: AffectedLanguages,
                             urgent_roles: UrgentRoles, check: CheckBody,
                             transactional_roles: TransactionalRoles,
+                            frequency_cap_roles: FrequencyCapRoles,
                             body: RetargetRequest | None = None,
                             idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """A new campaign to exactly the ``unsent`` recipients of a finished one; ``languages``:
     those recipients by the variant of the original they would have got."""
     require_lane(caller, body.lane if body else None, urgent_roles)
-    await _require_follow_up_purpose(caller, find, campaign_id, body, transactional_roles)
+    await _require_follow_up_purpose(caller, find, campaign_id, body, transactional_roles,
+                                     frequency_cap_roles)
     await _templates_ahead(check, find, campaign_id, body)
     made = await creator.retarget(campaign_id, body or RetargetRequest(), caller.actor,
                                   idempotency_key)
-    return await _follow_up_of(find, affected, request, response, made, campaign_id,
-                               Outcome.UNSENT)
+    if made is None:
+        raise not_found(campaign_id)
+    return _created(request, response, made, campaign_id,
+                    await _not_sent_languages(affected, await find(campaign_id), body))
 
 
 @router.post("/{campaign_id}/amend", status_code=202, response_model=CampaignCreated,
@@ -362,6 +394,7 @@ async def amend_campaign(campaign_id: CampaignId, creator: Creator, request: Req
                          caller: Sender, find: FindCampaign, affected: AffectedLanguages,
                          urgent_roles: UrgentRoles, check: CheckBody,
                          transactional_roles: TransactionalRoles,
+                         frequency_cap_roles: FrequencyCapRoles,
                          body: AmendRequest | None = None,
                          idempotency_key: IdempotencyKey = None) -> CampaignCreated:
     """A new campaign to exactly the ``sent`` recipients of a finished one, with its
@@ -369,7 +402,8 @@ async def amend_campaign(campaign_id: CampaignId, creator: Creator, request: Req
     ``not_amendable`` while it runs, ``nothing_to_amend`` if FCM accepted none of it.
     ``languages``: those recipients by the variant of the original they got."""
     require_lane(caller, body.lane if body else None, urgent_roles)
-    await _require_follow_up_purpose(caller, find, campaign_id, body, transactional_roles)
+    await _require_follow_up_purpose(caller, find, campaign_id, body, transactional_roles,
+                                     frequency_cap_roles)
     await _templates_ahead(check, find, campaign_id, body)
     made = await creator.amend(campaign_id, body or AmendRequest(), caller.actor,
                                idempotency_key)
@@ -383,6 +417,7 @@ async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: R
                            caller: Sender, affected: AffectedLanguages,
                            urgent_roles: UrgentRoles, check: CheckBody, find: FindCampaign,
                            transactional_roles: TransactionalRoles,
+                           frequency_cap_roles: FrequencyCapRoles,
                            body: CorrectRequest | None = None,
                            idempotency_key: IdempotencyKey = None) -> CorrectResult:
     """Correct a finished campaign in one step: the new content as a new notification to its
@@ -390,7 +425,8 @@ async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: R
     Nobody gets both. 409 ``not_correctable`` while it runs, ``nothing_to_correct`` if it
     left nobody in either group."""
     require_lane(caller, body.lane if body else None, urgent_roles)
-    await _require_follow_up_purpose(caller, find, campaign_id, body, transactional_roles)
+    await _require_follow_up_purpose(caller, find, campaign_id, body, transactional_roles,
+                                     frequency_cap_roles)
     await _templates_ahead(check, find, campaign_id, body)
     correction = await creator.correct(campaign_id, body or CorrectRequest(),
                                                 caller.actor, idempotency_key)
@@ -399,7 +435,8 @@ async def correct_campaign(campaign_id: CampaignId, creator: Creator, request: R
     original = correction.original
     result = correct_result(
         correction,
-        retarget=await affected(original, Outcome.UNSENT) if correction.retarget else {},
+        retarget=await _not_sent_languages(affected, original, body)
+        if correction.retarget else {},
         amend=await affected(original, Outcome.SENT) if correction.amend else {})
     halves = [f"{half}={made.id}" for half, made in
               (("retarget", correction.retarget), ("amend", correction.amend)) if made]

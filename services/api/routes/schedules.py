@@ -10,13 +10,20 @@ from herald.contracts.http import ScheduleCreate, SchedulePage, SchedulePatch, S
 from herald.domain.access import Scope
 from herald.domain.documents import Schedule
 from herald.domain.types import OBJECT_ID_PATTERN
-from services.api.auth import Caller, require_lane, require_purpose, scoped
+from services.api.auth import (
+    Caller,
+    require_frequency_cap,
+    require_lane,
+    require_purpose,
+    scoped,
+)
 from services.api.bodies import checked_later
 from services.api.deps import (
     CheckBody,
     CreateSchedule,
     EndSchedule,
     FindSchedule,
+    FrequencyCapRoles,
     ListSchedules,
     MisfireGrace,
     Replan,
@@ -45,10 +52,12 @@ async def create_schedule(raw: Annotated[dict[str, Any], checked_later(ScheduleC
                           check: CheckBody, create: CreateSchedule, grace_s: MisfireGrace,
                           request: Request, response: Response, caller: Writer,
                           urgent_roles: UrgentRoles,
-                          transactional_roles: TransactionalRoles) -> ScheduleView:
+                          transactional_roles: TransactionalRoles,
+                          frequency_cap_roles: FrequencyCapRoles) -> ScheduleView:
     body = await check(ScheduleCreate, raw)
     require_lane(caller, body.template.lane, urgent_roles)
     require_purpose(caller, body.template.purpose, transactional_roles)
+    require_frequency_cap(caller, body.template.frequency_cap, frequency_cap_roles)
     schedule = await create(body, caller.actor)
     log_detail(request, f"lane={body.template.lane.value} "
                         f"purpose={body.template.purpose.value}")
@@ -79,12 +88,15 @@ async def patch_schedule(schedule_id: ScheduleId,
                          raw: Annotated[dict[str, Any], checked_later(SchedulePatch)],
                          check: CheckBody, replan: Replan, grace_s: MisfireGrace, caller: Writer,
                          urgent_roles: UrgentRoles,
-                         transactional_roles: TransactionalRoles) -> ScheduleView:
+                         transactional_roles: TransactionalRoles,
+                         frequency_cap_roles: FrequencyCapRoles) -> ScheduleView:
     """Pause, resume or edit; the next run is recomputed from now when timing changes."""
     body = await check(SchedulePatch, raw)
     require_lane(caller, body.template.lane if body.template else None, urgent_roles)
     require_purpose(caller, body.template.purpose if body.template else None,
                     transactional_roles)
+    require_frequency_cap(caller, body.template.frequency_cap if body.template else None,
+                          frequency_cap_roles)
     changes = body.model_dump(exclude_unset=True, exclude_none=True, mode="json", by_alias=True)
     if body.template is not None:  # a new template names its purpose: never a legacy one
         changes["template"]["purpose"] = body.template.purpose.value
