@@ -747,6 +747,7 @@ class VariantView(BaseModel):
     sent: int
     failed: int
     unsent: int
+    suppressed: int = 0
 
 
 class CampaignView(BaseModel):

@@ -27,6 +27,7 @@ class VariantCounts:
     sent: int = 0
     failed: int = 0
     unsent: int = 0
+    suppressed: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ beside ``retention.py``).
 
 Once a campaign has been finished for ``HERALD_RETENTION_DAYS``, one api replica claims it (a
 lease on the campaign document, as a dispatcher claims one to page it), writes its audit (every
-line of ``recipients.audit``, sent, then failed, then unsent, an erased person's place as a
+line of ``recipients.audit``, sent, failed, unsent, then suppressed, an erased person's place as a
 placeholder without anything of theirs) as one gzip NDJSON file to the archive target, reads the
 file back and compares its SHA-256 with what it wrote, records where it is on the campaign
 (``archive``, with a summary per variant), and only then deletes the campaign's chunks and
@@ -47,8 +47,9 @@ from herald.service_layer.recipients import RecipientLine, audit
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = (Outcome.SENT, Outcome.FAILED, Outcome.UNSENT)
-"""The archive's order: the audit of each outcome in turn, each in chunk order."""
+OUTCOMES = tuple(Outcome)
+"""The archive's order: the audit of each outcome in turn (sent, failed, unsent, suppressed),
+each in chunk order; together every recipient the campaign targeted."""
 LINES_PER_BLOCK = 2000
 GZIP_WBITS = 31
 """zlib's gzip container (RFC 1952): a file ``gzip -d`` and Python's ``gzip`` read."""
@@ -82,7 +83,8 @@ def variant_counts(tally: Counter[tuple[str, Outcome]]) -> dict[str, VariantCoun
     """``tally`` (lines by variant and outcome) as the campaign keeps it."""
     variants = sorted({variant for variant, _ in tally})
     return {v: VariantCounts(sent=tally[v, Outcome.SENT], failed=tally[v, Outcome.FAILED],
-                             unsent=tally[v, Outcome.UNSENT]) for v in variants}
+                             unsent=tally[v, Outcome.UNSENT],
+                             suppressed=tally[v, Outcome.SUPPRESSED]) for v in variants}
 
 
 @dataclass

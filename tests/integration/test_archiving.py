@@ -30,11 +30,13 @@ from herald.adapters.mongo import Database
 from herald.clock import utcnow
 from herald.domain.archive import ArchiveUrl, VariantCounts, parse_archive_url
 from herald.domain.documents import Campaign, FollowUp, FollowUpOf
+from herald.domain.suppression import Rule, suppressed_code
 from herald.service_layer.archiving import ArchivePolicy, Archivist
 from herald.service_layer.erasure import erase_user
 from herald.service_layer.ports import ArchiveTarget, Stores
+from herald.service_layer.recipients import final_counts
+from tests.factories import at, begin_cancel, cancelled_paged_campaign, paged_campaign
 from tests.factories import campaign as new_campaign
-from tests.factories import cancelled_paged_campaign
 from tests.integration.helpers import mint
 from tests.support import error_code, unique_name
 
@@ -97,7 +99,7 @@ def check_lines(lines: list[dict[str, Any]]) -> None:
     assert erased == {"token": "", "erased": True, "outcome": "sent", "error": None}
     assert not any(line.get("user_id") == "u3" or line["token"] == "tok-00003" for line in lines)
     assert {"token": "tok-00011", "user_id": "u11", "outcome": "failed",
-            "error": "UNREGISTERED", "variant": "default"} in lines
+            "error": "UNREGISTERED", "variant": "default", "rule": None} in lines
 
 
 async def finished_with_an_erased_person(stores: Stores) -> Campaign:
@@ -144,6 +146,30 @@ async def test_archived_to_a_directory(db: Database, stores: Stores, tmp_path: P
     check_lines(read_archive(path.read_bytes()))
     assert [p.name for p in (tmp_path / "archive").iterdir()] == [path.name]  # no leftovers
     assert await records_of(db, campaign.id) == (0, 0)
+
+
+async def test_suppressed_recipients_are_archived_with_their_rule(
+        db: Database, stores: Stores, tmp_path: Path) -> None:
+    """Every outcome is in the archive: its lines add up to ``targeted`` (12 sent, 1 failed,
+    3 suppressed by the frequency cap, 14 unsent), or the archive is refused."""
+    campaign_id = await paged_campaign(stores)
+    await stores.deliveries.record(campaign_id, 2, "s1", at(
+        (p, suppressed_code(Rule.FREQUENCY_CAP)) for p in range(3)), utcnow())
+    await begin_cancel(stores, campaign_id)
+    paged = await stores.campaigns.get(campaign_id)
+    assert paged is not None
+    counts = (await final_counts(stores, paged)).counts
+    assert await stores.campaigns.confirm_cancel(campaign_id, counts, utcnow()) is not None
+    target = DirectoryArchive(parse_archive_url(f"file://{tmp_path}/archive"))
+    [archived] = await archivist(db, stores, target).run(utcnow() + LATER)
+
+    lines = read_archive((tmp_path / "archive" / f"campaign-{campaign_id}.ndjson.gz").read_bytes())
+    assert Counter(line["outcome"] for line in lines) == {
+        "sent": 12, "failed": 1, "suppressed": 3, "unsent": 14}
+    assert {line["rule"] for line in lines if line["outcome"] == "suppressed"} == {"frequency_cap"}
+    assert archived.variants == {"default": VariantCounts(sent=12, failed=1, unsent=14,
+                                                          suppressed=3)}
+    assert await records_of(db, campaign_id) == (0, 0)
 
 
 class ChangedOnDisk(DirectoryArchive):
@@ -239,8 +265,9 @@ async def test_the_api_says_archived_where_and_refuses_follow_ups(
     view = (await api.get(f"/v1/campaigns/{campaign.id}")).json()
     assert view["archive"]["sha256"] == archived.archive.sha256
     assert view["counts"] == {"targeted": 30, "sent": 12, "failed": 1, "unsent": 17,
-                              "maybe_delivered": 0}
-    assert view["variants"] == {"default": {"sent": 12, "failed": 1, "unsent": 17}}
+                              "suppressed": 0, "maybe_delivered": 0}
+    assert view["variants"] == {"default": {"sent": 12, "failed": 1, "unsent": 17,
+                                            "suppressed": 0}}
     operator = {"Authorization": f"Bearer {await mint(api, 'operator')}"}
     before = await db[names.CAMPAIGNS].count_documents({})
     for action in ("retarget", "amend", "correct"):

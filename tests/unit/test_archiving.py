@@ -83,7 +83,7 @@ def test_other_archive_urls_are_refused(url: str) -> None:
 def test_a_line_is_the_audit_exports_and_an_erased_place_keeps_only_its_outcome() -> None:
     line = RecipientLine("tok-1", "u1", Outcome.FAILED, "UNREGISTERED", "pt-BR")
     assert archive_line(line) == {"token": "tok-1", "user_id": "u1", "outcome": "failed",
-                                  "error": "UNREGISTERED", "variant": "pt-BR"}
+                                  "error": "UNREGISTERED", "variant": "pt-BR", "rule": None}
     assert archive_line(line) == line.as_dict()
     erased = RecipientLine("", None, Outcome.SENT, erased=True)
     assert archive_line(erased) == {"token": "", "erased": True, "outcome": "sent",
@@ -93,9 +93,9 @@ def test_a_line_is_the_audit_exports_and_an_erased_place_keeps_only_its_outcome(
 
 def test_the_summary_counts_each_variant_by_outcome() -> None:
     tally = Counter({("default", Outcome.SENT): 3, ("fr", Outcome.UNSENT): 2,
-                     ("default", Outcome.FAILED): 1})
+                     ("default", Outcome.FAILED): 1, ("fr", Outcome.SUPPRESSED): 4})
     assert variant_counts(tally) == {"default": VariantCounts(sent=3, failed=1),
-                                     "fr": VariantCounts(unsent=2)}
+                                     "fr": VariantCounts(unsent=2, suppressed=4)}
 
 
 async def _lines(count: int) -> AsyncIterator[RecipientLine]:
