@@ -18,7 +18,7 @@ from tests.unit.fakes import (
 )
 
 # The contract's assertions live outside a test module: pytest explains their failures too.
-pytest.register_assert_rewrite("tests.unit.store_contract")
+pytest.register_assert_rewrite("tests.unit.store_contract", "tests.unit.cap_contract")
 
 
 @pytest.fixture
