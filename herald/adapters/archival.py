@@ -30,15 +30,22 @@ def _due(ended_before: datetime) -> Document:
         {"finished_at": _NULL, "updated_at": {"$lte": ended_before}}]}
 
 
+def _unclaimed(now: datetime) -> Document:
+    return {"$or": [{"archiving": _NULL}, {"archiving.until": {"$lt": now}}]}
+
+
 class ArchivalStore:
     def __init__(self, db: Database) -> None:
         self._campaigns = db[names.CAMPAIGNS]
         self._chunks = db[names.CHUNKS]
         self._deliveries = db[names.DELIVERIES]
 
-    async def due(self, ended_before: datetime, limit: int) -> list[Campaign]:
-        """Finished before ``ended_before`` (or, stored without a finish, last changed then)."""
-        cursor = self._campaigns.find(_due(ended_before)).sort("_id", 1).limit(limit)
+    async def due(self, ended_before: datetime, now: datetime, limit: int) -> list[Campaign]:
+        """Finished before ``ended_before`` (or, stored without a finish, last changed then),
+        and claimed by nobody at ``now``: a campaign another replica archives, or whose archive
+        was refused (its claim is kept until the lease ends), does not hold up the next."""
+        query = {"$and": [_due(ended_before), _unclaimed(now)]}
+        cursor = self._campaigns.find(query).sort("_id", 1).limit(limit)
         return [from_bson(Campaign, document) async for document in cursor]
 
     async def count_due(self, ended_before: datetime) -> int:
@@ -47,8 +54,7 @@ class ArchivalStore:
     async def claim(self, campaign_id: str, pod_id: str, now: datetime,
                     until: datetime) -> Campaign | None:
         query: Document = {"_id": object_id(campaign_id), "status": {"$in": _FINISHED},
-                           "archive": _NULL,
-                           "$or": [{"archiving": _NULL}, {"archiving.until": {"$lt": now}}]}
+                           "archive": _NULL, **_unclaimed(now)}
         return maybe(Campaign, await self._campaigns.find_one_and_update(
             query, {"$set": {"archiving": {"owner": pod_id, "until": until}}},
             return_document=ReturnDocument.AFTER))

@@ -8,7 +8,10 @@ line of ``recipients.audit``, sent, failed, unsent, then suppressed, an erased p
 placeholder without anything of theirs) as one gzip NDJSON file to the archive target, reads the
 file back and compares its SHA-256 with what it wrote, records where it is on the campaign
 (``archive``, with a summary per variant), and only then deletes the campaign's chunks and
-deliveries. A replica that dies half-way leaves either no record (the next claim after the
+deliveries. An archive that cannot be verified (its file reads back otherwise, or holds
+fewer lines than the campaign targeted) keeps the campaign claimed until the lease ends, so
+the campaigns after it are archived meanwhile and it is tried again then. A replica that dies
+half-way leaves either no record (the next claim after the
 lease writes the same file again) or a record without ``purged_at`` (the next run deletes).
 
 Without an archive target nothing is deleted: audit data is never lost silently. The campaigns
@@ -166,7 +169,7 @@ class Archivist:
         if self._target is None:
             await self._waiting(ended_before)
             return []
-        due = await self._archival.due(ended_before, self._policy.per_run)
+        due = await self._archival.due(ended_before, now, self._policy.per_run)
         archived = [done for campaign in due
                     if (done := await self._archive(campaign, self._target, now)) is not None]
         for campaign in await self._archival.unpurged(self._policy.per_run):
@@ -191,9 +194,8 @@ class Archivist:
             return None
         try:
             record, variants = await self._write(claimed, target, now)
-        except ArchiveRefused as refused:
-            await self._archival.release(campaign.id, self._pod_id)
-            ARCHIVE_FAILURES.labels(refused.reason).inc()
+        except ArchiveRefused as refused:  # kept claimed until the lease ends: tried again
+            ARCHIVE_FAILURES.labels(refused.reason).inc()  # then, the others go ahead meanwhile
             log.error("campaign %s not archived, its records kept: %s", campaign.id, refused)
             return None
         except BaseException:  # the target failed (or the api stops): another run tries again

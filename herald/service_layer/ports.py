@@ -263,8 +263,9 @@ class CampaignArchival(Protocol):
     which are due, the claim one replica holds on one while it archives it, and the deletion
     of its chunks and deliveries once its archive is verified."""
 
-    async def due(self, ended_before: datetime, limit: int) -> list[Campaign]:
-        """Finished campaigns not archived whose end is before ``ended_before``, oldest first."""
+    async def due(self, ended_before: datetime, now: datetime, limit: int) -> list[Campaign]:
+        """Finished campaigns not archived whose end is before ``ended_before`` and that
+        nobody holds claimed at ``now``, oldest first."""
         ...
     async def count_due(self, ended_before: datetime) -> int: ...
     async def claim(self, campaign_id: str, pod_id: str, now: datetime,

@@ -98,7 +98,8 @@ def test_a_finished_campaign_is_archived_deleted_and_its_audit_says_where(
 
     assert _records(stack, campaign_id) == (0, 0)
     assert archived["counts"] == finished["counts"] == api.campaign(campaign_id)["counts"]
-    assert archived["variants"] == {"default": {"sent": 60, "failed": 0, "unsent": 0}}
+    assert archived["variants"] == {"default": {"sent": 60, "failed": 0, "unsent": 0,
+                                                "suppressed": 0}}
     record = archived["archive"]
     key = f"e2e/campaign-{campaign_id}.ndjson.gz"
     assert record["location"] == f"s3://{bucket[1]}/{key}"

@@ -190,12 +190,30 @@ async def test_nothing_is_deleted_before_the_archive_reads_back_as_written(
     changed = ChangedOnDisk(parse_archive_url(f"file://{tmp_path}"), tmp_path)
     assert await archivist(db, stores, changed).run(utcnow() + LATER) == []
     missing_bucket = s3_target(unique_name("absent").replace("_", "-").lower()[:60], s3_endpoint)
+    # refused, it stays claimed until the lease ends: nobody tries it before
+    assert await archivist(db, stores, missing_bucket, "api-2").run(utcnow() + LATER) == []
     with pytest.raises(Exception, match="NoSuchBucket"):
-        await archivist(db, stores, missing_bucket, "api-2").run(utcnow() + LATER)
+        await archivist(db, stores, missing_bucket, "api-2").run(
+            utcnow() + LATER + POLICY.lease + timedelta(seconds=1))
 
     assert await records_of(db, campaign.id) == (3, 3)
     kept = await stores.campaigns.get(campaign.id)
     assert kept is not None and kept.archive is None
+
+
+async def test_a_refused_archive_holds_up_none_of_the_campaigns_after_it(
+        db: Database, stores: Stores, tmp_path: Path) -> None:
+    """The oldest campaign lost a chunk (its archive would hold fewer lines than it targeted):
+    refused, and the next run archives the later ones rather than trying it again first."""
+    broken, *fine = [await cancelled_paged_campaign(stores) for _ in range(3)]
+    await db[names.CHUNKS].delete_one({"campaign_id": broken.id, "seq": 2})
+    target = DirectoryArchive(parse_archive_url(f"file://{tmp_path}"))
+    keeper = Archivist(stores, ArchivalStore(db), target, "api-1",
+                       ArchivePolicy(kept=POLICY.kept, every_s=0.0, per_run=1))
+    assert await keeper.run(utcnow() + LATER) == []  # the broken one, refused
+    archived = [(await keeper.run(utcnow() + LATER))[0].id for _ in fine]
+    assert archived == [c.id for c in fine]
+    assert (await records_of(db, broken.id))[1] == 3  # its deliveries are kept
 
 
 async def test_without_an_archive_target_nothing_is_deleted_and_the_wait_is_counted(
