@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 from herald.contracts.http import DeviceIn
 from herald.domain.access import Actor, ApiKey, LogEntry
 from herald.domain.audience import Audience, Zones
+from herald.domain.device_import import DeviceFields, ImportCounts
 from herald.domain.documents import (
     Approval,
     Campaign,
@@ -255,7 +256,15 @@ class DeliveryRepository(Protocol):
     def in_order(self, campaign_id: str) -> AsyncIterator[Delivery]: ...
 
 
-class DeviceRepository(Protocol):
+class DeviceImporter(Protocol):
+    async def import_batch(self, lines: Sequence[DeviceFields], now: datetime) -> ImportCounts:
+        """Upsert by token the devices of ``lines`` (in order: each token's last line is what
+        is stored), writing only what changes; what each line did
+        (``herald.domain.device_import.plan_batch``)."""
+        ...
+
+
+class DeviceRepository(DeviceImporter, Protocol):
     async def upsert(self, devices: Sequence[DeviceIn], now: datetime) -> UpsertCounts: ...
     async def mark_invalid(self, tokens: Sequence[str], reason: str, now: datetime) -> int: ...
     def stream(self, audience: Audience, after: str | None, until: str | None, *,
