@@ -757,7 +757,8 @@ def import_devices(
 
 
 def _print_import(answer: dict[str, Any]) -> None:
-    console.print(f"{answer['lines']:,} lines: {answer['inserted']:,} inserted, "
+    lines = f"{answer['lines']:,} line{'' if answer['lines'] == 1 else 's'}"
+    console.print(f"{lines}: {answer['inserted']:,} inserted, "
                   f"{answer['updated']:,} updated, {answer['unchanged']:,} unchanged, "
                   f"{answer['invalid']:,} invalid", highlight=False, soft_wrap=True)
     for problem in answer["problems"]:

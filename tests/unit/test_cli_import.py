@@ -62,7 +62,7 @@ def test_a_clean_import_exits_0(run: Any, tmp_path: Path) -> None:
     answer = {**ANSWER, "lines": 1, "inserted": 0, "unchanged": 1, "invalid": 0, "problems": []}
     result = run(ImportApi(answer), "devices", "import", str(tmp_path / "d.ndjson"))
     assert result.exit_code == 0
-    assert result.stdout == "1 lines: 0 inserted, 0 updated, 1 unchanged, 0 invalid\n"
+    assert result.stdout == "1 line: 0 inserted, 0 updated, 1 unchanged, 0 invalid\n"
 
 
 def test_a_refusal_is_told_with_its_code_and_exits_1(run: Any, tmp_path: Path) -> None:
