@@ -671,7 +671,7 @@ def revoke_key(key_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = N
 
 
 NDJSON = "application/x-ndjson"
-READ_BYTES = 1 << 20
+READ_BYTES = 256 * 1024
 PROGRESS_EVERY_S = 1.0
 IMPORT_TIMEOUT_S = 300.0
 """The longest the api may take to read on, or to answer once the file is sent (its last
