@@ -167,7 +167,9 @@ def measure(bench: BenchStack, name: str, count: int, run: Callable[[], dict[str
         raise RuntimeError(f"{name}: counts {wrong} (got, expected); {held} devices stored")
     row = Row(name, seconds, count, answer, cpu, _peak_rss_mb(processes["api"]),
               (load_before, os.getloadavg()[0]))
-    print(f"  {name}: {seconds:.1f} s, {row.per_s:,.0f} devices/s", flush=True)
+    print(f"  {name}: {seconds:.1f} s, {row.per_s:,.0f} devices/s; CPU s "
+          f"{', '.join(f'{label} {s:.1f}' for label, s in cpu.items())}; api peak RSS "
+          f"{row.api_peak_rss_mb:.0f} MB; load {row.load[0]:.1f}/{row.load[1]:.1f}", flush=True)
     return row
 
 
