@@ -123,6 +123,9 @@ class Settings(BaseSettings):
     """The largest body of a device import (``POST /v1/devices/bulk``: 10,000 devices); every
     other route takes at most what the largest campaign can need
     (``herald.contracts.sizes``), or this if it is smaller."""
+    api_max_import_bytes: PositiveInt = 1024 * 1024 * 1024
+    """The largest body of a streamed device import (``POST /v1/devices/import``, NDJSON, read
+    as it arrives: the api never holds it whole); 1 GiB is about four million devices."""
     api_rate_per_s: PositiveFloat = 50.0
     """Each key's budget of changing calls (refused ones included), shared by api replicas."""
     api_burst: PositiveInt = 200

@@ -18,6 +18,7 @@
     herald approve ID                                  # shows what you approve, asks, sends its digest
     herald test ID --token TOKEN --token TOKEN         # or --user-id; at most 100 devices
 
+    herald devices import devices.ndjson              # one device per line; progress on stderr
     herald keys create --name on-call --role responder --owner dana@example.com
     herald keys list
     herald keys revoke KEY_ID
@@ -26,13 +27,14 @@
 from __future__ import annotations
 
 import getpass
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, BinaryIO, NoReturn
 
 import httpx
 import orjson
@@ -56,6 +58,9 @@ app.add_typer(audiences, name="audiences")
 keys = typer.Typer(help="Mint, list and revoke API keys (an admin key's job).",
                    no_args_is_help=True)
 app.add_typer(keys, name="keys")
+
+devices = typer.Typer(help="Register devices (an ingest key's job).", no_args_is_help=True)
+app.add_typer(devices, name="devices")
 
 DEFAULT_API = "http://127.0.0.1:8000"
 ApiOption = Annotated[str, typer.Option("--api", envvar="HERALD_API_URL", help="Herald API base URL")]
@@ -687,6 +692,105 @@ def revoke_key(key_id: str, api: ApiOption = DEFAULT_API, api_key: KeyOption = N
     """Revoke a key: every api replica refuses it within a second."""
     revoked = _call(Endpoint(api, api_key), "DELETE", f"/v1/api-keys/{key_id}").json()
     console.print(f"revoked {revoked['id']} ({revoked['name']}) at {revoked['revoked_at']}")
+
+
+NDJSON = "application/x-ndjson"
+READ_BYTES = 256 * 1024
+PROGRESS_EVERY_S = 1.0
+IMPORT_TIMEOUT_S = 300.0
+"""The longest the api may take to read on, or to answer once the file is sent (its last
+batch written): generous, as a database busy with other work slows both."""
+SOME_INVALID = 2
+"""Exit status of an import that had invalid lines (the valid ones are imported)."""
+
+
+class ImportProgress:
+    """Lines and bytes sent so far, told on stderr at most once every ``PROGRESS_EVERY_S``."""
+
+    def __init__(self, total_bytes: int | None) -> None:
+        self.lines = 0
+        self.sent_bytes = 0
+        self._total = total_bytes
+        self._started = self._told = time.monotonic()
+
+    def sent(self, chunk: bytes) -> None:
+        self.lines += chunk.count(b"\n")
+        self.sent_bytes += len(chunk)
+        if time.monotonic() - self._told >= PROGRESS_EVERY_S:
+            self.tell()
+
+    def tell(self) -> None:
+        self._told = time.monotonic()
+        share = f" ({self.sent_bytes / self._total:.0%})" if self._total else ""
+        rate = self.lines / max(self._told - self._started, 1e-6)
+        errors.print(f"sent {self.lines:,} lines{share}, {rate:,.0f} lines/s",
+                     highlight=False, soft_wrap=True)
+
+
+def _file_chunks(source: BinaryIO, progress: ImportProgress) -> Iterator[bytes]:
+    while chunk := source.read(READ_BYTES):
+        yield chunk
+        progress.sent(chunk)
+
+
+def _send_import(target: Endpoint, source: BinaryIO, size: int | None) -> httpx.Response:
+    progress = ImportProgress(size)
+    headers = {"Content-Type": NDJSON}
+    if size is not None:  # a length lets the api refuse a file over its limit before a byte
+        headers["Content-Length"] = str(size)
+    try:
+        with target.client(timeout_s=IMPORT_TIMEOUT_S) as client:
+            response = client.post("/v1/devices/import", headers=headers,
+                                   content=_file_chunks(source, progress))
+    except httpx.HTTPError as exc:
+        _fail(f"the import stopped after {progress.lines:,} lines sent: {exc}")
+    progress.tell()
+    return response
+
+
+@devices.command("import")
+def import_devices(
+    path: Annotated[str, typer.Argument(
+        metavar="FILE", help="NDJSON, one device per line as in POST /v1/devices/bulk; - "
+                             "reads standard input")],
+    api: ApiOption = DEFAULT_API, api_key: KeyOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the api's answer as JSON")] = False,
+) -> None:
+    """Import a file of devices (upsert by token), streamed to the api as it is read: progress
+    on stderr, the counts (inserted, updated, unchanged, invalid) and each invalid line's
+    number on stdout. Importing the same file again changes nothing. Exit status 2 when some
+    lines were invalid (the others are imported)."""
+    target = Endpoint(api, api_key)
+    if path == "-":
+        response = _send_import(target, sys.stdin.buffer, None)
+    else:
+        try:
+            with open(path, "rb") as source:
+                response = _send_import(target, source, os.fstat(source.fileno()).st_size)
+        except OSError as exc:
+            _fail(f"cannot read {path}: {exc.strerror or exc}")
+    if response.status_code >= 400:
+        _fail(_error_text(response))
+    answer = response.json()
+    if as_json:
+        _print_json(answer)
+    else:
+        _print_import(answer)
+    if answer["invalid"]:
+        raise typer.Exit(SOME_INVALID)
+
+
+def _print_import(answer: dict[str, Any]) -> None:
+    lines = f"{answer['lines']:,} line{'' if answer['lines'] == 1 else 's'}"
+    console.print(f"{lines}: {answer['inserted']:,} inserted, "
+                  f"{answer['updated']:,} updated, {answer['unchanged']:,} unchanged, "
+                  f"{answer['invalid']:,} invalid", highlight=False, soft_wrap=True)
+    for problem in answer["problems"]:
+        console.print(f"line {problem['line']}: {problem['code']}: {problem['message']}",
+                      highlight=False, markup=False, soft_wrap=True)
+    if answer["problems_omitted"]:
+        console.print(f"({answer['problems_omitted']:,} more invalid lines not listed)",
+                      highlight=False, soft_wrap=True)
 
 
 def main() -> None:

@@ -185,6 +185,26 @@ class DeviceBulkResult(BaseModel):
     updated: int
 
 
+class ImportProblem(BaseModel):
+    line: int = Field(description="The line's number, 1-based, as an editor shows it")
+    code: Literal["invalid_device", "line_too_long"]
+    message: str = Field(description="What is wrong: the first field that does not validate")
+
+
+class DeviceImportResult(BaseModel):
+    """What ``POST /v1/devices/import`` did, line by line (lines applied in order: a token's
+    later line compares with its earlier one)."""
+
+    lines: int = Field(description="Non-blank lines read: inserted + updated + unchanged + invalid")
+    inserted: int = Field(description="Lines of a token the registry did not have")
+    updated: int = Field(description="Lines that changed a known device")
+    unchanged: int = Field(description="Lines of a known device with exactly these fields "
+                                       "(nothing written)")
+    invalid: int = Field(description="Lines refused; the first 1,000 are listed in `problems`")
+    problems: list[ImportProblem]
+    problems_omitted: int = Field(description="Invalid lines counted but not listed")
+
+
 class UserErased(BaseModel):
     """What ``DELETE /v1/users/{user_id}`` changed, in numbers (zeros: nothing was left)."""
 

@@ -17,6 +17,7 @@ from herald.contracts.http import DeviceIn
 from herald.domain.access import Actor, ApiKey, LogEntry
 from herald.domain.archive import ArchiveRecord, VariantCounts
 from herald.domain.audience import Audience, Zones
+from herald.domain.device_import import DeviceFields, ImportCounts
 from herald.domain.documents import (
     Approval,
     Campaign,
@@ -303,7 +304,15 @@ class ArchiveTarget(Protocol):
         ...
 
 
-class DeviceRepository(Protocol):
+class DeviceImporter(Protocol):
+    async def import_batch(self, lines: Sequence[DeviceFields], now: datetime) -> ImportCounts:
+        """Upsert by token the devices of ``lines`` (in order: each token's last line is what
+        is stored), writing only what changes; what each line did
+        (``herald.domain.device_import.plan_batch``)."""
+        ...
+
+
+class DeviceRepository(DeviceImporter, Protocol):
     async def upsert(self, devices: Sequence[DeviceIn], now: datetime) -> UpsertCounts: ...
     async def mark_invalid(self, tokens: Sequence[str], reason: str, now: datetime) -> int: ...
     def stream(self, audience: Audience, after: str | None, until: str | None, *,

@@ -100,6 +100,7 @@ def create_app(settings: Settings) -> FastAPI:
     docs.mount(app)
     body_limits = RouteBodyLimits(
         app.router.routes, import_bytes=settings.api_max_body_bytes,
+        streamed_bytes=settings.api_max_import_bytes,
         other_bytes=min(settings.api_max_body_bytes, CAMPAIGN_BODY_MAX_BYTES))
     body_limits.document(app)
     app.add_middleware(BodySizeLimit, limits=body_limits)

@@ -18,6 +18,7 @@ from fastapi import Depends, Request
 
 from herald.adapters.rate_limit import FailedAuthentications, RequestBudget
 from herald.adapters.redis import StreamSlots
+from herald.contracts.device_lines import DeviceLine
 from herald.contracts.http import (
     CampaignPatch,
     DeviceIn,
@@ -27,6 +28,7 @@ from herald.contracts.http import (
 )
 from herald.domain.access import Actor, ApiKey, Role
 from herald.domain.audience import Audience
+from herald.domain.device_import import ImportReport, LineProblem
 from herald.domain.documents import Campaign, Outcome, Schedule, UpsertCounts
 from herald.domain.pods import PodBeat
 from herald.domain.purpose import HoldBack, Purpose
@@ -43,6 +45,7 @@ from herald.service_layer.access import (
 from herald.service_layer.approval import ApprovalGate
 from herald.service_layer.campaign_events import campaign_events
 from herald.service_layer.campaigns import CampaignCreator, edit_scheduled
+from herald.service_layer.device_import import import_devices
 from herald.service_layer.devices import register_devices
 from herald.service_layer.erasure import Erasure, erase_user, unregister_device
 from herald.service_layer.forecasting import Forecaster
@@ -154,6 +157,10 @@ Watch = Annotated[WatchCampaign, provided(lambda s: WatchCampaign(
 # --- devices and audiences -------------------------------------------------------------------
 RegisterDevices = Annotated[Callable[[Sequence[DeviceIn]], Awaitable[UpsertCounts]],
                             provided(lambda s: partial(register_devices, s.stores.devices))]
+ImportDevices = Annotated[
+    Callable[[AsyncIterator[DeviceLine | LineProblem]], Awaitable[ImportReport]],
+    provided(lambda s: partial(import_devices, s.stores.devices))]
+"""A streamed import: lines in, batches written behind the reading (``device_import.py``)."""
 UnregisterDevice = Annotated[Callable[[str], Awaitable[bool]],
                              provided(lambda s: partial(unregister_device, s.stores.devices))]
 EraseUser = Annotated[Callable[[str], Awaitable[Erasure]], provided(lambda s: partial(

@@ -43,6 +43,7 @@ from herald.clock import utcnow
 from herald.contracts.http import DeviceIn
 from herald.domain.access import TALLY_WINDOW_S, Actor, ApiKey, LogEntry, Role
 from herald.domain.audience import Audience, Zones
+from herald.domain.device_import import DeviceFields, ImportCounts, plan_batch
 from herald.domain.documents import (
     CHUNK_CLOSED_FOR_GOOD,
     Approval,
@@ -788,6 +789,19 @@ class FakeDevices:
                 self._documents[device_id] = {"_id": device_id, **fields, "invalid": False,
                                               "created_at": now, "updated_at": now}
         return UpsertCounts(created=len(by_token) - len(known), updated=len(known))
+
+    async def import_batch(self, lines: Sequence[DeviceFields], now: datetime) -> ImportCounts:
+        await _round_trip()
+        known = self._ids_of([fields["token"] for fields in lines])
+        plan = plan_batch(lines, {token: self._documents[device_id]
+                                  for token, device_id in known.items()})
+        for token, fields in plan.updates.items():
+            self._documents[known[token]].update(fields, updated_at=now)
+        for fields in plan.inserts.values():
+            device_id = new_id()
+            self._documents[device_id] = {"_id": device_id, **fields, "invalid": False,
+                                          "created_at": now, "updated_at": now}
+        return plan.counts
 
     async def mark_invalid(self, tokens: Sequence[str], reason: str, now: datetime) -> int:
         await _round_trip()

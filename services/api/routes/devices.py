@@ -1,5 +1,5 @@
-"""``/v1/devices``: register devices one at a time or ten thousand at a time (upsert by token),
-and unregister one."""
+"""``/v1/devices``: register devices one at a time, ten thousand at a time (upsert by token), or
+a file of millions streamed as NDJSON; and unregister one."""
 
 from __future__ import annotations
 
@@ -7,12 +7,23 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 
-from herald.contracts.http import DeviceBulkIn, DeviceBulkResult, DeviceIn, DeviceUpserted
+from herald.contracts.device_lines import MAX_LINE_BYTES, NDJSON_MEDIA_TYPE, device_lines
+from herald.contracts.http import (
+    DeviceBulkIn,
+    DeviceBulkResult,
+    DeviceImportResult,
+    DeviceIn,
+    DeviceUpserted,
+    ErrorResponse,
+    ImportProblem,
+)
 from herald.domain.access import Scope
+from herald.domain.device_import import ImportReport
 from herald.domain.types import MAX_TOKEN_CHARS, TOKEN_PATTERN
 from services.api.auth import Caller, scoped
-from services.api.deps import RegisterDevices, UnregisterDevice
-from services.api.limits import device_import
+from services.api.deps import ImportDevices, RegisterDevices, UnregisterDevice
+from services.api.errors import ApiError
+from services.api.limits import device_import, streamed_import
 from services.api.operator_log import OperatorLoggedRoute, log_detail, logged
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"], route_class=OperatorLoggedRoute)
@@ -36,6 +47,35 @@ async def upsert_devices(body: DeviceBulkIn, register: RegisterDevices,
                          _: Ingest) -> DeviceBulkResult:
     counts = await register(body.devices)
     return DeviceBulkResult(created=counts.created, updated=counts.updated)
+
+
+@router.post("/import", response_model=DeviceImportResult, openapi_extra=streamed_import(
+    NDJSON_MEDIA_TYPE, f"One device per line, each as an item of `POST /v1/devices/bulk`; a "
+                       f"line is at most {MAX_LINE_BYTES:,} bytes"),
+    responses={415: {"model": ErrorResponse,
+                     "description": f"The body is not `{NDJSON_MEDIA_TYPE}`"}})
+async def import_devices(request: Request, run_import: ImportDevices,
+                         _: Ingest) -> DeviceImportResult:
+    """Import a file of devices (upsert by token), read as it arrives: one device per line, as
+    an item of ``/bulk``. Idempotent per token: importing the same file again writes nothing
+    and counts every line ``unchanged``. An invalid line is counted, listed by number in
+    ``problems`` (the first 1,000), and skipped; the other lines are imported."""
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != NDJSON_MEDIA_TYPE:
+        raise ApiError(415, "unsupported_media_type",
+                       f"send the devices as {NDJSON_MEDIA_TYPE} (one JSON object per line), "
+                       f"not {media_type or 'a body without a Content-Type'}")
+    return _result(await run_import(device_lines(request.stream())))
+
+
+def _result(report: ImportReport) -> DeviceImportResult:
+    counts = report.counts
+    return DeviceImportResult(
+        lines=counts.lines, inserted=counts.inserted, updated=counts.updated,
+        unchanged=counts.unchanged, invalid=counts.invalid,
+        problems=[ImportProblem(line=p.line, code=p.code, message=p.message)
+                  for p in report.problems],
+        problems_omitted=report.problems_omitted)
 
 
 @router.delete("/{token}", status_code=204, response_class=Response,
