@@ -66,6 +66,8 @@ def error_statuses(route: APIRoute) -> list[int]:
             statuses.append(403)
     if route.body_field is not None:
         statuses += [400, 413]
+    elif "requestBody" in (route.openapi_extra or {}):  # read as a stream: only its size is
+        statuses.append(413)                             # refused, each line is answered
     if route.dependant.path_params or route.path in LOOKUPS_IN_BODY:
         statuses.append(404)
     if _guarded_change(route):
