@@ -17,8 +17,10 @@ Each row is timed from the first byte sent to the answer of the last call, check
 counts, and the registry holding exactly ``--devices`` devices), and shows the CPU the api,
 nx-27017 and the client spent: on this 2-core machine the api and the database each have a core,
 and whichever is busy all the time is the bound. The api's peak memory (``VmHWM``) after each
-row shows whether a streamed body is held. The registry is emptied (dropped, its indexes made
-again) before the first and the last row.
+row shows whether a streamed body is held. Meanwhile another client reads a campaign page
+(``GET /v1/campaigns?limit=1``) every 100 ms: its latencies show how long an import keeps other
+calls waiting (issue 33, point 1: none more than 1 s). The registry is emptied (dropped, its
+indexes made again) before the first and the last row.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -49,6 +53,7 @@ from herald.adapters.mongo import INDEXES
 BULK_DEVICES = 10_000
 """Devices per ``POST /v1/devices/bulk`` call (the most it takes)."""
 TIMEOUT_S = 3600.0
+PROBE_EVERY_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class Row:
     cpu_s: dict[str, float]
     api_peak_rss_mb: float
     load: tuple[float, float]
+    read_ms: list[float]
 
     @property
     def per_s(self) -> float:
@@ -147,6 +153,37 @@ def _peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
+class ReadProbe:
+    """Reads a campaign page every ``PROBE_EVERY_S`` in a thread of its own; the latencies."""
+
+    def __init__(self, config: StackConfig) -> None:
+        self.latencies_ms: list[float] = []
+        self._stop = threading.Event()
+        self._client = httpx.Client(base_url=config.api_url, headers=config.api_headers(),
+                                    timeout=60)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ReadProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._client.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(PROBE_EVERY_S):
+            started = time.perf_counter()
+            self._client.get("/v1/campaigns", params={"limit": 1}).raise_for_status()
+            self.latencies_ms.append((time.perf_counter() - started) * 1000)
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
+
+
 def measure(bench: BenchStack, name: str, count: int, run: Callable[[], dict[str, int]],
             expected: dict[str, int], stored: int | None = None) -> Row:
     """Run one row; fail unless the answer is ``expected`` and the registry then holds
@@ -156,7 +193,8 @@ def measure(bench: BenchStack, name: str, count: int, run: Callable[[], dict[str
     before = {label: process_cpu_s(pid) for label, pid in processes.items()}
     client_before, load_before = _client_cpu_s(), os.getloadavg()[0]
     started = time.perf_counter()
-    answer = run()
+    with ReadProbe(bench.stack.config) as probe:
+        answer = run()
     seconds = time.perf_counter() - started
     cpu = {label: process_cpu_s(pid) - before[label] for label, pid in processes.items()}
     cpu["client"] = _client_cpu_s() - client_before
@@ -166,21 +204,33 @@ def measure(bench: BenchStack, name: str, count: int, run: Callable[[], dict[str
     if wrong or held != (count if stored is None else stored):
         raise RuntimeError(f"{name}: counts {wrong} (got, expected); {held} devices stored")
     row = Row(name, seconds, count, answer, cpu, _peak_rss_mb(processes["api"]),
-              (load_before, os.getloadavg()[0]))
+              (load_before, os.getloadavg()[0]), probe.latencies_ms)
     print(f"  {name}: {seconds:.1f} s, {row.per_s:,.0f} devices/s; CPU s "
           f"{', '.join(f'{label} {s:.1f}' for label, s in cpu.items())}; api peak RSS "
-          f"{row.api_peak_rss_mb:.0f} MB; load {row.load[0]:.1f}/{row.load[1]:.1f}", flush=True)
+          f"{row.api_peak_rss_mb:.0f} MB; load {row.load[0]:.1f}/{row.load[1]:.1f}; a read beside "
+          f"it {_reads(row)} ms", flush=True)
     return row
+
+
+def _reads(row: Row) -> str:
+    """A read's latency beside the row: median / p99 / max, in ms."""
+    latencies = row.read_ms
+    if not latencies:
+        return "-"
+    return (f"{statistics.median(latencies):.0f} / {_percentile(latencies, 0.99):.0f} / "
+            f"{max(latencies):.0f}")
 
 
 def table(rows: list[Row], baseline: Row) -> str:
     return format_table(
         ["row", "devices", "seconds", "devices/s", "x baseline", "api CPU s", "nx-27017 CPU s",
-         "client CPU s", "api peak RSS MB", "load before/after"],
+         "client CPU s", "api peak RSS MB", "a read beside: p50 / p99 / max ms",
+         "load before/after"],
         [[row.name, f"{row.devices:,}", f"{row.seconds:.1f}", f"{row.per_s:,.0f}",
           f"{row.per_s / baseline.per_s:.2f}", f"{row.cpu_s['api']:.1f}",
           f"{row.cpu_s['nx-27017']:.1f}", f"{row.cpu_s['client']:.1f}",
-          f"{row.api_peak_rss_mb:.0f}", f"{row.load[0]:.1f}/{row.load[1]:.1f}"] for row in rows])
+          f"{row.api_peak_rss_mb:.0f}", _reads(row), f"{row.load[0]:.1f}/{row.load[1]:.1f}"]
+         for row in rows])
 
 
 def run(count: int, again: int) -> list[Row]:

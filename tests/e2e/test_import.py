@@ -70,8 +70,13 @@ def test_the_cli_imports_a_file_and_a_campaign_reaches_each_device_once(
     assert {token: accepted[token] for token in tokens} == dict.fromkeys(tokens, 1)
 
 
-def test_a_viewer_may_not_import(api: Api) -> None:
-    viewer = api.as_key(api.mint_key("viewer", "import-viewer"))
+def test_a_viewer_may_not_import(stack: Stack, api: Api, tmp_path: Path) -> None:
+    secret = api.mint_key("viewer", "import-viewer")
+    path, _ = _file(tmp_path, f"imp{uuid.uuid4().hex[:12]}")
+    refused = _herald(stack, secret, "devices", "import", str(path))
+    assert refused.returncode == 1
+    assert "(forbidden, HTTP 403)" in refused.stderr
+    viewer = api.as_key(secret)
     try:
         response = viewer.http.post("/v1/devices/import", content=b'{"token": "v", '
                                     b'"platform": "ios"}\n',
