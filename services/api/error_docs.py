@@ -64,10 +64,7 @@ def error_statuses(route: APIRoute) -> list[int]:
         statuses += [401, 429]  # every call spends from a budget (services/api/gate.py)
         if declared.scope is not None:
             statuses.append(403)
-    if route.body_field is not None:
-        statuses += [400, 413]
-    elif "requestBody" in (route.openapi_extra or {}):  # read as a stream: only its size is
-        statuses.append(413)                             # refused, each line is answered
+    statuses += _body_statuses(route)
     if route.dependant.path_params or route.path in LOOKUPS_IN_BODY:
         statuses.append(404)
     if _guarded_change(route):
@@ -77,6 +74,14 @@ def error_statuses(route: APIRoute) -> list[int]:
     if _has_input(route):
         statuses.append(422)
     return sorted(statuses)
+
+
+def _body_statuses(route: APIRoute) -> list[int]:
+    """A JSON body: 400 (not JSON) and 413; a body read as a stream (the NDJSON import): 413
+    only, each of its lines is answered in the result."""
+    if route.body_field is not None:
+        return [400, 413]
+    return [413] if "requestBody" in (route.openapi_extra or {}) else []
 
 
 def _guarded_change(route: APIRoute) -> bool:

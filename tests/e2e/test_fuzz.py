@@ -12,7 +12,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import APIOperation, Case, GenerationMode
-from schemathesis.specs.openapi.checks import positive_data_acceptance
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from devstack.isolation import VhostPool, private_stack
 from devstack.stack import Stack
@@ -24,6 +24,9 @@ MAX_EXAMPLES = 6
 # JSON Schema (an IANA time zone, a cron expression, FCM's camelCase data keys); the api answers
 # them with a documented 422, which is what this test holds it to.
 
+# A device import's body is NDJSON text (one device per line; the schema says a string): sent
+# as schemathesis sends text/plain.
+schemathesis.serializer.alias("application/x-ndjson", "text/plain")
 
 # Destructive operations (revoking keys, ending schedules, deleting devices, erasing users) are
 # fuzzed too, on this module's private stack: nothing the assertions rely on is shared with them
@@ -63,17 +66,27 @@ def operations(stack: Stack) -> list[APIOperation]:
     return [result.ok() for result in loaded.get_all_operations()]
 
 
+def _text_body(operation: APIOperation) -> bool:
+    """Whether the operation's body is text other than JSON (the NDJSON device import)."""
+    media_types = [body.media_type for body in operation.body]
+    return bool(media_types) and not any(m.split("/")[-1] == "json" for m in media_types)
+
+
 def fuzz(operation: APIOperation, base_url: str, key: str) -> None:
     """Valid and invalid requests to one operation; the first failing check raises."""
     cases = st.one_of(operation.as_strategy(GenerationMode.POSITIVE),
                       operation.as_strategy(GenerationMode.NEGATIVE))
+
+    excluded = [positive_data_acceptance]
+    if _text_body(operation):  # a number sent as text is the same bytes as a string: no body
+        excluded.append(negative_data_rejection)  # of text can break a string schema
 
     @settings(max_examples=MAX_EXAMPLES, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck), phases=[Phase.generate])
     @given(case=cases)
     def run(case: Case) -> None:
         case.call_and_validate(base_url=base_url, headers={"Authorization": f"Bearer {key}"},
-                               excluded_checks=[positive_data_acceptance])
+                               excluded_checks=excluded)
     run()
 
 
