@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 import httpx
 
 from devstack.isolation import unique_name
+from devstack.processes import free_port
 
 __all__ = ["error_code", "eventually", "unique_name", "wait_for"]
 
@@ -55,3 +57,17 @@ def error_code(response: httpx.Response) -> str:
     assert set(body) == {"error"}
     assert body["error"]["message"]
     return str(body["error"]["code"])
+
+
+@contextmanager
+def s3_server() -> Iterator[str]:
+    """A real S3-compatible server (moto's, in server mode) over HTTP on a free port: its URL."""
+    from moto.server import ThreadedMotoServer  # a dev dependency, for the archive's tests only
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()

@@ -22,14 +22,13 @@ from typing import Any
 import boto3
 import orjson
 import pytest
-from moto.server import ThreadedMotoServer
 from pymongo import MongoClient
 
 from devstack.processes import free_port
 from devstack.stack import Stack
 from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, reachable_devices
-from tests.support import wait_for
+from tests.support import s3_server, wait_for
 
 RETENTION_DAYS = 3 / 86_400
 """Three seconds."""
@@ -44,11 +43,8 @@ def stack(shared_stack: Stack) -> Stack:
 
 @pytest.fixture
 def s3_endpoint() -> Iterator[str]:
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with s3_server() as url:
+        yield url
 
 
 @pytest.fixture

@@ -3,11 +3,14 @@ vhost's name from its URL. Fixtures (``conftest.py``) and test modules import th
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import httpx
 from fastapi import FastAPI
+from pydantic import SecretStr
 
 from herald.adapters.redis import RedisCancelFlags, RedisPodRegistry
 from herald.clock import utcnow
@@ -18,6 +21,7 @@ from herald.names import RedisKeys
 from herald.service_layer.ports import Stores
 from herald.service_layer.stopping import Decider, Settler
 from herald.settings import Settings
+from services.api.app import create_app
 from tests.factories import at, campaign, recipients_of
 
 
@@ -80,3 +84,21 @@ class Stopping:
     async def reconcile(self, campaign: Campaign) -> Campaign | None:
         """The sweep's report of a campaign paged and still open."""
         return await self.settler.settled(campaign, count_closed=True)
+
+
+@asynccontextmanager
+async def api_with(settings: Settings, admin_key: str, **changes: Any
+                   ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """An in-process api with ``settings`` changed by ``changes`` (``admin_key`` its bootstrap
+    key), running, and its admin's client."""
+    app = create_app(settings.model_copy(update={
+        "bootstrap_api_key": SecretStr(admin_key), **changes}))
+    async with app.router.lifespan_context(app), client_of(app, admin_key) as client:
+        yield app, client
+
+
+async def everything(admin: httpx.AsyncClient) -> tuple[list[str], list[str]]:
+    """The ids of every campaign and schedule: what a refused call must leave as it was."""
+    campaigns = (await admin.get("/v1/campaigns")).json()["items"]
+    schedules = (await admin.get("/v1/schedules")).json()["items"]
+    return [c["id"] for c in campaigns], [s["id"] for s in schedules]

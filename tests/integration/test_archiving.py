@@ -19,10 +19,8 @@ import boto3
 import httpx
 import orjson
 import pytest
-from moto.server import ThreadedMotoServer
 from prometheus_client import REGISTRY
 
-from devstack.processes import free_port
 from herald import names
 from herald.adapters.archival import ArchivalStore
 from herald.adapters.archives import DirectoryArchive, S3Archive
@@ -38,7 +36,7 @@ from herald.service_layer.recipients import final_counts
 from tests.factories import at, begin_cancel, cancelled_paged_campaign, paged_campaign
 from tests.factories import campaign as new_campaign
 from tests.integration.helpers import mint
-from tests.support import error_code, unique_name
+from tests.support import error_code, s3_server, unique_name
 
 POLICY = ArchivePolicy(kept=timedelta(days=90), every_s=0.0)
 LATER = timedelta(days=91)
@@ -48,11 +46,8 @@ LATER = timedelta(days=91)
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
     """A real S3-compatible server over HTTP on a free port, for this module."""
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with s3_server() as url:
+        yield url
 
 
 @pytest.fixture

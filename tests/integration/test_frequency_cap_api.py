@@ -15,7 +15,6 @@ import httpx
 import orjson
 import pytest
 from fastapi import FastAPI
-from pydantic import SecretStr
 
 from herald.adapters.frequency_caps import RedisFrequencyCaps
 from herald.clock import utcnow
@@ -25,9 +24,8 @@ from herald.names import RedisKeys
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import final_counts
 from herald.settings import Settings
-from services.api.app import create_app
 from tests.factories import at, begin_cancel, paged_campaign
-from tests.integration.helpers import client_of, mint
+from tests.integration.helpers import api_with, client_of, everything, mint
 from tests.support import error_code
 
 LATER = "2099-01-01T00:00:00Z"
@@ -38,16 +36,8 @@ CAPPED = "suppressed:frequency_cap"
 async def admins_only(broker_settings: Settings, admin_key: str, db: object,
                       redis: object) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     """An api where only admins give a campaign its own frequency cap; its admin."""
-    app = create_app(broker_settings.model_copy(update={
-        "bootstrap_api_key": SecretStr(admin_key), "frequency_cap_roles": "admin"}))
-    async with app.router.lifespan_context(app), client_of(app, admin_key) as client:
-        yield app, client
-
-
-async def _everything(admin: httpx.AsyncClient) -> tuple[Any, ...]:
-    campaigns = (await admin.get("/v1/campaigns")).json()["items"]
-    schedules = (await admin.get("/v1/schedules")).json()["items"]
-    return [c["id"] for c in campaigns], [s["id"] for s in schedules]
+    async with api_with(broker_settings, admin_key, frequency_cap_roles="admin") as running:
+        yield running
 
 
 async def test_a_key_without_the_frequency_cap_scope_is_refused_and_nothing_changes(
@@ -57,7 +47,7 @@ async def test_a_key_without_the_frequency_cap_scope_is_refused_and_nothing_chan
         "title": "Flash sale", "body": "Now", "frequency_cap": "none", "send_at": LATER})
     assert original.status_code == 202, original.text
     assert (await admin.get("/v1/me")).json()["frequency_cap"] is True
-    before = await _everything(admin)
+    before = await everything(admin)
     async with client_of(app, await mint(admin, Role.OPERATOR)) as operator:
         assert (await operator.get("/v1/me")).json()["frequency_cap"] is False
         refused = [
@@ -74,7 +64,7 @@ async def test_a_key_without_the_frequency_cap_scope_is_refused_and_nothing_chan
         plain = await operator.post("/v1/campaigns", json={
             "title": "Sale", "body": "Today", "send_at": LATER})
         assert plain.status_code == 202, plain.text
-    campaigns, schedules = await _everything(admin)
+    campaigns, schedules = await everything(admin)
     assert (campaigns[1:], schedules) == before
 
 

@@ -7,19 +7,16 @@ estimate says how many devices the marketing opt-out holds back (point 5)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from pydantic import SecretStr
 
 from herald import names
 from herald.adapters.mongo import Database
 from herald.domain.access import Role
 from herald.settings import Settings
-from services.api.app import create_app
-from tests.integration.helpers import client_of, mint
+from tests.integration.helpers import api_with, client_of, everything, mint
 from tests.support import error_code
 
 LATER = "2099-01-01T00:00:00Z"
@@ -38,18 +35,10 @@ async def test_me_says_which_purposes_a_key_may_send_with(
 @pytest.fixture
 async def admins_only(broker_settings: Settings, admin_key: str, db: object,
                       redis: object) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """An api where only admins give transactional campaigns; its admin."""
+    async with api_with(broker_settings, admin_key, transactional_roles="admin") as running:
+        yield running
     """An api where only admins send transactional campaigns; its admin."""
-    app = create_app(broker_settings.model_copy(update={
-        "bootstrap_api_key": SecretStr(admin_key), "transactional_roles": "admin"}))
-    async with app.router.lifespan_context(app), client_of(app, admin_key) as client:
-        yield app, client
-
-
-async def _everything(admin: httpx.AsyncClient) -> tuple[Any, ...]:
-    campaigns = (await admin.get("/v1/campaigns")).json()["items"]
-    schedules = (await admin.get("/v1/schedules")).json()["items"]
-    return [c["id"] for c in campaigns], [s["id"] for s in schedules]
-
 
 async def test_a_key_without_the_transactional_scope_is_refused_and_nothing_changes(
         admins_only: tuple[FastAPI, httpx.AsyncClient]) -> None:
@@ -57,7 +46,7 @@ async def test_a_key_without_the_transactional_scope_is_refused_and_nothing_chan
     original = await admin.post("/v1/campaigns", json={
         "title": "Receipt", "body": "Paid", "purpose": "transactional", "send_at": LATER})
     assert original.status_code == 202, original.text
-    before = await _everything(admin)
+    before = await everything(admin)
     async with client_of(app, await mint(admin, Role.OPERATOR)) as operator:
         assert (await operator.get("/v1/me")).json()["purposes"] == ["marketing"]
         refused = [
@@ -75,7 +64,7 @@ async def test_a_key_without_the_transactional_scope_is_refused_and_nothing_chan
         marketing = await operator.post("/v1/campaigns", json={
             "title": "Sale", "body": "Today", "send_at": LATER})
         assert marketing.status_code == 202, marketing.text
-    campaigns, schedules = await _everything(admin)
+    campaigns, schedules = await everything(admin)
     assert (campaigns[1:], schedules) == before
 
 
