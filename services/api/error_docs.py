@@ -61,8 +61,6 @@ def error_statuses(route: APIRoute) -> list[int]:
             statuses.append(403)
     if route.body_field is not None:
         statuses += [400, 413]
-    elif _streamed_body(route):
-        statuses.append(413)
     if route.dependant.path_params or route.path in LOOKUPS_IN_BODY:
         statuses.append(404)
     if _guarded_change(route):
@@ -70,11 +68,6 @@ def error_statuses(route: APIRoute) -> list[int]:
     if _has_input(route):
         statuses.append(422)
     return sorted(statuses)
-
-
-def _streamed_body(route: APIRoute) -> bool:
-    """A body the route reads itself (``request.stream()``), declared in ``openapi_extra``."""
-    return "requestBody" in (route.openapi_extra or {})
 
 
 def _guarded_change(route: APIRoute) -> bool:
@@ -93,7 +86,7 @@ def _has_input(route: APIRoute) -> bool:
         if current.query_params or current.header_params or current.path_params:
             return True
         pending.extend(current.dependencies)
-    return route.body_field is not None or _streamed_body(route)
+    return route.body_field is not None
 
 
 def document_errors(app: FastAPI) -> None:
