@@ -84,6 +84,14 @@ CANCEL_UNMATCHED = Counter(
     "that receives one (should stay 0)")
 
 # --- the api's gate ------------------------------------------------------------------------------
+DEVICES_IMPORTED = Counter(
+    "herald_devices_imported_total",
+    "Lines of device imports (POST /v1/devices/import) by what each did: inserted, updated, "
+    "unchanged or invalid; counted as each batch is written, so a long import shows its progress",
+    ["outcome"])
+for _outcome in ("inserted", "updated", "unchanged", "invalid"):
+    DEVICES_IMPORTED.labels(_outcome)
+
 API_REFUSED = Counter("herald_api_refused_total",
                       "Calls the api refused before reaching a route, by reason "
                       "(unauthenticated, auth_throttled, rate_limited, too_many_streams)",

@@ -20,6 +20,7 @@ from datetime import datetime
 from herald.clock import utcnow
 from herald.contracts.device_lines import DeviceLine
 from herald.domain.device_import import DeviceFields, ImportCounts, ImportReport, LineProblem
+from herald.observability import DEVICES_IMPORTED
 from herald.service_layer.ports import DeviceImporter
 
 IMPORT_BATCH = 2_000
@@ -43,6 +44,7 @@ async def import_devices(devices: DeviceImporter,
         async for line in lines:
             if isinstance(line, LineProblem):
                 report.refuse(line)
+                DEVICES_IMPORTED.labels("invalid").inc()
                 continue
             batch.append(line.fields)
             if len(batch) >= batch_size:
@@ -75,7 +77,7 @@ class _WriteBehind:
         """Wait for the batch in flight and count it (its failure is raised here)."""
         if self._writing is not None:
             writing, self._writing = self._writing, None
-            self._counts.add(await writing)
+            self._count(await writing)
 
     async def settle(self) -> None:
         """After a failed read: let the batch in flight end (its own failure, if any, is the
@@ -84,4 +86,10 @@ class _WriteBehind:
             writing, self._writing = self._writing, None
             await asyncio.wait([writing])
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                self._counts.add(writing.result())
+                self._count(writing.result())
+
+    def _count(self, written: ImportCounts) -> None:
+        self._counts.add(written)
+        for outcome, lines in (("inserted", written.inserted), ("updated", written.updated),
+                               ("unchanged", written.unchanged)):
+            DEVICES_IMPORTED.labels(outcome).inc(lines)

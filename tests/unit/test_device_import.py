@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 
 from herald.contracts.device_lines import (
     MAX_LINE_BYTES,
@@ -216,3 +217,21 @@ async def test_a_read_that_fails_ends_the_import_after_the_batch_in_flight(
         await import_devices(stores.devices, broken(), batch_size=3)
     assert await stores.devices.find_by_token("tok-5") is not None  # the second batch, written
     assert await stores.devices.find_by_token("tok-6") is None  # never a whole batch
+
+
+async def test_every_line_is_counted_in_the_metric_as_its_batch_is_written(
+        stores: Stores) -> None:
+    def imported() -> dict[str, float]:
+        return {outcome: REGISTRY.get_sample_value("herald_devices_imported_total",
+                                                    {"outcome": outcome}) or 0.0
+                for outcome in ("inserted", "updated", "unchanged", "invalid")}
+
+    before = imported()
+    lines = [DeviceLine(i + 1, _device(i)) for i in range(7)]
+    await import_devices(stores.devices, _lines(lines), batch_size=3)
+    await import_devices(stores.devices, _lines(
+        [*lines[:2], DeviceLine(3, _device(2, locale="fr")), LineProblem(4, "invalid_device", "x")]),
+        batch_size=3)
+    after = imported()
+    assert {outcome: after[outcome] - before[outcome] for outcome in after} == {
+        "inserted": 7, "updated": 1, "unchanged": 2, "invalid": 1}
