@@ -584,3 +584,17 @@ def test_suppressed_recipients_are_shown_beside_sent_failed_and_unsent(
     page.click("#nav a[data-page=campaigns]")
     cells = page.locator(f"#campaigns tr[data-id='{second}'] td.num")
     expect(cells).to_have_text(["0", "0", "0", "20", "20"])
+
+    # Nobody unsent: "the rest" is the held back, asked for (include_suppressed); the follow-up
+    # keeps the original's cap, so they are held back again, and counted.
+    pages.open(page, f"#/campaigns/{second}")
+    page.click("#send-rest")
+    expect(page.locator("#include-suppressed")).to_be_checked()
+    expect(page.locator("#reach")).to_have_text(
+        "This will reach 20 devices: everyone this campaign did not send to, the held back "
+        "included.")
+    page.click("#follow-up-send")
+    page.wait_for_url(lambda url: bool(CAMPAIGN_URL.search(url)) and second not in url)
+    follow_up = admin.wait_finished(campaign_id_of(page), timeout_s=30)
+    assert follow_up["retarget"] == {"campaign_id": second, "outcome": "unsent"}
+    assert (follow_up["counts"]["targeted"], follow_up["counts"]["suppressed"]) == (20, 20)

@@ -695,11 +695,12 @@ function renderFollowUps(box, c) {
   const n = c.counts;
   const actions = h("div", { class: "row" });
   const slot = h("div");
-  if (n.unsent > 0) {
+  const held = n.suppressed || 0;
+  if (n.unsent > 0 || held > 0) {
     actions.append(h("button", { type: "button", id: "send-rest", class: "primary", onclick: () =>
-      slot.replaceChildren(followUpForm(c, "retarget")) }, `Send the rest (${fmt(n.unsent)})`));
+      slot.replaceChildren(followUpForm(c, "retarget")) }, `Send the rest (${fmt(n.unsent + held)})`));
   }
-  if (n.sent > 0 || n.unsent > 0) {
+  if (n.sent > 0 || n.unsent > 0 || held > 0) {
     actions.append(h("button", { type: "button", id: "correct-everyone", onclick: () =>
       slot.replaceChildren(followUpForm(c, "correct")) }, "Correct everyone"));
   }
@@ -710,10 +711,23 @@ function followUpForm(c, kind) {
   const editor = contentEditor({ title: c.title, body: c.body, image_url: c.image_url, data: c.data },
     c.replace_key || LONGEST_DEFAULT_KEY);
   const n = c.counts;
-  const reach = kind === "retarget"
-    ? h("p", { class: "reach", id: "reach" }, `This will reach ${fmt(n.unsent)} devices: everyone this campaign did not send to.`)
-    : h("p", { class: "reach", id: "reach" },
-      `${fmt(n.unsent)} devices get it as a new notification; ${fmt(n.sent)} that got the original get it as its replacement.`);
+  const held = n.suppressed || 0;
+  // The recipients a rule held back (the frequency cap) are left out unless asked for; when
+  // nobody else is left to send to, they are what "the rest" means.
+  const withHeld = h("input", { type: "checkbox", id: "include-suppressed", checked: n.unsent === 0 && held > 0 });
+  const reach = h("p", { class: "reach", id: "reach" });
+  const describe = () => {
+    const fresh = n.unsent + (withHeld.checked ? held : 0);
+    reach.textContent = kind === "retarget"
+      ? `This will reach ${fmt(fresh)} devices: everyone this campaign did not send to${withHeld.checked ? ", the held back included" : ""}.`
+      : `${fmt(fresh)} devices get it as a new notification; ${fmt(n.sent)} that got the original get it as its replacement.`;
+  };
+  withHeld.addEventListener("change", describe);
+  describe();
+  const heldChoice = held > 0
+    ? h("label", { class: "row", for: "include-suppressed" }, withHeld,
+      ` Also the ${fmt(held)} the frequency cap held back (they may be held back again)`)
+    : null;
   const result = h("div", { id: "follow-up-result" });
   const idempotencyKey = crypto.randomUUID();
   const submit = h("button", { type: "submit", class: "primary", id: "follow-up-send",
@@ -723,7 +737,8 @@ function followUpForm(c, kind) {
     if (!editor.valid()) return;
     submit.disabled = true;
     try {
-      const answer = await post(`/v1/campaigns/${c.id}/${kind}`, editor.value(),
+      const body = withHeld.checked ? { ...editor.value(), include_suppressed: true } : editor.value();
+      const answer = await post(`/v1/campaigns/${c.id}/${kind}`, body,
         { "Idempotency-Key": idempotencyKey });
       if (kind === "retarget") { location.hash = `#/campaigns/${answer.id}`; return; }
       result.replaceChildren(correctionResult(answer));
@@ -733,7 +748,7 @@ function followUpForm(c, kind) {
       submit.disabled = false;
     }
   } }, h("h2", { text: kind === "retarget" ? "Send the rest" : "Correct everyone" }),
-  editor.element, reach, h("p", {}, submit), result);
+  editor.element, ...(heldChoice ? [heldChoice] : []), reach, h("p", {}, submit), result);
   return form;
 }
 
