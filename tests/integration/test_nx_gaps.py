@@ -176,3 +176,28 @@ async def test_a_null_test_beside_an_in_and_a_range_is_made_after_the_query(
                            "due_at": {"$lte": now}})
     waiting = sorted([d["name"] async for d in due if d.get("first_request_at") is None])
     assert waiting == ["explicit", "missing"]
+
+
+async def test_a_range_of_object_ids_is_paged_and_counted_in_id_order(db: Database) -> None:
+    """nx-27017 evaluates ``_id`` ranges in Python over the whole collection (seconds per page
+    at 200,000 devices); the launcher hands ObjectId ranges to SQLite. Pages, counts and
+    ``$count`` must still select exactly the range, in id order, as MongoDB does, and a
+    string ``_id`` never falls in an ObjectId range."""
+    collection = db[f"range_{new_id()}"]
+    ids = sorted(ObjectId() for _ in range(40))
+    await collection.insert_many([{"_id": one, "n": i, "keep": i % 3 != 0}
+                                  for i, one in enumerate(ids)])
+    await collection.insert_one({"_id": "not-an-object-id", "n": -1, "keep": True})
+    after, until = ids[9], ids[30]
+    within = {"_id": {"$gt": after, "$lte": until}, "keep": True}
+    expected = [one for i, one in enumerate(ids) if 9 < i <= 30 and i % 3 != 0]
+    page = [doc["_id"] async for doc in collection.find(within).sort("_id", 1).limit(5)]
+    assert page == expected[:5]
+    assert [doc["_id"] async for doc in collection.find(within).sort("_id", 1)] == expected
+    assert await collection.count_documents(within) == len(expected)
+    counted = await (await collection.aggregate([{"$match": within},
+                                                 {"$count": "n"}])).to_list()
+    assert counted == [{"n": len(expected)}]
+    before = [doc["_id"] async for doc in collection.find({"_id": {"$lt": ids[2]}})]
+    assert before == ids[:2]
+    await collection.drop()
