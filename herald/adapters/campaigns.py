@@ -327,20 +327,6 @@ class CampaignStore:
             {"$set": {"first_request_at": at}})
         return result.modified_count == 1
 
-    async def count_frozen_chunk(self, campaign_id: str, seq: int, size: int) -> bool:
-        """Count chunk ``seq`` of a cancelling campaign as targeted (written, never published)."""
-        result = await self._campaigns.update_one(
-            {"_id": object_id(campaign_id), "status": Status.CANCELLING.value,
-             "dispatch.next_seq": seq},
-            {"$set": {"dispatch.next_seq": seq + 1}, "$inc": {"counts.targeted": size}})
-        return result.modified_count == 1
-
-    async def close_paging(self, campaign_id: str) -> Campaign | None:
-        """A cancelled campaign's recipients are all frozen in chunks: nothing is left to page."""
-        return maybe(Campaign, await self._campaigns.find_one_and_update(
-            {"_id": object_id(campaign_id), "status": Status.CANCELLING.value},
-            {"$set": {"dispatch.done": True}}, return_document=ReturnDocument.AFTER))
-
     # --- the stopping protocol -------------------------------------------------------------------
     async def claim_cancel_finalization(self, campaign_id: str, pod_id: str, now: datetime,
                                         until: datetime) -> bool:

@@ -143,8 +143,6 @@ class CampaignPaging(CampaignLookup, Protocol):
     async def finish_dispatch(self, campaign_id: str, pod_id: str,
                               now: datetime) -> Campaign | None: ...
     async def release_dispatch(self, campaign_id: str, pod_id: str, until: datetime) -> None: ...
-    async def count_frozen_chunk(self, campaign_id: str, seq: int, size: int) -> bool: ...
-    async def close_paging(self, campaign_id: str) -> Campaign | None: ...
 
 
 class CampaignCompletion(CampaignLookup, Protocol):
@@ -320,6 +318,10 @@ class DeviceRepository(DeviceImporter, Protocol):
                need: ProfileNeed | None = None) -> AsyncIterator[tuple[str, Recipient]]:
         """The devices ``audience`` admits (within ``zones``), ``after < id <= until``, in id
         order: each one's id and the recipient it is (with the profile ``need`` asks for)."""
+        ...
+    async def count_between(self, audience: Audience, after: str | None, until: str | None, *,
+                            zones: Zones | None = None) -> int:
+        """How many devices ``stream`` would give, counted by the database."""
         ...
     async def profiles(self, tokens: Sequence[str], need: ProfileNeed) -> dict[str, Profile]:
         """The profiles of the devices with these tokens, by token (unknown ones left out)."""

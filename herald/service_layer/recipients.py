@@ -33,6 +33,7 @@ from herald.domain.fcm_errors import FcmError, token_is_unusable
 from herald.domain.locales import LocaleMatcher
 from herald.domain.messages import Profile, ProfileNeed, Recipient
 from herald.domain.rendering import DEFAULT_VARIANT
+from herald.domain.status import TERMINAL
 from herald.domain.suppression import Rule, is_failure, is_suppressed, suppressed_by
 from herald.domain.timing import Wave
 from herald.service_layer.ports import CampaignRecords
@@ -86,6 +87,11 @@ class RecipientSource(Protocol):
         """Recipients after position ``after``, each with its position."""
         ...
 
+    async def count(self, after: Cursor) -> int:
+        """How many recipients ``stream(after)`` would give, without reading them where the
+        database can count them."""
+        ...
+
 
 class AudienceSource:
     """Devices matching an audience, in id order, up to the newest device at claim time."""
@@ -102,6 +108,10 @@ class AudienceSource:
         async for device_id, recipient in self._stores.devices.stream(
                 self._audience, start, self._until, need=self._need):
             yield device_id, recipient
+
+    async def count(self, after: Cursor) -> int:
+        start = after if isinstance(after, str) else None
+        return await self._stores.devices.count_between(self._audience, start, self._until)
 
 
 class FollowUpSource:
@@ -141,6 +151,14 @@ class FollowUpSource:
                 batch = []
         for item in await self._recipients(batch):
             yield item
+
+    async def count(self, after: Cursor) -> int:
+        skip = after if isinstance(after, int) else 0
+        position = counted = 0
+        async for line in self._lines():
+            position += 1
+            counted += position > skip and not line.erased
+        return counted
 
     async def _recipients(self, batch: list[tuple[int, RecipientLine]]
                           ) -> list[tuple[Cursor, Recipient]]:
@@ -203,6 +221,18 @@ class LocalTimeSource:
                     self._audience, start, self._until, zones=self._zones(wave),
                     need=self._need):
                 yield (index, device_id), recipient
+
+    async def count(self, after: Cursor) -> int:
+        first_wave, after_id = after if isinstance(after, tuple) else (0, None)
+        counted = 0
+        for index in range(first_wave, len(self._waves)):
+            wave = self._waves[index]
+            if self._due_by is not None and wave.due_at > self._due_by:
+                break
+            counted += await self._stores.devices.count_between(
+                self._audience, after_id if index == first_wave else None, self._until,
+                zones=self._zones(wave))
+        return counted
 
     def next_wave_due(self) -> datetime | None:
         """When the first wave this stream stopped before is due (None: nothing left)."""
@@ -332,19 +362,36 @@ async def targeted(stores: CampaignRecords, campaign: Campaign) -> int:
     """Every recipient of every chunk, plus what the source still holds if paging stopped early.
 
     The checkpoints counted each published chunk once; a chunk its dispatcher wrote but died
-    before checkpointing is added; then the unpaged rest of the source, counted from the last
-    chunk's position.
+    before checkpointing is added; then the unpaged rest of the source, counted by the database
+    from the last chunk's position (``unpaged``). A finished campaign's is the one its end
+    wrote: counted once, at that instant, whatever later happens to the devices.
     """
+    if campaign.status in TERMINAL:
+        return campaign.counts.targeted
     total = campaign.counts.targeted
     next_seq = campaign.dispatch.next_seq
     unchecked = await stores.chunks.state(campaign.id, next_seq)
-    last = unchecked or (await stores.chunks.state(campaign.id, next_seq - 1) if next_seq else None)
     if unchecked is not None:
         total += unchecked.size
-    if campaign.source_not_exhausted:
-        source = await source_for(stores, campaign)
-        total += sum([1 async for _ in source.stream(after=last.cursor if last else None)])
-    return total
+    return total + await unpaged(stores, campaign)
+
+
+async def unpaged(stores: CampaignRecords, campaign: Campaign) -> int:
+    """How many recipients the source still holds beyond the paging checkpoint (the last chunk
+    written, checkpointed or not): what a cancel or a pause left unpaged (0 once paged)."""
+    if not campaign.source_not_exhausted:
+        return 0
+    source = await source_for(stores, campaign)
+    return await source.count(after=await paging_cursor(stores, campaign))
+
+
+async def paging_cursor(stores: CampaignRecords, campaign: Campaign) -> Cursor:
+    """Where paging stands: the position of the last chunk written (None: nothing yet)."""
+    next_seq = campaign.dispatch.next_seq
+    last = await stores.chunks.state(campaign.id, next_seq)
+    if last is None and next_seq:
+        last = await stores.chunks.state(campaign.id, next_seq - 1)
+    return last.cursor if last else None
 
 
 async def final_counts(stores: CampaignRecords, campaign: Campaign) -> FinalCounts:

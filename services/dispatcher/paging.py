@@ -21,19 +21,18 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from herald.clock import utcnow
 from herald.domain.documents import Campaign, Cursor
 from herald.domain.lanes import offer_window
 from herald.domain.messages import Recipient, SendChunk
-from herald.domain.status import Status, Verdict, verdict_for
+from herald.domain.status import Verdict, verdict_for
 from herald.domain.timing import Wave, local_time_waves
 from herald.observability import CHUNKS_PUBLISHED
-from herald.service_layer.freezing import freeze_rest
 from herald.service_layer.ports import CampaignRecords
-from herald.service_layer.recipients import LocalTimeSource, RecipientSource, source_for
+from herald.service_layer.recipients import LocalTimeSource, source_for
 from services.dispatcher.backpressure import Backpressure, unbounded
 
 log = logging.getLogger(__name__)
@@ -54,7 +53,8 @@ class StopPaging(Exception):
 
 
 class Cancelled(StopPaging):
-    """The campaign is being cancelled: what is left of the source is frozen, not paged."""
+    """The campaign is being cancelled: paging stops at its checkpoint, and what is beyond it
+    stays where it is (the audit, the final counts and a retarget read it from there)."""
 
 
 class Held(StopPaging):
@@ -124,34 +124,15 @@ class Paging:
         batch: list[Recipient] = []
         position: Cursor = cursor
         async with contextlib.aclosing(source.stream(after=cursor)) as recipients:
-            try:
-                async for position, recipient in recipients:
-                    batch.append(recipient)
-                    if len(batch) == campaign.chunk_size:
-                        await self._publish(campaign, seq, batch, position)
-                        seq, batch = seq + 1, []
-                if batch:
+            async for position, recipient in recipients:
+                batch.append(recipient)
+                if len(batch) == campaign.chunk_size:
                     await self._publish(campaign, seq, batch, position)
-            except Cancelled:
-                await self._freeze_rest(campaign, seq, batch, position, recipients, source)
-                raise
+                    seq, batch = seq + 1, []
+            if batch:
+                await self._publish(campaign, seq, batch, position)
         if isinstance(source, LocalTimeSource) and (resume_at := source.next_wave_due()):
             raise Parked(resume_at)
-
-    async def _freeze_rest(self, campaign: Campaign, seq: int, batch: list[Recipient],
-                           position: Cursor, rest: AsyncIterator[tuple[Cursor, Recipient]],
-                           source: RecipientSource) -> None:
-        """Freeze what this cancelled campaign had not paged, from the cursor already open, before
-        this dispatcher acknowledges the cancel: the finalizer then has nothing to read (on
-        nx-27017 a second read of the audience holds the server for seconds). Local-time waves not
-        due yet are left to the finalizer, which reads them from the checkpoint."""
-        cancelled = await self._stores.campaigns.get(campaign.id)
-        if cancelled is None or cancelled.status is not Status.CANCELLING:
-            return
-        if not await freeze_rest(self._stores, cancelled, seq, batch, position, rest):
-            return
-        if not (isinstance(source, LocalTimeSource) and source.next_wave_due()):
-            await self._stores.campaigns.close_paging(campaign.id)
 
     async def _bound(self, campaign: Campaign) -> Campaign:
         """Fix the newest device the campaign may reach (and, for local-time delivery, its
@@ -199,7 +180,8 @@ class Paging:
 
     async def may_go_on(self, campaign_id: str) -> None:
         """The pod's one question (``stopping/verdict.py``): stop paging on a shutdown, a
-        cancel (what is left is frozen) or a pause (the checkpoint stays for the resume)."""
+        cancel or a pause (the checkpoint stays: the resume goes on from it, and a cancelled
+        campaign's unsent rest is what lies beyond it)."""
         if self._is_stopping():
             raise StopPaging("pod shutting down")
         _go_on_as(await self._verdict(campaign_id))

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from herald.service_layer import freezing
 from herald.service_layer.ports import Stores
 from tests.unit.fakes import (
     FakeBackground,
@@ -52,10 +51,3 @@ def clock() -> FakeClock:
 def registry(clock: FakeClock) -> FakeRegistry:
     """Heartbeats stamped with ``clock``: a test moves it on to make a beat a later one."""
     return FakeRegistry(clock.epoch_s)
-
-
-@pytest.fixture
-def frozen_like_sent(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Frozen chunks as large as the campaign's own (not ``FROZEN_CHUNK_SIZE``), for tests that
-    follow a freeze chunk by chunk."""
-    monkeypatch.setattr(freezing, "FROZEN_CHUNK_SIZE", 0)

@@ -410,21 +410,6 @@ class FakeCampaigns:
         return self._update(campaign_id, lambda c: c.first_request_at is None,
                             lambda c: replace(c, first_request_at=at))
 
-    async def count_frozen_chunk(self, campaign_id: str, seq: int, size: int) -> bool:
-        await _round_trip()
-        return self._update(
-            campaign_id,
-            lambda c: c.status is Status.CANCELLING and c.dispatch.next_seq == seq,
-            lambda c: replace(c, dispatch=replace(c.dispatch, next_seq=seq + 1),
-                              counts=replace(c.counts, targeted=c.counts.targeted + size)))
-
-    async def close_paging(self, campaign_id: str) -> Campaign | None:
-        await _round_trip()
-        closed = self._update(campaign_id, lambda c: c.status is Status.CANCELLING,
-                              lambda c: replace(c, dispatch=replace(c.dispatch, done=True)),
-                              matched_is_enough=True)
-        return self._rows[campaign_id] if closed else None
-
     async def claim_cancel_finalization(self, campaign_id: str, pod_id: str, now: datetime,
                                         until: datetime) -> bool:
         await _round_trip()
@@ -829,6 +814,10 @@ class FakeDevices:
                 yield device_id, Recipient.model_construct(
                     token=device.token, user_id=device.user_id,
                     profile=None if need is None else need.profile(self._documents[device_id]))
+
+    async def count_between(self, audience: Audience, after: str | None, until: str | None, *,
+                            zones: Zones | None = None) -> int:
+        return len([one async for one in self.stream(audience, after, until, zones=zones)])
 
     async def profiles(self, tokens: Sequence[str], need: ProfileNeed) -> dict[str, Profile]:
         await _round_trip()

@@ -426,24 +426,6 @@ class CampaignContract:
         assert await stores.campaigns.count_finished_chunk(campaign_id, 5, 0, done=True) is None
         assert (await stored(stores, campaign_id)).counts == counts
 
-    async def test_frozen_chunks_count_only_while_cancelling_and_at_the_next_seq(
-            self, stores: Stores) -> None:
-        frozen = await insert(stores, **{**cancelling(), "dispatch": Dispatch(owner="d",
-                                                                               next_seq=2)})
-        sending = await insert(stores, **paged(2, 10, done=False))
-        assert not await stores.campaigns.count_frozen_chunk(sending, 2, 5)
-        assert not await stores.campaigns.count_frozen_chunk(frozen, 3, 5)
-        assert await stores.campaigns.count_frozen_chunk(frozen, 2, 5)
-        after = await stored(stores, frozen)
-        assert (after.dispatch.next_seq, after.counts.targeted) == (3, 5)
-
-    async def test_paging_is_closed_only_for_a_cancelling_campaign(self, stores: Stores) -> None:
-        sending = await insert(stores, **paged(1, 5, done=False))
-        frozen = await insert(stores, **{**cancelling(), "dispatch": Dispatch(owner="d")})
-        assert await stores.campaigns.close_paging(sending) is None
-        closed = await stores.campaigns.close_paging(frozen)
-        assert closed is not None and closed.dispatch.done
-
     # --- the cancel protocol ---------------------------------------------------------------------
     async def test_one_pod_finalizes_a_cancel_until_its_claim_expires(
             self, stores: Stores) -> None:

@@ -14,7 +14,6 @@ from herald.domain.documents import (
     Campaign,
     CampaignCounts,
     CancelRecord,
-    ChunkStatus,
     Decision,
     DecisionKind,
     Dispatch,
@@ -24,7 +23,7 @@ from herald.domain.documents import (
 )
 from herald.domain.status import CancelDecision, Status
 from herald.service_layer.ports import Stores
-from herald.service_layer.recipients import audit
+from herald.service_layer.recipients import audit, final_counts
 from herald.service_layer.stopping import (
     FCM_REFUSED,
     FLAG_REFRESH_S,
@@ -325,12 +324,12 @@ async def test_a_campaign_that_is_not_cancelling_is_not_finalized(
     assert (await stored(stores, campaign_id)).status is Status.IN_PROGRESS
 
 
-@pytest.mark.usefixtures("frozen_like_sent")
-async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unpaged_rest(
+async def test_a_cancelled_campaign_counts_what_was_recorded_and_the_rest_beyond_its_cursor(
         stores: Stores, cancellation: Stopping) -> None:
     """Paging stopped after one chunk of five: two sent, one failed. The seven devices never
-    paged are frozen into chunks, so the audit and a retarget see them, whatever happens to
-    the devices afterwards."""
+    paged are counted where they are, beyond the checkpoint, at the cancel; the audit lists
+    them from there. A device retired after the cancel stays counted but is no longer listed
+    (as an erased person's recipients are), and nothing is written for the rest."""
     await stores.devices.upsert([device(i) for i in range(12)], utcnow())
     ids = [i async for i, _ in stores.devices.stream(EVERYONE, None, None)]
     campaign_id = await insert(
@@ -343,23 +342,24 @@ async def test_a_cancelled_campaign_counts_what_was_recorded_and_freezes_the_unp
                                                           (2, "UNREGISTERED")]), utcnow())
     await cancellation.decider.cancel(campaign_id, None, None)
     cancelled = await cancellation.finish(campaign_id)
-    await stores.devices.mark_invalid(["tok-00006"], "UNREGISTERED", utcnow())
-    unsent = [line.token async for line in audit(stores, await stored(stores, campaign_id),
+    listed = [line.token async for line in audit(stores, await stored(stores, campaign_id),
                                                  Outcome.UNSENT)]
-    frozen = [c.state async for c in stores.chunks.in_order(campaign_id)][1:]
+    await stores.devices.mark_invalid(["tok-00006"], "UNREGISTERED", utcnow())
+    later = await stored(stores, campaign_id)
     assert cancelled is not None and cancelled.status is Status.CANCELLED
     assert cancelled.counts == CampaignCounts(targeted=12, sent=2, failed=1)
-    assert cancelled.dispatch.done
-    assert unsent == [f"tok-{i:05d}" for i in range(3, 12)]
-    assert [(s.size, s.status.value) for s in frozen] == [(3, "cancelled")] * 2 + [
-        (1, "cancelled")]
+    assert not cancelled.dispatch.done
+    assert listed == [f"tok-{i:05d}" for i in range(3, 12)]
+    assert [line.token async for line in audit(stores, later, Outcome.UNSENT)] == [
+        f"tok-{i:05d}" for i in (3, 4, 5, 7, 8, 9, 10, 11)]
+    assert (await final_counts(stores, later)).counts == cancelled.counts
+    assert [c.seq async for c in stores.chunks.in_order(campaign_id)] == [0]
 
 
-@pytest.mark.usefixtures("frozen_like_sent")
-async def test_a_finalizer_that_died_mid_freeze_is_finished_by_the_next_one(
+async def test_a_finalizer_that_died_is_replaced_once_its_claim_expires(
         stores: Stores, cancellation: Stopping) -> None:
-    """A finalizer froze chunk 0 and died before counting it; its claim expires, and the next
-    one counts that chunk once and goes on from there."""
+    """A finalizer claimed the cancel and died; its claim expires, and the next one counts
+    the whole audience, never paged, where it is."""
     await stores.devices.upsert([device(i) for i in range(6)], utcnow())
     ids = [i async for i, _ in stores.devices.stream(EVERYONE, None, None)]
     campaign_id = await insert(stores, status=Status.IN_PROGRESS, chunk_size=2,
@@ -367,12 +367,9 @@ async def test_a_finalizer_that_died_mid_freeze_is_finished_by_the_next_one(
     await cancellation.decider.cancel(campaign_id, None, None)
     earlier = utcnow() - 2 * FINALIZER_LEASE
     await stores.campaigns.claim_cancel_finalization(campaign_id, "dead", earlier, earlier)
-    firsts = [r async for _, r in stores.devices.stream(EVERYONE, None, ids[1])]
-    await stores.chunks.create(campaign_id, 0, firsts, ids[1], utcnow(),
-                               status=ChunkStatus.CANCELLED)
     cancelled = await cancellation.finish(campaign_id)
     assert cancelled is not None and cancelled.counts == CampaignCounts(targeted=6)
-    assert [c.state.size async for c in stores.chunks.in_order(campaign_id)] == [2, 2, 2]
+    assert [c async for c in stores.chunks.in_order(campaign_id)] == []
 
 
 async def test_final_counts_of_a_cancel_come_from_the_records_not_the_live_counters(

@@ -23,8 +23,8 @@ from herald.domain.documents import (
 from herald.domain.lanes import Route
 from herald.domain.messages import SendChunk
 from herald.domain.status import Status, Transition, Verdict
-from herald.service_layer.freezing import freeze_unpaged
 from herald.service_layer.ports import Stores
+from herald.service_layer.recipients import unpaged, unsent
 from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
 from herald.service_layer.stopping import Settler
 from services.dispatcher.backpressure import Backpressure, shares_of
@@ -365,11 +365,11 @@ async def test_a_paused_dispatcher_renews_its_lease_and_stops_when_it_lost_it(
     assert len(bus.chunks) == MAX_QUEUED  # nothing more from the one that lost it
 
 
-async def test_a_dispatcher_paused_by_a_cancel_freezes_the_rest_from_its_own_cursor(
+async def test_a_dispatcher_stopped_by_a_cancel_leaves_the_rest_beyond_its_checkpoint(
         stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
-    """The unpaged part of a cancelled campaign is frozen by the dispatcher before it lets go,
-    so the cancel's finalizer has nothing left to read from the audience; frozen chunks are
-    larger than sent ones (fewer writes at the cancel)."""
+    """Issue 33: a cancelled campaign's unpaged part is not written anywhere at the cancel; it
+    is the audience beyond the paging checkpoint, which the audit lists and the database
+    counts."""
     await register(stores, range(20))
     campaign_id = await insert(stores, chunk_size=3)
     paging = asyncio.create_task(bounded(dispatcher, bus).run(campaign_id))
@@ -377,14 +377,14 @@ async def test_a_dispatcher_paused_by_a_cancel_freezes_the_rest_from_its_own_cur
     await begin_cancel(stores, campaign_id)
     dispatcher.cancelled.add(campaign_id)
     await asyncio.wait_for(paging, timeout=5)
-    frozen = await stored(stores, campaign_id)
+    stopped = await stored(stores, campaign_id)
     chunks = [c async for c in stores.chunks.in_order(campaign_id)]
     assert [(c.state.status, c.state.size) for c in chunks] == [
-        *[(ChunkStatus.PENDING, 3)] * MAX_QUEUED, (ChunkStatus.CANCELLED, 20 - 3 * MAX_QUEUED)]
-    assert [r.token for c in chunks for r in c.recipients] == tokens(*range(20))
-    assert (frozen.counts.targeted, frozen.dispatch.next_seq, frozen.dispatch.done) == (
-        20, MAX_QUEUED + 1, True)
-    assert await freeze_unpaged(stores, frozen) is None  # nothing left for the finalizer
+        (ChunkStatus.PENDING, 3)] * MAX_QUEUED
+    assert (stopped.counts.targeted, stopped.dispatch.next_seq, stopped.dispatch.done) == (
+        3 * MAX_QUEUED, MAX_QUEUED, False)
+    assert await unpaged(stores, stopped) == 20 - 3 * MAX_QUEUED
+    assert [line.token async for line in unsent(stores, stopped)] == tokens(*range(20))
 
 
 async def test_a_pause_stops_paging_at_a_chunk_and_the_resume_goes_on_from_there(

@@ -12,7 +12,6 @@ from herald.domain.audience import Audience
 from herald.domain.documents import (
     Campaign,
     CampaignCounts,
-    ChunkStatus,
     Dispatch,
     FollowUp,
     FollowUpOf,
@@ -22,7 +21,6 @@ from herald.domain.documents import (
 )
 from herald.domain.status import Status
 from herald.domain.timing import Wave
-from herald.service_layer.freezing import freeze_unpaged
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import (
     FollowUpSource,
@@ -31,6 +29,7 @@ from herald.service_layer.recipients import (
     final_counts,
     source_for,
     targeted,
+    unpaged,
     unsent,
 )
 from tests.factories import EVERYONE, at, campaign, device, insert, recipients
@@ -108,7 +107,7 @@ async def devices_bounded(stores: Stores, count: int, **fields: object) -> list[
 
 async def test_unsent_includes_the_part_of_the_audience_never_paged(stores: Stores) -> None:
     ids = await devices_bounded(stores, 40)
-    campaign_id = await insert(stores, status=Status.CANCELLED, counts=CampaignCounts(targeted=9),
+    campaign_id = await insert(stores, status=Status.CANCELLING, counts=CampaignCounts(targeted=9),
                                dispatch=Dispatch(owner="d", until=ids[29], next_seq=1))
     await stores.devices.upsert([device(500)], utcnow())  # registered after the bound
     await stores.chunks.create(campaign_id, 0, recipients(0, 9), cursor=ids[9], now=utcnow())
@@ -122,7 +121,7 @@ async def test_unsent_includes_the_part_of_the_audience_never_paged(stores: Stor
 async def test_a_chunk_written_but_never_checkpointed_is_targeted_once(stores: Stores) -> None:
     """Its dispatcher died between writing and checkpointing it: the audience resumes after it."""
     ids = await devices_bounded(stores, 12)
-    campaign_id = await insert(stores, status=Status.CANCELLED, counts=CampaignCounts(targeted=4),
+    campaign_id = await insert(stores, status=Status.CANCELLING, counts=CampaignCounts(targeted=4),
                                dispatch=Dispatch(owner="d", until=ids[-1], next_seq=1))
     await stores.chunks.create(campaign_id, 0, recipients(0, 4), cursor=ids[3], now=utcnow())
     await stores.chunks.create(campaign_id, 1, recipients(4, 8), cursor=ids[7], now=utcnow())
@@ -201,18 +200,19 @@ async def test_a_local_time_campaign_pages_its_planned_waves(stores: Stores) -> 
     assert isinstance(await source_for(stores, local), LocalTimeSource)
 
 
-@pytest.mark.usefixtures("frozen_like_sent")
-async def test_freezing_writes_the_unpaged_rest_as_cancelled_chunks_and_closes_paging(
+async def test_the_unpaged_rest_is_counted_by_the_database_and_listed_from_the_cursor(
         stores: Stores) -> None:
+    """Issue 33: a cancelled campaign's rest is the audience beyond the last chunk written
+    (checkpointed or not: chunk 1 below was written by a dispatcher that died before its
+    checkpoint), up to the newest device at the claim; nothing is frozen."""
     ids = await devices_bounded(stores, 8)
+    await stores.devices.upsert([device(90)], utcnow())  # registered after the claim
     campaign_id = await insert(stores, status=Status.CANCELLING, chunk_size=3,
                                counts=CampaignCounts(targeted=3),
                                dispatch=Dispatch(owner="d", until=ids[-1], next_seq=1))
     await stores.chunks.create(campaign_id, 0, recipients(0, 3), cursor=ids[2], now=utcnow())
-    frozen = await freeze_unpaged(stores, await stored(stores, campaign_id))
-    chunks = [c async for c in stores.chunks.in_order(campaign_id)]
-    assert frozen is not None and frozen.dispatch.done and frozen.dispatch.next_seq == 3
-    assert frozen.counts.targeted == 8
-    assert [(c.seq, c.state.status, [r.token for r in c.recipients]) for c in chunks[1:]] == [
-        (1, ChunkStatus.CANCELLED, tokens(3, 4, 5)), (2, ChunkStatus.CANCELLED, tokens(6, 7))]
-    assert await freeze_unpaged(stores, frozen) is None  # nothing left to page
+    await stores.chunks.create(campaign_id, 1, recipients(3, 5), cursor=ids[4], now=utcnow())
+    cancelling = await stored(stores, campaign_id)
+    assert await unpaged(stores, cancelling) == 3
+    assert await targeted(stores, cancelling) == 8
+    assert [line.token async for line in unsent(stores, cancelling)] == tokens(*range(8))

@@ -9,8 +9,8 @@ the records, through a guarded transition:
 - ``in_progress``, paged and every chunk closed for good: ``finalizing → completed`` (or
   ``failed``);
 - ``finalizing`` (a finisher died half-way): ``completed`` (or ``failed``);
-- ``cancelling``, once no pod may still be sending: what was never paged frozen, then
-  ``cancelled`` (``failed`` for a stop);
+- ``cancelling``, once no pod may still be sending: ``cancelled`` (``failed`` for a stop), its
+  count of the unpaged rest taken by the database at that instant;
 - ``paused``, once no pod may still be sending: the pause settled with the counts so far;
 - finished, when answers were recorded after the end: the final counts again.
 
@@ -28,7 +28,6 @@ from herald.clock import utcnow
 from herald.domain.documents import Campaign
 from herald.domain.status import TERMINAL, Status, Transition
 from herald.observability import CAMPAIGNS_FINISHED, CANCEL_LATENCY_SECONDS, CANCEL_SENT_RATIO
-from herald.service_layer.freezing import freeze_unpaged
 from herald.service_layer.ports import CampaignRecords, PodRegistry
 from herald.service_layer.recipients import final_counts
 from herald.service_layer.stopping.pods import still_stopping
@@ -160,8 +159,7 @@ class Settler:
         if not await self._stores.campaigns.claim_cancel_finalization(
                 campaign.id, self._pod_id, now, now + FINALIZER_LEASE):
             return None  # another pod is writing the final counts
-        frozen = await freeze_unpaged(self._stores, campaign)
-        counts = (await final_counts(self._stores, frozen or campaign)).counts
+        counts = (await final_counts(self._stores, campaign)).counts
         cancelled = await self._stores.campaigns.confirm_cancel(
             campaign.id, counts, utcnow(), error=cancel.fails_with)
         if cancelled is not None and cancelled.cancel is not None:
