@@ -41,6 +41,15 @@ from services.dispatcher.paging import Paging
 log = logging.getLogger(__name__)
 
 RETRY_PAUSE_S = 1.0
+RETRY_PAUSE_MAX_S = 30.0
+"""A paging that keeps failing is retried after 1 s, 2 s, 4 s... up to this: a read that
+fails because the database is overloaded is not sent again at once (issue 33: a resume whose
+read timed out, retried every second, held nx-27017 and the whole api for 6.7 minutes)."""
+
+
+def retry_pause_s(failures: int) -> float:
+    """How long to wait before retrying after ``failures`` failures in a row (1 or more)."""
+    return float(min(RETRY_PAUSE_MAX_S, RETRY_PAUSE_S * 2 ** min(failures - 1, 16)))
 
 Recover = Callable[[datetime], Awaitable[object]]
 """A protocol's part of the sweep."""
@@ -112,6 +121,7 @@ class Dispatcher(Worker):
     async def _page(self, campaign: Campaign) -> None:
         campaign_id = campaign.id
         current: Campaign | None = campaign
+        failures = 0
         try:
             async with self._tracker.working_on(campaign_id):
                 while current is not None and not self._stopping.is_set():
@@ -119,8 +129,11 @@ class Dispatcher(Worker):
                         await self._paging.run(current)
                         return
                     except Exception:
-                        log.exception("paging %s failed; resuming from its checkpoint", campaign_id)
-                        await asyncio.sleep(RETRY_PAUSE_S)
+                        failures += 1
+                        pause_s = retry_pause_s(failures)
+                        log.exception("paging %s failed (%d in a row); resuming from its "
+                                      "checkpoint in %.0f s", campaign_id, failures, pause_s)
+                        await asyncio.sleep(pause_s)
                         current = await self._still_mine_or_none(campaign_id)
         finally:
             self._running.pop(campaign_id, None)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from herald.adapters import devices as devices_adapter
 from herald.adapters.redis import RedisPodRegistry
 from herald.clock import utcnow
 from herald.domain.documents import CampaignCounts, ChunkStatus, Dispatch, Outcome, Progress
@@ -17,7 +18,7 @@ from herald.domain.pods import PodBeat
 from herald.domain.status import Status, Transition
 from herald.names import RedisKeys
 from herald.service_layer.ports import Stores
-from herald.service_layer.recipients import audit, final_counts
+from herald.service_layer.recipients import FollowUpSource, audit, final_counts, unpaged
 from herald.service_layer.stopping import CannotCancel
 from herald.settings import Settings
 from tests.factories import EVERYONE, actor, at, campaign, device, recipients_of
@@ -81,10 +82,14 @@ async def test_a_cancelled_campaign_counts_exactly_what_was_recorded(
     assert (counts.targeted, counts.sent) == (stored.counts.targeted, stored.counts.sent)
 
 
-async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
-        stores: Stores, cancellation: Stopping) -> None:
-    """The unpaged rest is written down as never-published chunks at the cancel, so the
-    numbers and the unsent list stay equal even when devices change afterwards."""
+async def test_cancel_during_paging_leaves_the_rest_beyond_the_cursor_listed_and_counted(
+        stores: Stores, cancellation: Stopping, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33: nothing is written for the unpaged rest at the cancel. The final counts take
+    it from the database at that instant (a count on the id range beyond the checkpoint); the
+    audit lists it from there, and a retarget reaches exactly the unsent, through several pages
+    of devices. Devices registered later never join; one retired later stays counted, and is
+    neither listed nor retargeted."""
+    monkeypatch.setattr(devices_adapter, "STREAM_PAGE", 7)
     await stores.devices.upsert([device(i) for i in range(50)], utcnow())
     everyone = [d async for d in stores.devices.stream(EVERYONE, None, None)]
     record = campaign(status=Status.IN_PROGRESS, chunk_size=20, counts=CampaignCounts(targeted=20),
@@ -98,16 +103,21 @@ async def test_cancel_during_paging_freezes_the_rest_of_the_audience(
     cancelled = await cancellation.finish(campaign_id)
     assert cancelled is not None
     assert cancelled.counts == CampaignCounts(targeted=50, sent=5, failed=0)
-    await stores.devices.mark_invalid([r.token for _, r in everyone[30:]], "UNREGISTERED",
-                                      utcnow())
-    await stores.devices.upsert([device(100 + i) for i in range(10)], utcnow())
-    stored = await stores.campaigns.get(campaign_id)
-    assert stored is not None
-    unsent = [line.token async for line in audit(stores, stored, Outcome.UNSENT)]
+    assert [c.seq async for c in stores.chunks.in_order(campaign_id)] == [0]  # nothing frozen
+    assert await unpaged(stores, cancelled) == 30
+    unsent = [line.token async for line in audit(stores, cancelled, Outcome.UNSENT)]
     assert unsent == [r.token for _, r in everyone[5:]]
-    frozen = [c.state async for c in stores.chunks.in_order(campaign_id)]
-    assert [(c.seq, c.size, c.status) for c in frozen] == [  # frozen in one (never sent) chunk
-        (0, 20, ChunkStatus.PENDING), (1, 30, ChunkStatus.CANCELLED)]
+    retarget = FollowUpSource(stores, cancelled)
+    assert [r.token async for _, r in retarget.stream(after=None)] == unsent
+    assert await retarget.count(after=None) == len(unsent)
+
+    await stores.devices.upsert([device(100 + i) for i in range(10)], utcnow())
+    await stores.devices.mark_invalid([everyone[40][1].token], "UNREGISTERED", utcnow())
+    later = await stores.campaigns.get(campaign_id)
+    assert later is not None
+    still = [line.token async for line in audit(stores, later, Outcome.UNSENT)]
+    assert still == [token for token in unsent if token != everyone[40][1].token]
+    assert (await final_counts(stores, later)).counts == cancelled.counts
 
 
 async def test_a_live_pod_busy_with_the_campaign_delays_the_cancel_even_if_not_expected(

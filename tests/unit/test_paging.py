@@ -28,6 +28,7 @@ from herald.service_layer.recipients import unpaged, unsent
 from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
 from herald.service_layer.stopping import Settler
 from services.dispatcher.backpressure import Backpressure, shares_of
+from services.dispatcher.main import RETRY_PAUSE_MAX_S, retry_pause_s
 from services.dispatcher.paging import Paging
 from tests.factories import EVERYONE, at, begin_cancel, device, insert, recipients_of
 from tests.support import eventually
@@ -409,3 +410,12 @@ async def test_a_pause_stops_paging_at_a_chunk_and_the_resume_goes_on_from_there
     await Dispatcher(stores, bus, "d2").run(campaign_id, later_s=0.001)  # asked at the resume
     assert [t for _, chunk in published(bus) for t in chunk] == tokens(*range(10))
     assert (await stored(stores, campaign_id)).dispatch.done
+
+
+def test_paging_that_keeps_failing_is_retried_later_and_later() -> None:
+    """Issue 33: a failing read is not retried at once, again and again (a resume's read that
+    timed out, retried every second, held the database and the api for minutes)."""
+    pauses = [retry_pause_s(failures) for failures in range(1, 10)]
+    assert pauses[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert pauses[5:] == [RETRY_PAUSE_MAX_S] * 4
+    assert retry_pause_s(10_000) == RETRY_PAUSE_MAX_S
