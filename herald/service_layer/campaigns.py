@@ -352,10 +352,11 @@ class CampaignCreator:
           records no longer change: it completed or failed once every chunk was closed for good
           (every position recorded; a dead-lettered chunk's rest recorded failed), or it was
           cancelled once every sender alive at the cancel had acknowledged, after recording the
-          requests it had on the wire, and its unpaged rest was frozen into chunks that are
-          never published (``cancellation``, ``freezing.freeze_unpaged``). So every reading,
-          by either half, whenever its dispatcher pages, sees the same outcomes, and the
-          positions a follow-up resumes from stay valid.
+          requests it had on the wire; its unpaged rest is the audience beyond its paging
+          cursor, never in a chunk, so never ``sent`` (``recipients.unpaged``). So every
+          reading, by either half, whenever its dispatcher pages, sees the same outcomes, and
+          the positions a follow-up resumes from stay valid (but for a device of that rest
+          deleted meanwhile: docs/known-gaps.md).
 
         The crash gap of docs/known-gaps.md is the one way a device can have the original without being
         ``sent`` (a sender killed with a batch on the wire, then a cancel): the retarget carries
