@@ -9,7 +9,9 @@ Two questions share this module because each answers part of the other:
   ``unsent`` for everyone targeted (in a chunk, or still in the source past the last chunk) but
   not recorded.
 Final counts are computed from the audit itself, so the numbers and the lists never disagree.
-Freezing what a cancelled campaign never paged is ``freezing.py``'s.
+What a cancel (or a pause) left unpaged is never written anywhere: it is the audience beyond the
+paging cursor (``paging_cursor``), counted by the database (``unpaged``) and listed from it
+(docs/cancel-protocol.md, "What a cancel leaves unpaged").
 """
 
 from __future__ import annotations
