@@ -87,8 +87,8 @@ async def test_cancel_during_paging_leaves_the_rest_beyond_the_cursor_listed_and
     """Issue 33: nothing is written for the unpaged rest at the cancel. The final counts take
     it from the database at that instant (a count on the id range beyond the checkpoint); the
     audit lists it from there, and a retarget reaches exactly the unsent, through several pages
-    of devices; the rest is counted in several slices. Devices registered later never join; one retired later stays counted, and is
-    neither listed nor retargeted."""
+    of devices; the rest is counted in several slices. Devices registered later never join;
+    one retired later stays counted, and is neither listed nor retargeted."""
     monkeypatch.setattr(devices_adapter, "STREAM_PAGE", 7)
     monkeypatch.setattr(devices_adapter, "COUNT_SLICE", 4)
     await stores.devices.upsert([device(i) for i in range(50)], utcnow())
