@@ -63,6 +63,8 @@ IDEMPOTENCY_KEYS = "idempotency_keys"
 API_KEYS = "api_keys"
 OPERATOR_LOG = "operator_log"
 TEST_SENDS = "test_sends"
+ARCHIVE_ERASURES = "archive_erasures"
+"""People erased after archives that list them were written, until those are rewritten."""
 
 
 FLEET_RATE_BUCKET = "fcm"

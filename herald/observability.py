@@ -123,6 +123,10 @@ RETENTION_WAITING = Gauge(
     "herald_retention_waiting_campaigns",
     "Finished campaigns past HERALD_RETENTION_DAYS whose records are kept, as last seen by this "
     "api: no HERALD_ARCHIVE_URL, a follow-up still reading them, or their archive failed")
+ARCHIVES_REWRITTEN = Counter(
+    "herald_archives_rewritten_total",
+    "Archives rewritten without people erased after they were written (their lines replaced "
+    "by the erased placeholder), verified by reading them back")
 ARCHIVE_FAILURES = Counter(
     "herald_archive_failures_total",
     "Archives not verified, their records kept: checksum (the target read back other bytes), "

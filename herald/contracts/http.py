@@ -212,6 +212,9 @@ class UserErased(BaseModel):
     chunk_recipients: int = Field(description=(
         "Recipients of campaigns replaced by a placeholder without their data (still counted)"))
     test_send_outcomes: int = Field(description="Test-send outcomes whose device was blanked")
+    archives_pending: bool = Field(description=(
+        "Campaigns archived before now may list the person: their archive files are rewritten "
+        "without them within HERALD_RETENTION_INTERVAL_S (false: no campaign is archived)"))
 
 
 # --- campaigns -------------------------------------------------------------------------------------

@@ -36,7 +36,13 @@ from typing import Any
 
 import orjson
 
-from herald.domain.archive import ERASED_VARIANT, ArchiveRecord, VariantCounts, archive_name
+from herald.domain.archive import (
+    ERASED_VARIANT,
+    ArchiveRecord,
+    VariantCounts,
+    archive_name,
+    erased_line,
+)
 from herald.domain.documents import Campaign, Outcome
 from herald.domain.status import TERMINAL
 from herald.observability import (
@@ -74,7 +80,7 @@ def archive_line(line: RecipientLine) -> dict[str, Any]:
     """One archive line: the audit export's fields; an erased person's place says only that
     (and its outcome, so that the archive's lines add up to the campaign's counts)."""
     if line.erased:
-        return {"token": "", "erased": True, "outcome": line.outcome.value, "error": line.error}
+        return erased_line({"outcome": line.outcome.value, "error": line.error})
     return line.as_dict()
 
 

@@ -302,6 +302,40 @@ class ArchiveTarget(Protocol):
     async def sha256(self, name: str) -> str | None:
         """The SHA-256 of ``name`` as stored, read back whole; None if there is none."""
         ...
+    def get(self, name: str) -> AsyncIterator[bytes]:
+        """``name`` as stored, block by block (FileNotFoundError or the client's error if
+        there is none)."""
+        ...
+
+
+class ArchivedErasures(Protocol):
+    """People erased after some campaigns' archives were written, waiting for those files to
+    be rewritten without them (``archive_erasure.py``), and the archived campaigns' side of it:
+    a claim on one while its file is rewritten, and its record updated after."""
+
+    async def queue(self, person: ErasedPerson, now: datetime) -> bool:
+        """Keep ``person`` (user id and tokens) until every archive is rewritten without them;
+        False when no campaign is archived (nothing to rewrite, nothing kept)."""
+        ...
+    async def waiting(self, limit: int) -> list[tuple[str, ErasedPerson]]:
+        """People queued (with each entry's id), oldest first."""
+        ...
+    async def done(self, entry_ids: Sequence[str]) -> None:
+        """Forget these entries: every archive was rewritten without them."""
+        ...
+    async def archived(self, after_id: str | None, limit: int) -> list[Campaign]:
+        """Campaigns with an archive, by id after ``after_id``."""
+        ...
+    async def claim_archived(self, campaign_id: str, pod_id: str, now: datetime,
+                             until: datetime) -> Campaign | None:
+        """Hold an archived campaign while its file is rewritten (the archive's own claim)."""
+        ...
+    async def mark_rewritten(self, campaign_id: str, pod_id: str, record: ArchiveRecord,
+                             variants: dict[str, VariantCounts]) -> Campaign | None:
+        """Write the rewritten file's record and summary and release the claim, if ``pod_id``
+        still holds it."""
+        ...
+    async def release(self, campaign_id: str, pod_id: str) -> None: ...
 
 
 class DeviceImporter(Protocol):

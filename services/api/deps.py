@@ -51,6 +51,7 @@ from herald.service_layer.erasure import Erasure, erase_user, unregister_device
 from herald.service_layer.forecasting import Forecaster
 from herald.service_layer.ports import (
     ApiKeyRepository,
+    ArchivedErasures,
     FrequencyCaps,
     OperatorLogRepository,
     PodRegistry,
@@ -85,6 +86,7 @@ class AppServices:
     failed_authentications: FailedAuthentications
     stream_slots: StreamSlots
     frequency_caps: FrequencyCaps
+    archived_erasures: ArchivedErasures
     approvals: ApprovalGate
     test_sender: TestSender
     forecaster: Forecaster
@@ -165,7 +167,7 @@ UnregisterDevice = Annotated[Callable[[str], Awaitable[bool]],
                              provided(lambda s: partial(unregister_device, s.stores.devices))]
 EraseUser = Annotated[Callable[[str], Awaitable[Erasure]], provided(lambda s: partial(
     erase_user, s.stores.devices, s.stores.chunks, s.stores.test_sends,
-    caps=s.frequency_caps))]
+    caps=s.frequency_caps, archives=s.archived_erasures))]
 """A person leaves: their devices, and their place in every record (``erasure.py``)."""
 AudienceSplit = Annotated[
     Callable[[Audience, Sequence[str]], Awaitable[tuple[int, dict[str, int] | None]]],

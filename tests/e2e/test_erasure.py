@@ -75,7 +75,7 @@ def test_a_person_who_leaves_is_erased_and_every_count_stays(stack: Stack, fleet
     try:
         erased = ingest.http.delete(f"/v1/users/{leaver}")
         assert (erased.status_code, erased.json()) == (200, {
-            "devices": 3, "chunk_recipients": 3, "test_send_outcomes": 0})
+            "devices": 3, "chunk_recipients": 3, "test_send_outcomes": 0, "archives_pending": False})
 
         assert _devices(stack, {"user_id": leaver}) == 0
         chunks = _chunks(stack, campaign_id)
@@ -97,7 +97,7 @@ def test_a_person_who_leaves_is_erased_and_every_count_stays(stack: Stack, fleet
     log = api.http.get("/v1/operator-log", params={"limit": 50}).json()["items"]
     mine = [e for e in log if e["actor"] and e["actor"]["name"] == "app-backend-erasure"]
     assert {(e["action"], e["detail"]) for e in mine} == {
-        ("user.erase", "devices=3 chunk_recipients=3 test_send_outcomes=0"),
+        ("user.erase", "devices=3 chunk_recipients=3 test_send_outcomes=0 archives=none"),
         ("device.delete", "devices=1"), ("device.delete", "devices=0")}
     text = json.dumps(mine)
     assert leaver not in text and not any(t in text for t in (*theirs, stayer_phone))
@@ -121,7 +121,8 @@ def test_a_person_erased_while_their_campaign_is_paused_is_never_sent_to(
     # Paging runs ahead of sending by a window, not to the end: the leaver's chunk may not be
     # written yet, and then their devices are gone before it is (never targeted).
     in_chunks = erased["chunk_recipients"]
-    assert erased == {"devices": 3, "chunk_recipients": in_chunks, "test_send_outcomes": 0}
+    assert erased == {"devices": 3, "chunk_recipients": in_chunks, "test_send_outcomes": 0,
+                      "archives_pending": False}
     assert in_chunks in (0, 3)
     assert api.http.post(f"/v1/campaigns/{campaign_id}/resume").status_code == 200
     assert api.http.patch(f"/v1/campaigns/{campaign_id}", json={"rate_per_s": 50_000}

@@ -102,11 +102,11 @@ async def test_the_routes_erase_and_log_without_the_erased_data(
 
     assert (gone.status_code, again.status_code, longest.status_code) == (204, 204, 204)
     assert (erased.status_code, erased.json()) == (200, {
-        "devices": 3, "chunk_recipients": 0, "test_send_outcomes": 1})
+        "devices": 3, "chunk_recipients": 0, "test_send_outcomes": 1, "archives_pending": False})
     assert (too_long.status_code, error_code(too_long)) == (422, "validation_error")
     log = (await api.get("/v1/operator-log", params={"limit": 20})).json()["items"]
     entries = {(e["action"], e["detail"]) for e in log if e["actor"]["name"] == "app-backend"}
-    assert ("user.erase", "devices=3 chunk_recipients=0 test_send_outcomes=1") in entries
+    assert ("user.erase", "devices=3 chunk_recipients=0 test_send_outcomes=1 archives=none") in entries
     assert {("device.delete", "devices=1"), ("device.delete", "devices=0")} <= entries
     assert not mentions(log, ("dana", "tok-00004", "t" * 64))
 
