@@ -236,7 +236,8 @@ def test_send_result_flags(error: FcmError) -> None:
 
 def test_what_is_retried() -> None:
     """Push-back and outages (nothing was delivered); never a timeout, which may have been."""
-    assert frozenset({FcmError.QUOTA_EXCEEDED, FcmError.UNAVAILABLE, FcmError.INTERNAL,
+    assert frozenset({FcmError.QUOTA_EXCEEDED, FcmError.DEVICE_QUOTA_EXCEEDED,
+                      FcmError.UNAVAILABLE, FcmError.INTERNAL,
                       FcmError.CONNECTION_ERROR}) == RETRYABLE
     assert consequence(FcmError.TIMEOUT) is Consequence.UNCERTAIN
 
@@ -259,7 +260,8 @@ def test_dead_tokens_and_unusable_tokens() -> None:
 
 @pytest.mark.parametrize("error", sorted(CONFIGURATION_ERRORS | {FcmError.UNAUTHENTICATED,
                                                                   FcmError.TIMEOUT,
-                                                                  FcmError.QUOTA_EXCEEDED}))
+                                                                  FcmError.QUOTA_EXCEEDED,
+                                                                  FcmError.DEVICE_QUOTA_EXCEEDED}))
 def test_configuration_errors_and_outages_never_make_a_token_unusable(error: FcmError) -> None:
     assert not token_is_unusable(error)
 
