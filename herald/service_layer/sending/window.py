@@ -534,9 +534,22 @@ class SendWindow:
         wait_s = backoff_s(attempt.attempt, result.retry_after_s)
         if result.error in ONE_DEVICE:
             await self._pace.hold(attempt.target.token, wait_s)
-        elif result.retry_after_s:
-            await self._project_bucket.penalize(result.retry_after_s)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(delivery.cancelled.wait(), wait_s)
+            await self._device_moment(attempt)
+        else:
+            if result.retry_after_s:
+                await self._project_bucket.penalize(result.retry_after_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(delivery.cancelled.wait(), wait_s)
         if not delivery.cancelled.is_set():
             await self._take_tokens(1, delivery)  # a retry is a request: it costs a token
+
+    async def _device_moment(self, attempt: _Try) -> None:
+        """Wait until the device's pace lets a message start (its hold first): a retry for a
+        device FCM found over its rate is a message to it like any other."""
+        cancelled = attempt.delivery.cancelled
+        while not cancelled.is_set():
+            [wait_s] = await self._pace.reserve([attempt.target.token])
+            if wait_s <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(cancelled.wait(), wait_s + PACE_MARGIN_S)
