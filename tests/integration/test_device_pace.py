@@ -6,6 +6,7 @@ on its own clock."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import defaultdict
 from typing import Any
@@ -70,5 +71,5 @@ async def test_two_senders_asking_at_once_never_get_a_device_twice_within_an_int
     for device in DEVICES:
         times = sorted(granted[device])
         assert 5 <= len(times) <= 2000 // interval_ms + 1, (device, len(times))
-        gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
         assert min(gaps) > interval_ms / 1000 * 0.5, (device, min(gaps))
