@@ -124,6 +124,11 @@ class RedisKeys:
         the time it was counted, ``herald/adapters/frequency_caps.py``)."""
         return f"{self.prefix}cap:{person_digest}"
 
+    def device_pace(self, token_digest: str) -> str:
+        """One device's earliest moment for its next message (milliseconds of Redis' clock;
+        ``herald/adapters/device_pace.py``), gone once it has passed."""
+        return f"{self.prefix}pace:{token_digest}"
+
     def first_seen(self, kind: str, digest: str) -> str:
         """A broadcast one pod already acted on (one copy, not one per pod): a malformed
         message dead-lettered (``malformed``), an outside tool's request decided (``request``)."""

@@ -42,6 +42,10 @@ FCM_ERRORS = Counter(
     "FCM answers other than success, by the code Herald records (herald/domain/fcm_errors.py); "
     "TIMEOUT: no answer in time, the message may have been delivered", ["code"])
 CHUNKS = Counter("herald_chunks_total", "Chunks finished by senders, by final status", ["status"])
+DEVICE_PACE_DEFERRED = Counter(
+    "herald_device_pace_deferred_total",
+    "Messages held back a moment because their device had one from Herald less than a pace "
+    "interval ago (HERALD_DEVICE_RATE_PER_MIN); each is sent once its device's pace allows")
 CHUNKS_DEFERRED = Counter("herald_chunks_deferred_total",
                           "Chunk deliveries handed back: another live sender holds that chunk")
 CHUNKS_DEAD_LETTERED = Counter("herald_chunks_dead_lettered_total",

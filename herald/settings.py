@@ -156,6 +156,10 @@ class Settings(BaseSettings):
     fcm_rate_per_min: PositiveInt = 600_000
     fcm_rate_per_s: PositiveFloat | None = None
     """The project's FCM rate per second; when set it replaces ``fcm_rate_per_min``."""
+    device_rate_per_min: float = Field(default=120.0, ge=0, le=240)
+    """The most messages one device gets from Herald in a minute, every campaign and sender
+    together (``herald/domain/pace.py``): below FCM's own ~240; fractions allowed (6 is one
+    every 10 s); 0: no pace. Read by the senders; every sender of a stack must have the same."""
     urgent_reserve_share: float = Field(default=0.2, ge=0, lt=1)
     """The share of the project's FCM rate never given to the ``bulk`` lane."""
     urgent_roles: str = "operator,admin"

@@ -551,6 +551,19 @@ class RateLimits(Protocol):
         ...
 
 
+class DevicePace(Protocol):
+    """Each device's pace, shared by every sender (``domain/pace.py``)."""
+
+    async def reserve(self, tokens: Sequence[str]) -> list[float]:
+        """For each of ``tokens`` (a batch, one atomic step): 0.0 if a message to it may start
+        now (its next moment moves on one interval), else the seconds until it may."""
+        ...
+
+    async def hold(self, token: str, seconds: float) -> None:
+        """No message to ``token`` starts within ``seconds`` (FCM said it had too many)."""
+        ...
+
+
 class FrequencyCaps(Protocol):
     """Each person's marketing pushes within the cap's windows, shared by every sender
     (``domain/frequency_cap.py``)."""

@@ -75,6 +75,7 @@ from herald.domain.frequency_cap import CapRule, admits
 from herald.domain.lanes import Lane, Route
 from herald.domain.messages import CancelCampaign, Profile, ProfileNeed, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
+from herald.domain.pace import hold, reserve
 from herald.domain.pods import PodBeat
 from herald.domain.rollout import RolloutProgress
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
@@ -1379,3 +1380,34 @@ class HeldFcm(FcmClient):
         for answered in self.on_wire[:count]:
             answered.set_result(None)
         del self.on_wire[:count]
+
+
+class FakeDevicePace:
+    """``DevicePace`` in memory, on the event loop's clock, by the domain's own rule: one
+    device's messages at least ``interval_s`` apart. Records each batch it was asked for (one
+    round trip each) and each hold."""
+
+    def __init__(self, interval_s: float) -> None:
+        self._interval_ms = round(interval_s * 1000)
+        self._next_ms: dict[str, int] = {}
+        self.batches: list[list[str]] = []
+        self.holds: list[tuple[str, float]] = []
+
+    @staticmethod
+    def _now_ms() -> int:
+        return round(asyncio.get_running_loop().time() * 1000)
+
+    async def reserve(self, tokens: Sequence[str]) -> list[float]:
+        await _round_trip()
+        self.batches.append(list(tokens))
+        now, waits = self._now_ms(), []
+        for token in tokens:
+            reserved = reserve(self._next_ms.get(token, 0), now, self._interval_ms)
+            self._next_ms[token] = reserved.next_ms
+            waits.append(reserved.wait_ms / 1000)
+        return waits
+
+    async def hold(self, token: str, seconds: float) -> None:
+        await _round_trip()
+        self.holds.append((token, seconds))
+        self._next_ms[token] = hold(self._next_ms.get(token, 0), self._now_ms(), seconds)
