@@ -94,10 +94,10 @@ def recorded(campaign: Campaign) -> int:
 
 
 def known_size(campaign: Campaign) -> int | None:
-    """Its recipients in all, when known without a read: paged to the end, or sent in local
-    time (what is paged now), or counted when created; None otherwise."""
+    """Its recipients in all, when known without a read: paged to the end, or sent in waves
+    (local time, quiet hours: what is paged now), or counted when created; None otherwise."""
     counts = campaign.counts
-    if campaign.dispatch.done or campaign.local_time is not None:
+    if campaign.dispatch.done or campaign.local_time is not None or campaign.dispatch.waves:
         return counts.targeted
     if campaign.audience_estimate is not None and campaign.follow_up is None:
         return max(campaign.audience_estimate, counts.targeted)
