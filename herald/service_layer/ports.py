@@ -537,3 +537,9 @@ class FrequencyCaps(Protocol):
     async def forget(self, people: Sequence[str]) -> None:
         """Everything counted for these people (their erasure)."""
         ...
+
+    async def histories(self, people: Sequence[str]) -> dict[str, list[tuple[str, float]]]:
+        """What is counted for each of ``people``, read without changing anything: (send key,
+        when it was counted in seconds) pairs, a person with nothing counted left out (the
+        estimate's forecast of the cap)."""
+        ...

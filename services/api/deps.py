@@ -116,6 +116,8 @@ TransactionalRoles = Annotated[frozenset[str],
 FrequencyCapRoles = Annotated[frozenset[str],
                               provided(lambda s: s.settings.frequency_cap_role_names)]
 """Roles whose keys may give a campaign its own frequency cap (``HERALD_FREQUENCY_CAP_ROLES``)."""
+QuietHoursRoles = Annotated[frozenset[str], provided(lambda s: s.settings.quiet_hours_role_names)]
+"""Roles whose keys may give a campaign its own quiet hours (``HERALD_QUIET_HOURS_ROLES``)."""
 Creator = Annotated[CampaignCreator, provided(lambda s: s.creator)]
 """Create, retry, retarget, amend, correct."""
 CancelUseCase = Annotated[Callable[..., Awaitable[Decided[CancelDecision]]],

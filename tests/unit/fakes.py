@@ -768,6 +768,11 @@ class FakeFrequencyCaps:
         for person in people:
             self.history.pop(person, None)
 
+    async def histories(self, people: Sequence[str]) -> dict[str, list[tuple[str, float]]]:
+        await _round_trip()
+        return {person: sorted(self.history[person].items(), key=lambda kept: kept[1])
+                for person in people if self.history.get(person)}
+
 
 # --- devices -----------------------------------------------------------------------------------
 class FakeDevices:
