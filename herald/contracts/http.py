@@ -544,10 +544,22 @@ class AudienceEstimateRequest(Strict):
                                                                 "rollout, for `finishes_in_s`")
     purpose: Purpose = Field(default=DEFAULT_PURPOSE, description="The campaign's purpose: "
                              "the devices counted are those it may reach. " + PURPOSE)
+    quiet_hours: QuietHoursAsked = Field(default=None, description="The campaign's quiet "
+                                         "hours, for `held_back` and `finishes_in_s`. " +
+                                         QUIET_HOURS)
+    timezone: TimezoneName | None = Field(default=None, description="The campaign's "
+                                          "timezone: quiet hours read devices without one "
+                                          "in it (omitted: UTC)")
+    frequency_cap: str | None = Field(default=None, max_length=100, description="The "
+                                      "campaign's own frequency cap, for `held_back`. " +
+                                      FREQUENCY_CAP)
 
     @model_validator(mode="after")
     def _purpose_reaches_someone(self) -> AudienceEstimateRequest:
         refuse_purpose_conflict(self.audience, self.purpose)
+        self.frequency_cap = campaign_choice(self.frequency_cap, self.purpose)
+        if self.quiet_hours is not None and self.purpose is not Purpose.MARKETING:
+            raise ValueError(str(QuietHoursNotApplicable(self.purpose)))
         return self
 
 
@@ -582,9 +594,20 @@ class AudienceEstimate(ForecastFields):
                                   "content; null without `languages`")
     held_back: dict[HoldBack, int] = Field(
         default_factory=dict, description="Devices the audience selects that a rule keeps from "
-                                          "the campaign, by rule: `marketing_opt_out` (push "
-                                          "enabled, not opted in to marketing) for a marketing "
-                                          "campaign; none for a transactional one")
+                                          "the campaign, by rule, for a marketing campaign "
+                                          "(none for a transactional one): "
+                                          "`marketing_opt_out` (push enabled, not opted in to "
+                                          "marketing; not among `devices`); among `devices`: "
+                                          "`frequency_cap` (their person had as many marketing "
+                                          "pushes as the cap allows, judged now: it moves with "
+                                          "other sends), `quiet_hours_held` (local time inside "
+                                          "the quiet window now: sent when it ends there, see "
+                                          "`quiet_hours_until`), `quiet_hours_skipped` (inside "
+                                          "the window of a campaign that skips: suppressed)")
+    quiet_hours_until: datetime | None = Field(
+        default=None, description="When the last device quiet hours hold is reached (the "
+                                  "window ends in its timezone); null: none is held. "
+                                  "`finishes_in_s` is never earlier")
 
 
 # --- preview ---------------------------------------------------------------------------------------

@@ -261,16 +261,22 @@ class QuietForecast:
     until: datetime | None = None
 
 
+def wave_for(waves: Iterable[Wave], zone: str | None) -> Wave | None:
+    """The wave a device of ``zone`` (None: no timezone) is paged in: its zone's, else the
+    ``others`` wave, as the dispatcher's query (``Zones``)."""
+    planned = list(waves)
+    own = next((wave for wave in planned if zone is not None and zone in wave.zones), None)
+    return own or next((wave for wave in planned if wave.others), None)
+
+
 def forecast(waves: Iterable[Wave], devices_by_zone: Mapping[str | None, int]) -> QuietForecast:
     """The devices ``waves`` hold and skip, given the audience's devices by timezone (None:
     no timezone); a zone no wave lists goes with the ``others`` wave, as the dispatcher's."""
     planned = list(waves)
-    wave_of = {zone: wave for wave in planned for zone in wave.zones}
-    others = next((wave for wave in planned if wave.others), None)
     held = skipped = 0
     until: datetime | None = None
     for zone, devices in devices_by_zone.items():
-        wave = (wave_of.get(zone) if zone is not None else None) or others
+        wave = wave_for(planned, zone)
         if wave is not None and wave.held and devices:
             held += devices
             until = wave.due_at if until is None else max(until, wave.due_at)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from herald.domain.frequency_cap import Cap, CapSpecInvalid, setting_cap
 from herald.domain.quiet_hours import QuietHoursInvalid, QuietWindow, setting_window
 from herald.settings import Settings
 
@@ -15,3 +16,11 @@ def quiet_window(settings: Settings) -> QuietWindow | None:
         return setting_window(settings.quiet_hours)
     except QuietHoursInvalid as exc:
         sys.exit(f"herald: invalid configuration\n  HERALD_QUIET_HOURS: {exc}")
+
+
+def marketing_cap(settings: Settings) -> Cap | None:
+    """``HERALD_MARKETING_CAP`` read (None: no cap)."""
+    try:
+        return setting_cap(settings.marketing_cap)
+    except CapSpecInvalid as exc:
+        sys.exit(f"herald: invalid configuration\n  HERALD_MARKETING_CAP: {exc}")

@@ -177,13 +177,13 @@ def new_campaign(*, content: CampaignContent, name: str | None, audience: Audien
         rollout=rollout, rollout_progress=RolloutProgress() if rollout else None)
 
 
-def quiet_hours_of(template: http.CampaignTemplate,
+def quiet_hours_of(asked: http.QuietHoursAsked, purpose: Purpose,
                    timezone: str | None) -> QuietHoursChoice | None:
-    """The quiet hours a validated request asks for, its devices without a timezone read in
-    ``timezone`` (the campaign's, or a schedule's)."""
-    window, mode = http.quiet_hours_asked(template.quiet_hours)
-    return quiet_campaign_choice(window, mode, timezone, template.purpose,
-                                 asked=template.quiet_hours is not None)
+    """The quiet hours a validated request asks for (``quiet_hours``) for a campaign of
+    ``purpose``, its devices without a timezone read in ``timezone`` (the campaign's, or a
+    schedule's)."""
+    window, mode = http.quiet_hours_asked(asked)
+    return quiet_campaign_choice(window, mode, timezone, purpose, asked=asked is not None)
 
 
 def rollout_of(request: http.RolloutIn | None) -> Rollout | None:
@@ -315,7 +315,7 @@ class CampaignCreator:
             local_time=_local_time(request), replace_key=request.replace_key, created_by=by,
             rollout=rollout_of(request.rollout), lane=request.lane, purpose=request.purpose,
             frequency_cap=request.frequency_cap,
-            quiet_hours=quiet_hours_of(request, request.timezone))
+            quiet_hours=quiet_hours_of(request.quiet_hours, request.purpose, request.timezone))
         if idempotency_key is not None:
             earlier = await self._earlier_campaign(f"{by.id}:{idempotency_key}",
                                                    fingerprint(request), campaign)

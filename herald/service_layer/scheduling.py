@@ -178,7 +178,7 @@ class Scheduling:
             created_by=schedule.created_by, lane=template.lane,
             purpose=template_purpose(schedule.template),
             frequency_cap=template.frequency_cap if schedule.template.get("purpose") else None,
-            quiet_hours=quiet_hours_of(template, schedule.timezone)
+            quiet_hours=quiet_hours_of(template.quiet_hours, template.purpose, schedule.timezone)
             if schedule.template.get("purpose") else None)
         # A large run (its audience counted now) waits, awaiting_approval, for a person other
         # than the schedule's creator and whoever wrote its template.

@@ -31,7 +31,6 @@ from herald.domain.audience import Audience
 from herald.domain.device_import import ImportReport, LineProblem
 from herald.domain.documents import Campaign, Outcome, Schedule, UpsertCounts
 from herald.domain.pods import PodBeat
-from herald.domain.purpose import HoldBack, Purpose
 from herald.domain.status import CancelDecision, PauseDecision, Status
 from herald.runtime.tasks import Background
 from herald.service_layer import approval, queries, scheduling
@@ -49,6 +48,7 @@ from herald.service_layer.device_import import import_devices
 from herald.service_layer.devices import register_devices
 from herald.service_layer.erasure import Erasure, erase_user, unregister_device
 from herald.service_layer.forecasting import Forecaster
+from herald.service_layer.holding_back import HoldingBack
 from herald.service_layer.ports import (
     ApiKeyRepository,
     FrequencyCaps,
@@ -85,6 +85,7 @@ class AppServices:
     failed_authentications: FailedAuthentications
     stream_slots: StreamSlots
     frequency_caps: FrequencyCaps
+    holding_back: HoldingBack
     approvals: ApprovalGate
     test_sender: TestSender
     forecaster: Forecaster
@@ -172,10 +173,8 @@ EraseUser = Annotated[Callable[[str], Awaitable[Erasure]], provided(lambda s: pa
 AudienceSplit = Annotated[
     Callable[[Audience, Sequence[str]], Awaitable[tuple[int, dict[str, int] | None]]],
     provided(lambda s: partial(queries.audience_split, s.stores.devices))]
-HeldBack = Annotated[
-    Callable[[Audience, Purpose | None, int], Awaitable[dict[HoldBack, int]]],
-    provided(lambda s: partial(queries.held_back, s.stores.devices))]
-"""The devices of an audience a campaign's purpose keeps from it, by rule."""
+HeldBack = Annotated[HoldingBack, provided(lambda s: s.holding_back)]
+"""What each rule holds back of an audience (the estimate's ``held_back``)."""
 Forecasts = Annotated[Forecaster, provided(lambda s: s.forecaster)]
 """When a new campaign (or a sending one) is expected to reach its last recipient."""
 PreviewMessage = Annotated[Callable[[PreviewRequest], Awaitable[Preview]],

@@ -850,6 +850,10 @@ class FakeDevices:
                  if d.get("user_id") == user_id and not d.get("invalid")]
         return from_bson(Device, self._documents[max(found)]) if found else None
 
+    async def by_timezone(self, audience: Audience) -> dict[str | None, int]:
+        await _round_trip()
+        return dict(Counter(device.timezone for device in self._admitted(audience)))
+
     async def timezones(self, audience: Audience) -> list[str]:
         await _round_trip()
         return sorted({device.timezone for device in self._admitted(audience)
