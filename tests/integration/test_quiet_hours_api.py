@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import httpx
-from redis.asyncio import Redis
 import pytest
 from fastapi import FastAPI
+from redis.asyncio import Redis
 
 from herald.adapters.frequency_caps import RedisFrequencyCaps
 from herald.domain.access import Role
