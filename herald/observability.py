@@ -26,7 +26,8 @@ MESSAGES = Counter("herald_messages_total",
 SUPPRESSED = Counter("herald_recipients_suppressed_total",
                      "Recipients a rule of Herald's held back at send time, never sent "
                      "(frequency_cap: the person had as many marketing pushes as "
-                     "HERALD_MARKETING_CAP allows)", ["rule"])
+                     "HERALD_MARKETING_CAP allows; quiet_hours: their local time was inside "
+                     "the quiet window of a campaign that skips)", ["rule"])
 for _rule in Rule:  # a series from the start: the dashboard shows 0, not nothing
     SUPPRESSED.labels(_rule.value)
 FIRST_REQUEST_SECONDS = Histogram(

@@ -174,6 +174,13 @@ class Settings(BaseSettings):
     sender of a stack must have the same."""
     frequency_cap_roles: str = "operator,admin"
     """Roles whose keys may give a campaign its own frequency cap, or none (comma-separated)."""
+    quiet_hours: str | None = None
+    """A window of wall-clock times (``21:00-08:00``) in which marketing recipients are held
+    until it ends in their own timezone; unset, empty or ``off``: none. Read by the api (the
+    estimate, the checks of a create) and the dispatchers (which plan the waves), which refuse
+    to start with one they cannot read (``herald/domain/quiet_hours.py``)."""
+    quiet_hours_roles: str = "operator,admin"
+    """Roles whose keys may give a campaign quiet hours of its own, or none (comma-separated)."""
     forecast_sender_rate_per_s: PositiveFloat = 1_000.0
     """What one sender is assumed to send in a second for the forecasts (``finishes_in_s``,
     ``eta``) until the api has measured the fleet busy (``adapters/fleet_rate.py``)."""
@@ -246,7 +253,12 @@ class Settings(BaseSettings):
     def frequency_cap_role_names(self) -> frozenset[str]:
         return _role_names(self.frequency_cap_roles)
 
-    @field_validator("urgent_roles", "transactional_roles", "frequency_cap_roles")
+    @property
+    def quiet_hours_role_names(self) -> frozenset[str]:
+        return _role_names(self.quiet_hours_roles)
+
+    @field_validator("urgent_roles", "transactional_roles", "frequency_cap_roles",
+                     "quiet_hours_roles")
     @classmethod
     def _known_roles(cls, value: str) -> str:
         known = {"viewer", "responder", "operator", "ingest", "admin"}

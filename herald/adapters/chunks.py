@@ -59,8 +59,10 @@ def _chunk(document: Document) -> Chunk:
 def _recipient(stored: Document) -> Recipient:
     if stored.get("erased"):
         return ERASED_RECIPIENT
+    held = stored.get("suppressed")
     return Recipient.model_construct(token=stored["token"], user_id=stored.get("user_id"),
-                                     profile=_profile(stored.get("profile")))
+                                     profile=_profile(stored.get("profile")),
+                                     suppressed=Rule(held) if held else None)
 
 
 def _profile(stored: dict[str, Any] | None) -> Profile | None:

@@ -359,6 +359,9 @@ class DeviceRepository(DeviceImporter, Protocol):
         """The profiles of the devices with these tokens, by token (unknown ones left out)."""
         ...
     async def timezones(self, audience: Audience) -> list[str]: ...
+    async def by_timezone(self, audience: Audience) -> dict[str | None, int]:
+        """How many devices ``audience`` admits, by timezone as registered (None: none)."""
+        ...
     async def count(self, audience: Audience) -> int: ...
     async def locales(self, audience: Audience) -> dict[str | None, int]:
         """How many devices ``audience`` admits, by locale as registered (None: no locale)."""
@@ -583,4 +586,10 @@ class FrequencyCaps(Protocol):
 
     async def forget(self, people: Sequence[str]) -> None:
         """Everything counted for these people (their erasure)."""
+        ...
+
+    async def histories(self, people: Sequence[str]) -> dict[str, list[tuple[str, float]]]:
+        """What is counted for each of ``people``, read without changing anything: (send key,
+        when it was counted in seconds) pairs, a person with nothing counted left out (the
+        estimate's forecast of the cap)."""
         ...

@@ -27,6 +27,7 @@ from herald.contracts.sizes import CAMPAIGN_BODY_MAX_BYTES
 from herald.observability import CANCEL_FLAGS, PODS_LIVE
 from herald.runtime.identity import VERSION
 from herald.runtime.resources import Resources
+from herald.runtime.rules import marketing_cap, quiet_window
 from herald.runtime.worker import PodParts, StartTimedOut, exit_unstarted, running_pod
 from herald.service_layer.access import Authenticator, OperatorLog, ensure_bootstrap_key
 from herald.service_layer.approval import ApprovalGate
@@ -34,6 +35,7 @@ from herald.service_layer.archive_erasure import ArchiveEraser
 from herald.service_layer.archiving import ArchivePolicy, Archivist
 from herald.service_layer.campaigns import CampaignCreator
 from herald.service_layer.forecasting import Forecaster, ForecastSettings
+from herald.service_layer.holding_back import HoldingBack, RuleSettings
 from herald.service_layer.retention import Retention, RetentionPolicy
 from herald.service_layer.test_sends import TestSender, TestSendPolicy
 from herald.settings import Settings
@@ -138,6 +140,7 @@ def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient,
     })
     settings, stores = parts.settings, resources.stores
     approvals = ApprovalGate(stores.devices, settings.approval_min_audience)
+    caps = RedisFrequencyCaps(resources.redis, resources.keys)
     return AppServices(
         pod_id=parts.identity.id, settings=settings, stores=stores,
         creator=CampaignCreator(stores.campaigns, stores.idempotency, resources.bus, approvals),
@@ -164,7 +167,9 @@ def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient,
             settings.api_auth_failures_per_min / 60, settings.api_auth_failure_burst)),
         stream_slots=StreamSlots(resources.redis, resources.keys, settings.api_streams_per_key,
                                  stale_s=STREAM_STALE_S),
-        frequency_caps=RedisFrequencyCaps(resources.redis, resources.keys),
+        frequency_caps=caps,
+        holding_back=HoldingBack(stores.devices, caps, RuleSettings(marketing_cap(settings),
+                                                                    quiet_window(settings))),
         archived_erasures=ArchivalStore(resources.db),
         body_checks=BodyChecks())
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 
 from faststream.rabbit.annotations import RabbitMessage
 from pydantic import ValidationError
@@ -17,13 +16,13 @@ from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.frequency_caps import RedisFrequencyCaps
 from herald.adapters.rate_limit import RedisRateLimits as RateLimits
 from herald.adapters.redis import Redis
-from herald.domain.frequency_cap import Cap, CapSpecInvalid, setting_cap
 from herald.domain.lanes import Route
 from herald.domain.messages import SendChunk
 from herald.domain.pace import interval_ms
 from herald.domain.status import Verdict
 from herald.names import RedisKeys
 from herald.observability import CHUNKS_DEFERRED
+from herald.runtime.rules import marketing_cap
 from herald.runtime.worker import PodParts, Worker
 from herald.service_layer.ports import Bus, DevicePace
 from herald.service_layer.sending.campaigns import CampaignCache
@@ -154,14 +153,6 @@ def is_outage(failure: BaseException) -> bool:
 def channel_closed(message: RabbitMessage) -> bool:
     """Whether the channel this delivery came on is gone (RabbitMQ requeued it then)."""
     return bool(message.raw_message.channel.is_closed)
-
-
-def marketing_cap(settings: Settings) -> Cap | None:
-    """``HERALD_MARKETING_CAP`` read, or an exit naming what is wrong (as for any setting)."""
-    try:
-        return setting_cap(settings.marketing_cap)
-    except CapSpecInvalid as exc:
-        sys.exit(f"herald: invalid configuration\n  HERALD_MARKETING_CAP: {exc}")
 
 
 def device_pace(settings: Settings, redis: Redis, keys: RedisKeys) -> DevicePace:

@@ -769,6 +769,11 @@ class FakeFrequencyCaps:
         for person in people:
             self.history.pop(person, None)
 
+    async def histories(self, people: Sequence[str]) -> dict[str, list[tuple[str, float]]]:
+        await _round_trip()
+        return {person: sorted(self.history[person].items(), key=lambda kept: kept[1])
+                for person in people if self.history.get(person)}
+
 
 # --- devices -----------------------------------------------------------------------------------
 class FakeDevices:
@@ -845,6 +850,10 @@ class FakeDevices:
         found = [device_id for device_id, d in self._documents.items()
                  if d.get("user_id") == user_id and not d.get("invalid")]
         return from_bson(Device, self._documents[max(found)]) if found else None
+
+    async def by_timezone(self, audience: Audience) -> dict[str | None, int]:
+        await _round_trip()
+        return dict(Counter(device.timezone for device in self._admitted(audience)))
 
     async def timezones(self, audience: Audience) -> list[str]:
         await _round_trip()

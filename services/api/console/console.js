@@ -336,13 +336,15 @@ function campaignPage(main, id) {
 // event stream carries no forecast, so it is read apart, every few seconds.
 async function refreshEta(parts, view, id) {
   if (!view.campaign || !SENDING.has(view.campaign.status)) { parts.eta.hidden = true; return; }
-  const { eta } = await get(`/v1/campaigns/${id}`);
+  const { eta, quiet_hours_until: held } = await get(`/v1/campaigns/${id}`);
   parts.eta.hidden = !eta;
   if (!eta) return;
-  parts.eta.textContent = eta.finishes_in_s === null
+  const quiet = held && new Date(held) > new Date()
+    ? ` Quiet hours hold some of its recipients until ${localTime(held)}.` : "";
+  parts.eta.textContent = (eta.finishes_in_s === null
     ? "Nothing is sending it now: no sender is alive, or nothing is left for its lane."
     : `Last recipient expected ${within(eta.finishes_in_s)} (${localTime(eta.finishes_at)}), ` +
-      `the fleet sending ${fmt(Math.round(eta.fleet_rate_per_s))}/s${eta.fleet_rate_measured ? "" : " (assumed)"}.`;
+      `the fleet sending ${fmt(Math.round(eta.fleet_rate_per_s))}/s${eta.fleet_rate_measured ? "" : " (assumed)"}.`) + quiet;
 }
 
 function renderCampaign(parts, view) {
@@ -919,11 +921,18 @@ function renderPreview(preview) {
 }
 
 const HELD_BACK = { marketing_opt_out: "not opted in to marketing" };
+// Rules that act on devices the campaign reaches (counted in `devices`): suppressed, or later.
+const AMONG_REACHED = {
+  frequency_cap: (n) => `${fmt(n)} of them suppressed by the frequency cap (as of now)`,
+  quiet_hours_skipped: (n) => `${fmt(n)} of them suppressed: quiet hours in their time zone`,
+  quiet_hours_held: (n, found) => `${fmt(n)} of them held by quiet hours until ${localTime(found.quiet_hours_until)}`,
+};
 
 function splitText(found) {
   const total = `This will reach ${fmt(found.devices)} devices`;
   const held = Object.entries(found.held_back || {}).filter(([, count]) => count > 0)
-    .map(([rule, count]) => ` ${fmt(count)} more held back: ${HELD_BACK[rule] || rule}.`).join("");
+    .map(([rule, count]) => AMONG_REACHED[rule] ? ` ${AMONG_REACHED[rule](count, found)}.`
+      : ` ${fmt(count)} more held back: ${HELD_BACK[rule] || rule}.`).join("");
   if (!found.by_language) return total + "." + held;
   const parts = Object.entries(found.by_language).sort((a, b) => b[1] - a[1])
     .map(([variant, count]) => `${variant} ${fmt(count)}`);
