@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -35,6 +34,7 @@ from herald.service_layer.archiving import (
     GZIP_WBITS,
     ArchivePolicy,
     ArchiveRefused,
+    Throttle,
     Written,
     compressed,
     variant_counts,
@@ -105,14 +105,12 @@ class ArchiveEraser:
         self._target = target
         self._pod_id = pod_id
         self._policy = policy
-        self._ran_at = -float("inf")
+        self._throttle = Throttle(policy.every_s)
 
     async def recover(self, now: datetime) -> None:
         """One pass when people wait, at most every ``every_s``."""
-        if time.monotonic() - self._ran_at < self._policy.every_s:
-            return
-        self._ran_at = time.monotonic()
-        await self.run(now)
+        if self._throttle.due():
+            await self.run(now)
 
     async def run(self, now: datetime) -> list[Campaign]:
         """One pass for the people queued now: the campaigns whose archive this pod rewrote."""

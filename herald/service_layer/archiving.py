@@ -142,6 +142,21 @@ async def every_line(records: CampaignRecords, campaign: Campaign) -> AsyncItera
             yield line
 
 
+class Throttle:
+    """At most one run every ``every_s`` (the api's loop asks more often)."""
+
+    def __init__(self, every_s: float) -> None:
+        self._every_s = every_s
+        self._ran_at = -float("inf")
+
+    def due(self) -> bool:
+        """Whether a run may start now (and if so, from now on it has)."""
+        if time.monotonic() - self._ran_at < self._every_s:
+            return False
+        self._ran_at = time.monotonic()
+        return True
+
+
 class ArchiveRefused(Exception):
     """The archive could not be verified: nothing of the campaign is deleted."""
 
@@ -160,14 +175,12 @@ class Archivist:
         self._target = target
         self._pod_id = pod_id
         self._policy = policy
-        self._ran_at = -float("inf")
+        self._throttle = Throttle(policy.every_s)
 
     async def recover(self, now: datetime) -> None:
         """Archive what is due and delete what is archived, at most every ``every_s``."""
-        if time.monotonic() - self._ran_at < self._policy.every_s:
-            return
-        self._ran_at = time.monotonic()
-        await self.run(now)
+        if self._throttle.due():
+            await self.run(now)
 
     async def run(self, now: datetime) -> list[Campaign]:
         """One pass, now: the campaigns archived by this pod."""
