@@ -702,7 +702,7 @@ def test_the_estimate_names_what_quiet_hours_and_the_cap_hold_back_and_the_send_
     wait_for(lambda: admin.campaign(holding)["counts"]["sent"] == OWLS - held, 30,
              "the half outside quiet hours to be sent")
     expect(page.locator("#quiet-until")).to_have_text(
-        f"Held by quiet hours until {forecast_until.group(1)}.")
+        f"Held by quiet hours until {forecast_until.group(1)}: devices in Asia/Seoul, targeted then.")
     expect(page.locator("#count-sent")).to_have_text(str(OWLS - held))
     page.evaluate("window.scrollTo(0, 0)")
     screenshot(page, "campaign-held-by-quiet-hours")
@@ -711,5 +711,5 @@ def test_the_estimate_names_what_quiet_hours_and_the_cap_hold_back_and_the_send_
     assert (stopped["sent"], stopped["unsent"], stopped["suppressed"]) == (OWLS - held, held, 0)
     expect(page.locator("#count-unsent")).to_have_text(str(held))
     expect(page.locator("#quiet-until")).to_have_text(
-        f"Quiet hours held part of it until {forecast_until.group(1)}.")
+        f"Quiet hours held part of it until {forecast_until.group(1)}: devices in Asia/Seoul.")
     assert not seoul & {r.token for r in fcm.received()}  # neither skipped nor held was sent

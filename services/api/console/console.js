@@ -401,8 +401,12 @@ function personRulesShown(c) {
   const until = c.quiet_hours_until;
   if (until) {  // still to come while it may send; what was planned once it stopped
     const waiting = !FINAL.has(c.status) && new Date(until) > new Date();
+    // Counts have no figure for the held: they are targeted when their wave is paged.
+    const zones = (c.waves || []).filter((w) => w.held).flatMap((w) => w.zones).join(", ");
+    const where = zones ? `: devices in ${zones}` : "";
     shown.push(" ", h("strong", { id: "quiet-until", "data-until": until, text: waiting
-      ? `Held by quiet hours until ${bothTimes(until)}.` : `Quiet hours held part of it until ${bothTimes(until)}.` }));
+      ? `Held by quiet hours until ${bothTimes(until)}${where}, targeted then.`
+      : `Quiet hours held part of it until ${bothTimes(until)}${where}.` }));
   }
   return shown;
 }
