@@ -176,3 +176,19 @@ async def test_a_null_test_beside_an_in_and_a_range_is_made_after_the_query(
                            "due_at": {"$lte": now}})
     waiting = sorted([d["name"] async for d in due if d.get("first_request_at") is None])
     assert waiting == ["explicit", "missing"]
+
+
+async def test_the_lookup_of_a_chunks_recorded_outcomes_uses_its_index(
+        stores: Stores, db: Database) -> None:
+    """A sender that takes a chunk over reads what was recorded for it with an equality on
+    ``campaign_id`` and ``seq``, the keys of the ``campaign_seq`` index. nx-27017 keeps an
+    equality on a string indexed only if the field is the last key of an index (it adds
+    MongoDB's "or an array holding it" arm otherwise, which no index serves): it scanned every
+    delivery of every campaign (issue 33). The launcher counts every key of an index; MongoDB
+    answers with an IXSCAN of ``campaign_seq``."""
+    await stores.deliveries.record(new_id(), 3, "pod", [], utcnow())
+    explained = await db.command("explain", {"find": names.DELIVERIES,
+                                             "filter": {"campaign_id": new_id(), "seq": 3}})
+    plan = str(explained["queryPlanner"]["winningPlan"])
+    assert "COLLSCAN" not in plan and f"SCAN {names.DELIVERIES}" not in plan, plan
+    assert "IXSCAN" in plan or "USING INDEX" in plan, plan
