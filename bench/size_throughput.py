@@ -22,8 +22,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import format_table, machine, process_cpu_s, results_path, source_version, \
-    write_json
+from bench.common import (
+    format_table,
+    machine,
+    process_cpu_s,
+    results_path,
+    source_version,
+    write_json,
+)
 from bench.cpu_per_recipient import PLAIN_CONTENT, devices
 from bench.stack import create_campaign, fetch_campaign, import_devices, running_stack
 from devstack.stack import Stack
