@@ -6,11 +6,12 @@ same run:
 1. **Bytes per recipient of the chunk documents**: ``--recipients`` recipients in chunks of 500,
    written as chunks were stored before issue 33 (an array of ``{token, user_id[, profile]}``
    subdocuments: the baseline) and as ``ChunkStore.create`` writes them now (parallel arrays),
-   each into a database of its own on one server. Reported: the BSON size of the documents read
-   back (what MongoDB stores, before its block compression) per recipient, and the growth of
-   the database's SQLite file and journal on nx-27017 per recipient. Tokens have the shape and
-   length of FCM's (163 characters, random); a plain campaign's chunks carry token and user id,
-   a personalised one's also a profile (platform, locale and two attributes).
+   each into a database of its own on one server. Reported per recipient: the BSON size of the
+   documents read back (what MongoDB stores, before its block compression), and on nx-27017 the
+   bytes of the stored documents and of the SQLite pages of the chunks table and its indexes.
+   Tokens have the shape and length of FCM's (163 characters, random); a plain campaign's chunks
+   carry token and user id, a personalised one's also a profile (platform, locale and two
+   attributes).
 2. **The senders' lookup of a chunk's recorded outcomes** (``DeliveryStore.recorded``) with
    ``--deliveries`` delivery documents stored, on nx-27017 as the package ships it (the
    baseline: it scans) and through Herald's launcher (``devstack/nx_server.py``: the index).
@@ -28,12 +29,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import bson
+from neosqlite._sqlite import sqlite3
 from pymongo import AsyncMongoClient
 
 from bench.common import format_table, machine, results_path, source_version, write_json
@@ -112,8 +114,15 @@ async def write_chunks(db: Database, everyone: list[Recipient], legacy: bool) ->
             await store.create(campaign_id, seq, chunk, None, now)
 
 
-def file_bytes(data_dir: Path, database: str) -> int:
-    return sum(path.stat().st_size for path in data_dir.glob(f"{database}.db*"))
+def stored_bytes(data_dir: Path, database: str) -> tuple[int, int]:
+    """What nx-27017 stores for the chunks collection: the documents' bytes, and the SQLite
+    pages of the table and its indexes (read with the WAL, so nothing waits for a checkpoint)."""
+    with closing(sqlite3.connect(data_dir / f"{database}.db")) as connection:
+        documents = connection.execute(f"SELECT sum(length(data)) FROM {names.CHUNKS}").fetchone()
+        pages = connection.execute("SELECT sum(pgsize) FROM dbstat WHERE name = ? OR name IN "
+                                   "(SELECT name FROM sqlite_master WHERE tbl_name = ?)",
+                                   (names.CHUNKS, names.CHUNKS)).fetchone()
+    return int(documents[0] or 0), int(pages[0] or 0)
 
 
 async def chunk_sizes(url: str, data_dir: Path, count: int) -> list[dict[str, Any]]:
@@ -125,13 +134,14 @@ async def chunk_sizes(url: str, data_dir: Path, count: int) -> list[dict[str, An
             name = f"bytes_{'personal' if personal else 'plain'}_{'old' if legacy else 'new'}"
             db = client[name]
             await ensure_indexes(db)
-            empty = file_bytes(data_dir, name)
             await write_chunks(db, everyone, legacy)
             stored = [len(bson.encode(d)) async for d in db[names.CHUNKS].find({})]
+            documents, pages = stored_bytes(data_dir, name)
             rows.append({"campaign": "personalised" if personal else "plain",
                          "format": "before (subdocuments)" if legacy else "parallel arrays",
                          "bson_bytes_per_recipient": sum(stored) / count,
-                         "file_bytes_per_recipient": (file_bytes(data_dir, name) - empty) / count})
+                         "nx_document_bytes_per_recipient": documents / count,
+                         "nx_page_bytes_per_recipient": pages / count})
     await client.close()
     return rows
 
@@ -189,9 +199,11 @@ def main() -> None:
         timings = asyncio.run(lookups(Path(run), args.deliveries))
     print(f"{args.recipients:,} recipients in chunks of {CHUNK_SIZE}; {source_version()}")
     print(format_table(("campaign", "chunk format", "BSON bytes / recipient",
-                        "nx-27017 file bytes / recipient"),
+                        "nx-27017 document bytes / recipient",
+                        "nx-27017 pages (table + indexes) bytes / recipient"),
                        [(r["campaign"], r["format"], f"{r['bson_bytes_per_recipient']:.1f}",
-                         f"{r['file_bytes_per_recipient']:.1f}") for r in sizes], 2))
+                         f"{r['nx_document_bytes_per_recipient']:.1f}",
+                         f"{r['nx_page_bytes_per_recipient']:.1f}") for r in sizes], 2))
     print()
     print(format_table(("server", "deliveries stored", "recorded-outcomes lookup, median ms"),
                        [(r["server"], f"{r['deliveries']:,}", f"{r['median_ms']:.2f}")
