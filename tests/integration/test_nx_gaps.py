@@ -201,3 +201,19 @@ async def test_an_insert_of_many_with_a_duplicate_fails_that_one_alone(db: Datab
     assert tokens == ["dup-0", "dup-1", "dup-2", "dup-3", "dup-4", "ord-0", "ord-1", "ord-2"]
     await devices.insert_many([{"token": f"many-{i}", "platform": "ios"} for i in range(2_000)])
     assert await devices.count_documents({"token": {"$regex": "^many-"}}) == 2_000
+
+
+async def test_the_lookup_of_a_chunks_recorded_outcomes_uses_its_index(
+        stores: Stores, db: Database) -> None:
+    """A sender that takes a chunk over reads what was recorded for it with an equality on
+    ``campaign_id`` and ``seq``, the keys of the ``campaign_seq`` index. nx-27017 keeps an
+    equality on a string indexed only if the field is the last key of an index (it adds
+    MongoDB's "or an array holding it" arm otherwise, which no index serves): it scanned every
+    delivery of every campaign (issue 33). The launcher counts every key of an index; MongoDB
+    answers with an IXSCAN of ``campaign_seq``."""
+    await stores.deliveries.record(new_id(), 3, "pod", [], utcnow())
+    explained = await db.command("explain", {"find": names.DELIVERIES,
+                                             "filter": {"campaign_id": new_id(), "seq": 3}})
+    plan = str(explained["queryPlanner"]["winningPlan"])
+    assert "COLLSCAN" not in plan and f"SCAN {names.DELIVERIES}" not in plan, plan
+    assert "IXSCAN" in plan or "USING INDEX" in plan, plan
