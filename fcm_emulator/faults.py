@@ -2,9 +2,10 @@
 
 Every refusal is a ``google.rpc.Status`` body: ``{"error": {"code", "message", "status",
 "details": [...]}}``. FCM adds a ``google.firebase.fcm.v1.FcmError`` detail (``errorCode``) to the
-faults it names in its ErrorCode reference; a payload problem carries a ``google.rpc.BadRequest``
-detail (``fieldViolations``) instead; the project's own faults (IAM permission, unknown project, a
-bad OAuth token) carry no FcmError at all.
+faults it names in its ErrorCode reference (and to ``QUOTA_EXCEEDED`` a ``google.rpc.QuotaFailure``
+naming the quota exceeded: the project's message rate, or one device's); a payload problem
+carries a ``google.rpc.BadRequest`` detail (``fieldViolations``) instead; the project's own
+faults (IAM permission, unknown project, a bad OAuth token) carry no FcmError at all.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 APNS_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.ApnsError"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+QUOTA_FAILURE_TYPE = "type.googleapis.com/google.rpc.QuotaFailure"
+PROJECT_RATE = ("project:{project}", "Message rate exceeded: the sending rate of messages is too "
+                "high.")
+DEVICE_RATE = ("device", "Device message rate exceeded: the rate of messages to a particular "
+               "device is too high.")
+"""(subject, description) of the ``QuotaFailure`` violation: Google's ErrorCode reference says
+which quota is named there (a project's, a device's or a topic's message rate) but publishes no
+exact texts; these follow its wording."""
 
 BAD_OAUTH_TOKEN = (
     "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie "
@@ -42,6 +51,8 @@ class Fault:
     error_code: str | None = None
     apns_error: bool = False
     iam_error_info: bool = False
+    quota: tuple[str, str] | None = None
+    """The ``QuotaFailure`` violation's (subject, description), for a quota fault."""
 
     def error(self, project: str) -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.http, "message": self.message.format(project=project),
@@ -63,6 +74,10 @@ class Fault:
                             "reason": "InvalidProviderToken"})
         if self.error_code is not None:
             details.append({"@type": FCM_ERROR_TYPE, "errorCode": self.error_code})
+        if self.quota is not None:
+            subject, description = self.quota
+            details.append({"@type": QUOTA_FAILURE_TYPE, "violations": [
+                {"subject": subject.format(project=project), "description": description}]})
         return details
 
 
@@ -78,7 +93,11 @@ FAULTS: dict[str, Fault] = {
                                     "Auth error from APNS or Web Push Service",
                                     "THIRD_PARTY_AUTH_ERROR", apns_error=True),
     "QUOTA_EXCEEDED": Fault(429, "RESOURCE_EXHAUSTED",
-                            "Quota exceeded for quota metric 'Send requests'", "QUOTA_EXCEEDED"),
+                            "Quota exceeded for quota metric 'Send requests'", "QUOTA_EXCEEDED",
+                            quota=PROJECT_RATE),
+    # FCM's errorCode is QUOTA_EXCEEDED for a device's rate too: the QuotaFailure tells.
+    "DEVICE_QUOTA_EXCEEDED": Fault(429, "RESOURCE_EXHAUSTED", "Device message rate exceeded.",
+                                   "QUOTA_EXCEEDED", quota=DEVICE_RATE),
     "UNAVAILABLE": Fault(503, "UNAVAILABLE", "The service is currently unavailable.",
                          "UNAVAILABLE"),
     "INTERNAL": Fault(500, "INTERNAL", "Internal error encountered.", "INTERNAL"),
@@ -96,6 +115,12 @@ FAIL_ALL_FAULTS = (INVALID_PAYLOAD, "PERMISSION_DENIED", "UNAUTHENTICATED",
                    "THIRD_PARTY_AUTH_ERROR", "SENDER_ID_MISMATCH", "NOT_FOUND")
 """The faults ``fail_all`` may name: what is wrong with every message of a campaign, or with
 the project or its credentials."""
+
+
+def recorded_as(name: str) -> str:
+    """What the record says of a fault: FCM's ``errorCode`` where it sends one, else the
+    fault's name (its ``google.rpc`` status)."""
+    return FAULTS[name].error_code or name
 
 
 def fault_response(name: str, project: str, retry_after_s: float | None = None) -> web.Response:

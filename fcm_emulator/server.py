@@ -28,7 +28,12 @@ token starts with      answer (``google.rpc`` status; FcmError ``errorCode``)
 ``apnsauth-``          401 ``UNAUTHENTICATED`` "Auth error from APNS or Web Push Service";
                        ``THIRD_PARTY_AUTH_ERROR``, plus an ``ApnsError`` detail (403,
                        ``InvalidProviderToken``)
-``quota-``             429 ``RESOURCE_EXHAUSTED``; ``QUOTA_EXCEEDED``, ``Retry-After: 1``
+``quota-``             429 ``RESOURCE_EXHAUSTED``; ``QUOTA_EXCEEDED``, ``Retry-After: 1``, a
+                       ``QuotaFailure`` naming the project's message rate
+``devicequota-``       429 ``RESOURCE_EXHAUSTED`` the first time, accepted afterwards (FCM's
+                       per-device rate): ``QUOTA_EXCEEDED``, ``Retry-After: 1``, a
+                       ``QuotaFailure`` naming the device's message rate (recorded
+                       ``QUOTA_EXCEEDED``, FCM's errorCode)
 ``unavailable-``       503 ``UNAVAILABLE``; ``UNAVAILABLE``
 ``internal-``          500 ``INTERNAL``; ``INTERNAL``
 ``unspecified-``       500 ``UNKNOWN`` "Unknown error."; ``UNSPECIFIED_ERROR`` (Google's "no more
@@ -123,6 +128,7 @@ from fcm_emulator.faults import (
     TOKEN_FAULTS,
     TOO_BIG,
     fault_response,
+    recorded_as,
     violation_response,
 )
 from fcm_emulator.oauth import Authority, Grant, GrantRefused
@@ -142,6 +148,10 @@ TOKEN_PREFIXES = {
     "internal-": "INTERNAL",
     "unspecified-": "UNSPECIFIED_ERROR",
 }
+ONCE_PREFIXES = {"flaky-": "UNAVAILABLE", "devicequota-": "DEVICE_QUOTA_EXCEEDED"}
+"""Tokens refused the first time they are sent to, accepted afterwards."""
+QUOTA_FAULTS = frozenset({"QUOTA_EXCEEDED", "DEVICE_QUOTA_EXCEEDED"})
+"""Answered with ``Retry-After``."""
 REFUSABLE_GRANTS = ("invalid_grant",)
 REFUSED_GRANT = "Invalid grant: account not found"  # Google's, for a deleted service account
 
@@ -226,6 +236,7 @@ class Record:
     bodies: list[bytes | None] = field(default_factory=list)
     """Beside each row: its raw body, or None where bodies were not kept."""
     seen_flaky: set[str] = field(default_factory=set)
+    """Tokens of ``ONCE_PREFIXES`` refused once already."""
     lines: list[bytes] = field(default_factory=list)
     """``rows[:len(lines)]`` encoded once (rows never change): a test that polls the record while
     a campaign of 50,000 runs pays for the new rows only."""
@@ -334,7 +345,7 @@ class Emulator:
             return "INVALID_ARGUMENT", violation_response(
                 verdict.violation, with_fcm_error=behaviour.payload_fcm_error)
         error = self._token_fault(token)
-        return (error, self._fault(project, error)) if error else (None, None)
+        return (recorded_as(error), self._fault(project, error)) if error else (None, None)
 
     def _fail_all(self, project: str, error: str) -> tuple[str, web.Response]:
         if error == INVALID_PAYLOAD:
@@ -342,16 +353,17 @@ class Emulator:
         return error, self._fault(project, error)
 
     def _fault(self, project: str, error: str) -> web.Response:
-        retry_after = self.behaviour.retry_after_s if error == "QUOTA_EXCEEDED" else None
+        retry_after = self.behaviour.retry_after_s if error in QUOTA_FAULTS else None
         return fault_response(error, project, retry_after_s=retry_after)
 
     def _token_fault(self, token: str) -> str | None:
         for prefix, error in TOKEN_PREFIXES.items():
             if token.startswith(prefix):
                 return error
-        if token.startswith("flaky-") and token not in self.record.seen_flaky:
-            self.record.seen_flaky.add(token)
-            return "UNAVAILABLE"
+        for prefix, error in ONCE_PREFIXES.items():
+            if token.startswith(prefix) and token not in self.record.seen_flaky:
+                self.record.seen_flaky.add(token)
+                return error
         return None
 
     def _accepted(self, project: str, validate_only: bool) -> web.Response:

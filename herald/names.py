@@ -63,6 +63,8 @@ IDEMPOTENCY_KEYS = "idempotency_keys"
 API_KEYS = "api_keys"
 OPERATOR_LOG = "operator_log"
 TEST_SENDS = "test_sends"
+ARCHIVE_ERASURES = "archive_erasures"
+"""People erased after archives that list them were written, until those are rewritten."""
 
 
 FLEET_RATE_BUCKET = "fcm"
@@ -121,6 +123,11 @@ class RedisKeys:
         """One person's marketing sends within the cap's windows (a sorted set: send key by
         the time it was counted, ``herald/adapters/frequency_caps.py``)."""
         return f"{self.prefix}cap:{person_digest}"
+
+    def device_pace(self, token_digest: str) -> str:
+        """One device's earliest moment for its next message (milliseconds of Redis' clock;
+        ``herald/adapters/device_pace.py``), gone once it has passed."""
+        return f"{self.prefix}pace:{token_digest}"
 
     def first_seen(self, kind: str, digest: str) -> str:
         """A broadcast one pod already acted on (one copy, not one per pod): a malformed

@@ -26,7 +26,8 @@ MESSAGES = Counter("herald_messages_total",
 SUPPRESSED = Counter("herald_recipients_suppressed_total",
                      "Recipients a rule of Herald's held back at send time, never sent "
                      "(frequency_cap: the person had as many marketing pushes as "
-                     "HERALD_MARKETING_CAP allows)", ["rule"])
+                     "HERALD_MARKETING_CAP allows; quiet_hours: their local time was inside "
+                     "the quiet window of a campaign that skips)", ["rule"])
 for _rule in Rule:  # a series from the start: the dashboard shows 0, not nothing
     SUPPRESSED.labels(_rule.value)
 FIRST_REQUEST_SECONDS = Histogram(
@@ -42,6 +43,10 @@ FCM_ERRORS = Counter(
     "FCM answers other than success, by the code Herald records (herald/domain/fcm_errors.py); "
     "TIMEOUT: no answer in time, the message may have been delivered", ["code"])
 CHUNKS = Counter("herald_chunks_total", "Chunks finished by senders, by final status", ["status"])
+DEVICE_PACE_DEFERRED = Counter(
+    "herald_device_pace_deferred_total",
+    "Messages held back a moment because their device had one from Herald less than a pace "
+    "interval ago (HERALD_DEVICE_RATE_PER_MIN); each is sent once its device's pace allows")
 CHUNKS_DEFERRED = Counter("herald_chunks_deferred_total",
                           "Chunk deliveries handed back: another live sender holds that chunk")
 CHUNKS_DEAD_LETTERED = Counter("herald_chunks_dead_lettered_total",
@@ -123,6 +128,10 @@ RETENTION_WAITING = Gauge(
     "herald_retention_waiting_campaigns",
     "Finished campaigns past HERALD_RETENTION_DAYS whose records are kept, as last seen by this "
     "api: no HERALD_ARCHIVE_URL, a follow-up still reading them, or their archive failed")
+ARCHIVES_REWRITTEN = Counter(
+    "herald_archives_rewritten_total",
+    "Archives rewritten without people erased after they were written (their lines replaced "
+    "by the erased placeholder), verified by reading them back")
 ARCHIVE_FAILURES = Counter(
     "herald_archive_failures_total",
     "Archives not verified, their records kept: checksum (the target read back other bytes), "

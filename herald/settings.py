@@ -156,6 +156,10 @@ class Settings(BaseSettings):
     fcm_rate_per_min: PositiveInt = 600_000
     fcm_rate_per_s: PositiveFloat | None = None
     """The project's FCM rate per second; when set it replaces ``fcm_rate_per_min``."""
+    device_rate_per_min: float = Field(default=120.0, ge=0, le=240)
+    """The most messages one device gets from Herald in a minute, every campaign and sender
+    together (``herald/domain/pace.py``): below FCM's own ~240; fractions allowed (6 is one
+    every 10 s); 0: no pace. Read by the senders; every sender of a stack must have the same."""
     urgent_reserve_share: float = Field(default=0.2, ge=0, lt=1)
     """The share of the project's FCM rate never given to the ``bulk`` lane."""
     urgent_roles: str = "operator,admin"
@@ -170,6 +174,13 @@ class Settings(BaseSettings):
     sender of a stack must have the same."""
     frequency_cap_roles: str = "operator,admin"
     """Roles whose keys may give a campaign its own frequency cap, or none (comma-separated)."""
+    quiet_hours: str | None = None
+    """A window of wall-clock times (``21:00-08:00``) in which marketing recipients are held
+    until it ends in their own timezone; unset, empty or ``off``: none. Read by the api (the
+    estimate, the checks of a create) and the dispatchers (which plan the waves), which refuse
+    to start with one they cannot read (``herald/domain/quiet_hours.py``)."""
+    quiet_hours_roles: str = "operator,admin"
+    """Roles whose keys may give a campaign quiet hours of its own, or none (comma-separated)."""
     forecast_sender_rate_per_s: PositiveFloat = 1_000.0
     """What one sender is assumed to send in a second for the forecasts (``finishes_in_s``,
     ``eta``) until the api has measured the fleet busy (``adapters/fleet_rate.py``)."""
@@ -242,7 +253,12 @@ class Settings(BaseSettings):
     def frequency_cap_role_names(self) -> frozenset[str]:
         return _role_names(self.frequency_cap_roles)
 
-    @field_validator("urgent_roles", "transactional_roles", "frequency_cap_roles")
+    @property
+    def quiet_hours_role_names(self) -> frozenset[str]:
+        return _role_names(self.quiet_hours_roles)
+
+    @field_validator("urgent_roles", "transactional_roles", "frequency_cap_roles",
+                     "quiet_hours_roles")
     @classmethod
     def _known_roles(cls, value: str) -> str:
         known = {"viewer", "responder", "operator", "ingest", "admin"}

@@ -151,6 +151,22 @@ FrequencyCapOption = Annotated[str | None, typer.Option(
     "--frequency-cap", help="This campaign's own cap per person, marketing only: none (not "
                             "capped), or a lower one than HERALD_MARKETING_CAP such as 1/24h "
                             "(operators and admins by default)", show_default=False)]
+QuietHoursOption = Annotated[str | None, typer.Option(
+    "--quiet-hours", help="Marketing only: hold or skip (HERALD_QUIET_HOURS' window: its "
+                          "recipients held until it ends in their timezone, or suppressed), "
+                          "off, or a window of its own such as 22:00-07:00 (held) or "
+                          "22:00-07:00/skip (off and own windows: operators and admins by "
+                          "default)", show_default=False)]
+
+
+def quiet_hours_body(choice: str) -> str | dict[str, str]:
+    """``--quiet-hours`` as the API's ``quiet_hours``: a word, or a window with its mode."""
+    if choice in ("hold", "skip", "off"):
+        return choice
+    window, _, mode = choice.partition("/")
+    return {"window": window, "mode": mode or "hold"}
+
+
 IncludeSuppressedOption = Annotated[bool, typer.Option(
     "--include-suppressed", help="Also the original's recipients a rule suppressed (the "
                                  "frequency cap): retarget and correct")]
@@ -222,20 +238,14 @@ def create(
     lane: LaneOption = None, purpose: PurposeOption = None,
     rate_per_s: Annotated[int | None, typer.Option(
         help="This campaign's own cap, messages a second", show_default=False)] = None,
-    frequency_cap: FrequencyCapOption = None,
+    frequency_cap: FrequencyCapOption = None, quiet_hours: QuietHoursOption = None,
 ) -> None:
     """Create a campaign (sent now) and print its id (its lane and purpose on stderr)."""
     payload: dict[str, Any] = {"title": title, "body": body, "data": _parse_data(data or [])}
-    if frequency_cap is not None:
-        payload["frequency_cap"] = frequency_cap
-    if name:
-        payload["name"] = name
-    if lane is not None:
-        payload["lane"] = lane.value
-    if purpose is not None:
-        payload["purpose"] = purpose.value
-    if rate_per_s is not None:
-        payload["rate_per_s"] = rate_per_s
+    given = {"frequency_cap": frequency_cap, "rate_per_s": rate_per_s, "name": name or None,
+             "lane": lane.value if lane else None, "purpose": purpose.value if purpose else None,
+             "quiet_hours": quiet_hours_body(quiet_hours) if quiet_hours is not None else None}
+    payload.update({field: value for field, value in given.items() if value is not None})
     if translations:
         payload["translations"] = _parse_json("--translations", translations)
     if audience:

@@ -4,7 +4,8 @@
 Both store a file whole or not at all: a directory gets a hidden temporary file, synced, then
 renamed; a bucket gets the object when its upload completes. Both read a file back whole to
 hash it, so the checksum the campaign keeps is of what the target holds, not of what Herald
-meant to send. Every blocking call (the disk, boto3) runs in a worker thread: the api's event
+meant to send, and stream it back (``get``) to rewrite it without people erased since. Every
+blocking call (the disk, boto3) runs in a worker thread: the api's event
 loop keeps serving while a campaign of a million lines is archived.
 
 S3 through boto3, with its usual configuration (``AWS_ACCESS_KEY_ID``,
@@ -77,6 +78,14 @@ class DirectoryArchive:
     async def sha256(self, name: str) -> str | None:
         return await asyncio.to_thread(self._read_sha256, self._root / name)
 
+    async def get(self, name: str) -> AsyncIterator[bytes]:
+        file = await asyncio.to_thread((self._root / name).open, "rb")
+        try:
+            while block := await asyncio.to_thread(file.read, READ_BYTES):
+                yield block
+        finally:
+            file.close()
+
     @staticmethod
     def _read_sha256(path: Path) -> str | None:
         try:
@@ -118,6 +127,17 @@ class S3Archive:
     async def sha256(self, name: str) -> str | None:
         client = await self._s3()
         return await asyncio.to_thread(self._read_sha256, client, self._url.key(name))
+
+    async def get(self, name: str) -> AsyncIterator[bytes]:
+        client = await self._s3()
+        answer = await asyncio.to_thread(client.get_object, Bucket=self._url.root,
+                                         Key=self._url.key(name))
+        body = answer["Body"]
+        try:
+            while block := await asyncio.to_thread(body.read, READ_BYTES):
+                yield block
+        finally:
+            body.close()
 
     def _read_sha256(self, client: Any, key: str) -> str | None:
         try:

@@ -1,7 +1,8 @@
 """Chunks (the frozen recipient lists a dispatcher published) and deliveries (what FCM answered).
 
-A chunk document is ``ChunkState`` plus its ``recipients``, with ``_id`` ``"<campaign>:<seq>"``;
-it is written before its message is published and never changes its recipients. A sender claims
+A chunk document is ``ChunkState`` plus its recipients (as ``chunk_codec`` stores them), with
+``_id`` ``"<campaign>:<seq>"``; it is written before its message is published and never changes
+its recipients (but for an erased person's: placeholders take their places). A sender claims
 a chunk (``owner``) for the time it sends it, so two copies of one chunk message (a dispatcher
 that died between publishing and checkpointing) are never sent at once.
 
@@ -22,7 +23,9 @@ from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from herald import names
-from herald.adapters.erasing import erase_entries
+from herald.adapters import chunk_codec
+from herald.adapters.chunk_codec import WITHOUT_RECIPIENTS
+from herald.adapters.erasing import erase_where
 from herald.adapters.mongo import Database, Document
 from herald.adapters.records import from_bson, maybe, to_bson
 from herald.domain.documents import (
@@ -37,13 +40,11 @@ from herald.domain.documents import (
     Suppression,
 )
 from herald.domain.erasure import ErasedPerson
-from herald.domain.messages import Profile, Recipient
+from herald.domain.messages import Recipient
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.suppression import Rule
 
-_WITHOUT_RECIPIENTS = {"recipients": 0}
-ERASED_RECIPIENT = Recipient.erased_placeholder()
-_ERASED_STORED = ERASED_RECIPIENT.stored()
+ERASED_RECIPIENT = chunk_codec.ERASED_RECIPIENT
 
 
 def chunk_id(campaign_id: str, seq: int) -> str:
@@ -51,20 +52,7 @@ def chunk_id(campaign_id: str, seq: int) -> str:
 
 
 def _chunk(document: Document) -> Chunk:
-    # Validated when the chunk was written; the audit reads a whole campaign of these.
-    recipients = tuple(_recipient(r) for r in document["recipients"])
-    return Chunk(from_bson(ChunkState, document), recipients)
-
-
-def _recipient(stored: Document) -> Recipient:
-    if stored.get("erased"):
-        return ERASED_RECIPIENT
-    return Recipient.model_construct(token=stored["token"], user_id=stored.get("user_id"),
-                                     profile=_profile(stored.get("profile")))
-
-
-def _profile(stored: dict[str, Any] | None) -> Profile | None:
-    return None if stored is None else Profile.model_construct(**{"attributes": {}, **stored})
+    return Chunk(from_bson(ChunkState, document), chunk_codec.decode(document))
 
 
 class ChunkStore:
@@ -78,7 +66,7 @@ class ChunkStore:
         state = ChunkState(campaign_id=campaign_id, seq=seq, size=len(recipients), cursor=cursor,
                            status=status, created_at=now)
         document = {"_id": chunk_id(campaign_id, seq), **to_bson(state),
-                    "recipients": [r.stored() for r in recipients]}
+                    **chunk_codec.encode(recipients)}
         try:
             await self._chunks.insert_one(document)
         except DuplicateKeyError:
@@ -94,7 +82,7 @@ class ChunkStore:
     async def state(self, campaign_id: str, seq: int) -> ChunkState | None:
         """The chunk without its recipients: status, attempts and who holds it."""
         return maybe(ChunkState, await self._chunks.find_one(
-            {"_id": chunk_id(campaign_id, seq)}, _WITHOUT_RECIPIENTS))
+            {"_id": chunk_id(campaign_id, seq)}, WITHOUT_RECIPIENTS))
 
     async def claim(self, campaign_id: str, seq: int, pod_id: str, holder: str | None,
                     until: datetime, fence: int = 0) -> ChunkState | None:
@@ -111,7 +99,7 @@ class ChunkStore:
         return maybe(ChunkState, await self._chunks.find_one_and_update(
             query, {"$set": {"owner": pod_id, "owner_until": until},
                     "$inc": {"attempts": 1, "fence": 1}},
-            projection=_WITHOUT_RECIPIENTS, return_document=ReturnDocument.BEFORE))
+            projection=WITHOUT_RECIPIENTS, return_document=ReturnDocument.BEFORE))
 
     async def renew(self, campaign_id: str, seq: int, pod_id: str, fence: int,
                     until: datetime) -> int | None:
@@ -146,12 +134,13 @@ class ChunkStore:
         """The campaign's chunks not closed yet, held by a pod or not."""
         cursor = self._chunks.find({"campaign_id": campaign_id,
                                     "status": ChunkStatus.PENDING.value},
-                                   {"recipients": 0}).sort("seq", 1)
+                                   WITHOUT_RECIPIENTS).sort("seq", 1)
         return [from_bson(ChunkState, d) async for d in cursor]
 
     async def pending_everywhere(self) -> list[ChunkState]:
         """Every chunk not closed yet, of every campaign (the rescue's one read per sweep)."""
-        cursor = self._chunks.find({"status": ChunkStatus.PENDING.value}, {"recipients": 0})
+        cursor = self._chunks.find({"status": ChunkStatus.PENDING.value},
+                                   WITHOUT_RECIPIENTS)
         return [from_bson(ChunkState, d) async for d in cursor]
 
     async def mark_wave_sent(self, campaign_id: str, seq: int, wave: int) -> None:
@@ -190,8 +179,11 @@ class ChunkStore:
 
         No index serves this (one on the recipients would cost every chunk written hundreds of
         entries): it reads the chunks that hold them, a scan of the collection."""
-        return await erase_entries(self._chunks, "recipients", person,
-                                   lambda _recipient: dict(_ERASED_STORED))
+        held = chunk_codec.holding(person)
+        if not held:
+            return 0
+        return await erase_where(self._chunks, {"$or": held}, chunk_codec.RECIPIENT_FIELDS,
+                                 person, chunk_codec.erased_in)
 
     async def count_closed(self, campaign_id: str) -> int:
         """Chunks closed for good (sent, or dead-lettered), read from the chunks themselves."""

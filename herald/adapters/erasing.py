@@ -32,31 +32,45 @@ def _holding(person: ErasedPerson, field: str) -> Document:
 
 Replace = Callable[[Document], Document]
 """The placeholder of one entry (it may keep what is not personal: an FCM answer)."""
+Rewrite = Callable[[Document, ErasedPerson], tuple[int, Document]]
+"""How many of a person's entries a document holds, and the ``$set`` that erases them."""
 
 
 async def erase_entries(collection: AsyncCollection[Document], field: str, person: ErasedPerson,
                         placeholder: Replace) -> int:
     """Replace ``person``'s entries of the array ``field`` in every document of
     ``collection`` that holds one; how many entries were replaced."""
+    def rewrite(document: Document, person: ErasedPerson) -> tuple[int, Document]:
+        entries = document.get(field) or []
+        count = sum(person.owns(entry) for entry in entries)
+        return count, {field: [placeholder(entry) if person.owns(entry) else entry
+                               for entry in entries]}
+
+    return await erase_where(collection, _holding(person, field), {field: 1}, person, rewrite)
+
+
+async def erase_where(collection: AsyncCollection[Document], query: Document,
+                      projection: Document, person: ErasedPerson, rewrite: Rewrite) -> int:
+    """Erase ``person`` from every document of ``collection`` that ``query`` finds, each
+    rewritten as ``rewrite`` says (it reads the fields of ``projection``); how many entries
+    were replaced."""
     erased = 0
-    projection = {field: 1, "erased": 1}
-    async for document in collection.find(_holding(person, field), projection):
-        erased += await _erase_in(collection, field, document, person, placeholder)
+    async for document in collection.find(query, {**projection, "erased": 1}):
+        erased += await _erase_in(collection, projection, document, person, rewrite)
     return erased
 
 
-async def _erase_in(collection: AsyncCollection[Document], field: str,
-                    document: Document | None, person: ErasedPerson, placeholder: Replace) -> int:
+async def _erase_in(collection: AsyncCollection[Document], projection: Document,
+                    document: Document | None, person: ErasedPerson, rewrite: Rewrite) -> int:
     while document is not None:
-        entries = document.get(field) or []
-        count = sum(person.owns(entry) for entry in entries)
+        count, replaced = rewrite(document, person)
         if not count:
             return 0
-        replaced = [placeholder(entry) if person.owns(entry) else entry for entry in entries]
         result = await collection.update_one(
             {"_id": document["_id"], "erased": document.get("erased")},
-            {"$set": {field: replaced}, "$inc": {"erased": count}})
+            {"$set": replaced, "$inc": {"erased": count}})
         if result.modified_count == 1:
             return count
-        document = await collection.find_one({"_id": document["_id"]}, {field: 1, "erased": 1})
+        document = await collection.find_one({"_id": document["_id"]},
+                                             {**projection, "erased": 1})
     return 0

@@ -33,6 +33,9 @@ CONNECT_TIMEOUT_S = 5.0
 _DELAY_SECONDS = re.compile(r"-?\d{1,9}(\.\d+)?")
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
+QUOTA_FAILURE_TYPE = "type.googleapis.com/google.rpc.QuotaFailure"
+VIOLATION_TEXTS = ("subject", "description", "quotaMetric", "quotaId")
+"""The fields of a ``QuotaFailure`` violation that say which quota it is."""
 TOKEN_FIELDS = frozenset({"message.token", "message.fid"})
 
 
@@ -86,11 +89,19 @@ def parse_error(status: int, body: bytes) -> FcmError:
     means a bad token only when it is about the token (a field violation on ``message.token``,
     or Google's "registration token" message); any other is the request's fault. Without an
     FcmError, Google's status decides, then the HTTP status (a proxy's HTML page, say); a 5xx
-    without a recognised code is ``UNAVAILABLE``, which is retried.
+    without a recognised code is ``UNAVAILABLE``, which is retried. A ``QUOTA_EXCEEDED`` is one
+    device's (``DEVICE_QUOTA_EXCEEDED``) only when its ``QuotaFailure`` says so.
     """
     error = _error_object(body)
     details = [d for d in error.get("details") or () if isinstance(d, dict)] \
         if isinstance(error.get("details"), list) else []
+    code = _classify(status, error, details)
+    if code is FcmError.QUOTA_EXCEEDED and _device_rate(details):
+        return FcmError.DEVICE_QUOTA_EXCEEDED
+    return code
+
+
+def _classify(status: int, error: dict[str, Any], details: list[dict[str, Any]]) -> FcmError:
     fcm_code = next((d.get("errorCode") for d in details
                      if str(d.get("@type", "")).endswith("FcmError")), None)
     if fcm_code == FcmError.INVALID_ARGUMENT:
@@ -104,6 +115,23 @@ def parse_error(status: int, body: bytes) -> FcmError:
     if status in _BY_HTTP_STATUS:
         return _BY_HTTP_STATUS[status]
     return FcmError.UNAVAILABLE if status >= 500 else FcmError.UNSPECIFIED_ERROR
+
+
+def _device_rate(details: list[dict[str, Any]]) -> bool:
+    """Whether a ``QUOTA_EXCEEDED`` is about one device's message rate.
+
+    Google's ErrorCode reference gives one code to three limits (the project's message rate, a
+    device's, a topic's) and says a ``google.rpc.QuotaFailure`` detail names the one exceeded;
+    it does not publish the names. Herald reads it as a device's only when there is such a
+    detail and every violation in it names a device (its subject, description, quota metric or
+    id); anything else, no detail included, is the project's quota and slows every request."""
+    violations = [violation for detail in details
+                  if str(detail.get("@type", "")) == QUOTA_FAILURE_TYPE
+                  and isinstance(detail.get("violations"), list)
+                  for violation in detail["violations"]]
+    return bool(violations) and all(
+        isinstance(v, dict) and "device" in " ".join(str(v.get(k, "")) for k in VIOLATION_TEXTS)
+        .lower() for v in violations)
 
 
 def _about_token(error: dict[str, Any], details: list[dict[str, Any]]) -> bool:

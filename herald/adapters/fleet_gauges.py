@@ -182,7 +182,8 @@ async def _first_request_waits(campaigns: AsyncCollection[Document],
     """By lane, the longest a campaign that could send has waited for its first FCM request,
     counted from ``Campaign.due_since`` (due, or approved if that came later). A campaign sent
     in each device's local time is left out: its due instant is the first timezone's, and its
-    first request waits for the first zone that has devices.
+    first request waits for the first zone that has devices; so is one whose first wave quiet
+    hours hold (it waits for the window to end).
 
     ``first_request_at`` is tested here, not in the query: on nx-27017 ``{field: null}`` beside
     an ``$in`` and a range on other fields misses the documents whose field is an explicit null
@@ -194,7 +195,8 @@ async def _first_request_waits(campaigns: AsyncCollection[Document],
         if document.get("first_request_at") is not None:
             continue
         campaign = from_bson(Campaign, document)
-        if campaign.local_time is None:
+        waves = campaign.dispatch.waves
+        if campaign.local_time is None and not (waves and waves[0].held):
             waited_s = max(0.0, (now - campaign.due_since).total_seconds())
             waits_s[campaign.lane.value] = max(waits_s[campaign.lane.value], waited_s)
     return waits_s

@@ -84,6 +84,10 @@ return result
 """
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def person_digest(person: str) -> str:
     return hashlib.blake2b(person.encode(), digest_size=16).hexdigest()
 
@@ -119,6 +123,16 @@ class RedisFrequencyCaps:
             for person, keys in sends.items():
                 pipe.zrem(self.key(person), *keys)
             await pipe.execute()
+
+    async def histories(self, people: Sequence[str]) -> dict[str, list[tuple[str, float]]]:
+        if not people:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for person in people:
+                pipe.zrange(self.key(person), 0, -1, withscores=True)
+            answers = await pipe.execute()
+        return {person: [(_text(send), float(at_ms) / 1000) for send, at_ms in kept]
+                for person, kept in zip(people, answers, strict=True) if kept}
 
     async def forget(self, people: Sequence[str]) -> None:
         if people:

@@ -36,6 +36,13 @@ from herald.domain.payload import (
 )
 from herald.domain.personalize import TemplateRefused
 from herald.domain.purpose import DEFAULT_PURPOSE, HoldBack, Purpose, purpose_conflict
+from herald.domain.quiet_hours import (
+    OFF,
+    QuietHoursInvalid,
+    QuietHoursNotApplicable,
+    QuietMode,
+    parse_window,
+)
 from herald.domain.rendering import (
     MAX_BODY_CHARS,
     MAX_TITLE_CHARS,
@@ -133,6 +140,10 @@ class Me(BaseModel):
         default=False, description="Whether this key may give a campaign its own "
                                    "`frequency_cap` (`none` or a lower cap): the roles of "
                                    "HERALD_FREQUENCY_CAP_ROLES with the campaigns:send scope")
+    quiet_hours: bool = Field(
+        default=False, description="Whether this key may give a campaign quiet hours of its "
+                                   "own (a window, or `off`): the roles of "
+                                   "HERALD_QUIET_HOURS_ROLES with the campaigns:send scope")
 
 
 class LogEntryView(BaseModel):
@@ -212,6 +223,9 @@ class UserErased(BaseModel):
     chunk_recipients: int = Field(description=(
         "Recipients of campaigns replaced by a placeholder without their data (still counted)"))
     test_send_outcomes: int = Field(description="Test-send outcomes whose device was blanked")
+    archives_pending: bool = Field(description=(
+        "Campaigns archived before now may list the person: their archive files are rewritten "
+        "without them within HERALD_RETENTION_INTERVAL_S (false: no campaign is archived)"))
 
 
 # --- campaigns -------------------------------------------------------------------------------------
@@ -283,6 +297,53 @@ FREQUENCY_CAP = ("Omitted: the person cap of HERALD_MARKETING_CAP. `none`: not c
                  "HERALD_FREQUENCY_CAP_ROLES)")
 
 
+QUIET_HOURS = ("Omitted: HERALD_QUIET_HOURS, held. `hold` or `skip`: the setting's window, "
+               "recipients inside it held until it ends in their timezone, or recorded "
+               "suppressed (rule quiet_hours); `off`: none; `{\"window\": \"22:00-07:00\", "
+               "\"mode\": \"skip\"}`: a window of its own (mode omitted: hold). Wall-clock "
+               "times in each device's timezone, else the campaign's `timezone`, else UTC. "
+               "Marketing campaigns only; `off` and a window of its own need the `quiet_hours` "
+               "permission (roles of HERALD_QUIET_HOURS_ROLES)")
+
+
+class QuietHoursIn(Strict):
+    """Quiet hours of a campaign's own."""
+
+    window: str | None = Field(default=None, max_length=40,
+                               description="HH:MM-HH:MM (seconds allowed), e.g. 21:00-08:00; "
+                                           "`off`: none; omitted: HERALD_QUIET_HOURS'")
+    mode: QuietMode = Field(default=QuietMode.HOLD,
+                            description="`hold`: sent when the window ends in the recipient's "
+                                        "timezone; `skip`: recorded suppressed, never sent")
+
+    @field_validator("window")
+    @classmethod
+    def _readable_window(cls, value: str | None) -> str | None:
+        if value is None or value.strip().lower() == OFF:
+            return None if value is None else OFF
+        try:
+            return str(parse_window(value))
+        except QuietHoursInvalid as exc:
+            raise ValueError(str(exc)) from None
+
+
+QuietHoursAsked = QuietHoursIn | Literal["off", "hold", "skip"] | None
+
+
+def quiet_hours_asked(asked: QuietHoursAsked) -> tuple[str | None, QuietMode]:
+    """A request's ``quiet_hours`` as (window: None for the setting's, or ``off``; mode)."""
+    if isinstance(asked, QuietHoursIn):
+        return asked.window, asked.mode
+    if asked == OFF:
+        return OFF, QuietMode.HOLD
+    return None, QuietMode(asked) if asked else QuietMode.HOLD
+
+
+def overrides_quiet_hours(asked: QuietHoursAsked) -> bool:
+    """Whether a request's ``quiet_hours`` replaces the setting's window (its own, or off)."""
+    return quiet_hours_asked(asked)[0] is not None
+
+
 LEGACY_TEMPLATE = "legacy_template"
 """Validation context: a schedule's template stored before purposes existed (no conflict)."""
 
@@ -305,12 +366,15 @@ class CampaignTemplate(Content):
     lane: Lane = Field(default=Lane.STANDARD, description=LANE)
     purpose: Purpose = Field(default=DEFAULT_PURPOSE, description=PURPOSE)
     frequency_cap: str | None = Field(default=None, max_length=100, description=FREQUENCY_CAP)
+    quiet_hours: QuietHoursAsked = Field(default=None, description=QUIET_HOURS)
 
     @model_validator(mode="after")
     def _purpose_reaches_someone(self, info: ValidationInfo) -> CampaignTemplate:
         if not (info.context or {}).get(LEGACY_TEMPLATE):
             refuse_purpose_conflict(self.audience, self.purpose)
         self.frequency_cap = campaign_choice(self.frequency_cap, self.purpose)
+        if self.quiet_hours is not None and self.purpose is not Purpose.MARKETING:
+            raise ValueError(str(QuietHoursNotApplicable(self.purpose)))
         return self
 
 
@@ -483,10 +547,22 @@ class AudienceEstimateRequest(Strict):
                                                                 "rollout, for `finishes_in_s`")
     purpose: Purpose = Field(default=DEFAULT_PURPOSE, description="The campaign's purpose: "
                              "the devices counted are those it may reach. " + PURPOSE)
+    quiet_hours: QuietHoursAsked = Field(default=None, description="The campaign's quiet "
+                                         "hours, for `held_back` and `finishes_in_s`. " +
+                                         QUIET_HOURS)
+    timezone: TimezoneName | None = Field(default=None, description="The campaign's "
+                                          "timezone: quiet hours read devices without one "
+                                          "in it (omitted: UTC)")
+    frequency_cap: str | None = Field(default=None, max_length=100, description="The "
+                                      "campaign's own frequency cap, for `held_back`. " +
+                                      FREQUENCY_CAP)
 
     @model_validator(mode="after")
     def _purpose_reaches_someone(self) -> AudienceEstimateRequest:
         refuse_purpose_conflict(self.audience, self.purpose)
+        self.frequency_cap = campaign_choice(self.frequency_cap, self.purpose)
+        if self.quiet_hours is not None and self.purpose is not Purpose.MARKETING:
+            raise ValueError(str(QuietHoursNotApplicable(self.purpose)))
         return self
 
 
@@ -521,9 +597,20 @@ class AudienceEstimate(ForecastFields):
                                   "content; null without `languages`")
     held_back: dict[HoldBack, int] = Field(
         default_factory=dict, description="Devices the audience selects that a rule keeps from "
-                                          "the campaign, by rule: `marketing_opt_out` (push "
-                                          "enabled, not opted in to marketing) for a marketing "
-                                          "campaign; none for a transactional one")
+                                          "the campaign, by rule, for a marketing campaign "
+                                          "(none for a transactional one): "
+                                          "`marketing_opt_out` (push enabled, not opted in to "
+                                          "marketing; not among `devices`); among `devices`: "
+                                          "`frequency_cap` (their person had as many marketing "
+                                          "pushes as the cap allows, judged now: it moves with "
+                                          "other sends), `quiet_hours_held` (local time inside "
+                                          "the quiet window now: sent when it ends there, see "
+                                          "`quiet_hours_until`), `quiet_hours_skipped` (inside "
+                                          "the window of a campaign that skips: suppressed)")
+    quiet_hours_until: datetime | None = Field(
+        default=None, description="When the last device quiet hours hold is reached (the "
+                                  "window ends in its timezone); null: none is held. "
+                                  "`finishes_in_s` is never earlier")
 
 
 # --- preview ---------------------------------------------------------------------------------------
@@ -802,6 +889,17 @@ class CampaignView(BaseModel):
     frequency_cap: str | None = Field(
         default=None, description="Its own frequency cap: null, HERALD_MARKETING_CAP's (if "
                                   "set); `none`, not capped; else a cap checked with it")
+    quiet_hours: dict[str, Any] | None = Field(
+        default=None, description="Its quiet hours as asked: `window` (null: "
+                                  "HERALD_QUIET_HOURS'; `off`: none), `mode` (hold, skip), "
+                                  "`timezone` (of devices without one; null: UTC); null: "
+                                  "the setting's, held, in UTC (a marketing campaign), or "
+                                  "none (any other)")
+    quiet_hours_until: datetime | None = Field(
+        default=None, description="When the last timezone quiet hours hold is due (the "
+                                  "window ends there): its last recipient is reached then, "
+                                  "not before; null: quiet hours hold none of its recipients "
+                                  "(known once its dispatcher planned it)")
     eta: Eta | None = Field(
         default=None, description="While it sends (pending, in_progress), in GET "
                                   "/v1/campaigns/{id}: when its last recipient is expected")

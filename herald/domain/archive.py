@@ -43,6 +43,9 @@ class ArchiveRecord:
     bytes: int
     purged_at: datetime | None = None
     """When the chunks and deliveries were deleted (None: archived, not deleted yet)."""
+    rewritten_at: datetime | None = None
+    """When the file was last rewritten without people erased after it was written
+    (``service_layer/archive_erasure.py``); ``sha256`` and ``bytes`` are of the new file."""
 
 
 class ArchiveScheme(StrEnum):
@@ -99,3 +102,10 @@ def ended_at(status: Status, finished_at: datetime | None, updated_at: datetime)
 def is_due(ended: datetime | None, archived: bool, now: datetime, kept: timedelta) -> bool:
     """A finished campaign's records go once they are older than ``kept``, archived once."""
     return ended is not None and not archived and ended <= now - kept
+
+
+def erased_line(line: dict[str, object]) -> dict[str, object]:
+    """An archive line's erased placeholder: its outcome and error, nothing of the person (the
+    line an archive written after the erasure holds in their place)."""
+    return {"token": "", "erased": True, "outcome": line["outcome"], "error": line.get("error")}
+

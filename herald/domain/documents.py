@@ -28,6 +28,7 @@ from herald.domain.messages import ProfileNeed, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
 from herald.domain.payload import SendOptions, replace_key_for
 from herald.domain.purpose import Purpose, reach
+from herald.domain.quiet_hours import QuietHoursChoice
 from herald.domain.rendering import Translation, profile_need
 from herald.domain.rollout import Rollout, RolloutProgress
 from herald.domain.status import Status
@@ -316,6 +317,9 @@ class Campaign:
     frequency_cap: str | None = None
     """Its own frequency cap (``domain/frequency_cap.py``): None, ``HERALD_MARKETING_CAP``;
     ``none``, not capped; else a cap checked with the setting's."""
+    quiet_hours: QuietHoursChoice | None = None
+    """Its own quiet hours (``domain/quiet_hours.py``): None, ``HERALD_QUIET_HOURS`` held,
+    devices without a timezone in UTC; else its window (or ``off``), mode and timezone."""
     counts: CampaignCounts = CampaignCounts()
     progress: Progress = Progress()
     dispatch: Dispatch = Dispatch()

@@ -11,6 +11,8 @@ recorded as                HTTP    what Google says it means                    
 ``INVALID_ARGUMENT``       400     an FcmError *about the registration token*            token dead
 ``SENDER_ID_MISMATCH``     403     the token belongs to another project (FcmError)       excluded
 ``QUOTA_EXCEEDED``         429     back off, honour ``Retry-After``                      retry
+``DEVICE_QUOTA_EXCEEDED``  429     QUOTA_EXCEEDED whose ``QuotaFailure`` names the       retry
+                                   device's message rate, not the project's             (device)
 ``UNAVAILABLE``            503     retry with exponential back-off                       retry
 ``INTERNAL``               500     retry with exponential back-off                       retry
 ``UNAUTHENTICATED``        401     the OAuth token is missing, expired or revoked        refresh
@@ -22,6 +24,11 @@ recorded as                HTTP    what Google says it means                    
 ``TIMEOUT``                -       no answer in time: it may have been delivered         recorded
 ``CONNECTION_ERROR``       -       no connection: nothing was delivered                  retry
 =========================  ======  ====================================================  ==========
+
+"retry (device)": that device alone is retried later (``Retry-After``, else the back-off), and no
+campaign sends to it before then; the rest of the campaign and the project's rate go on as they
+were. A 429 is read as the device's only when Google's ``google.rpc.QuotaFailure`` detail says so
+(``herald/adapters/fcm.py``): any doubt is the project's quota, which slows everything.
 
 "stop" means the campaign stops (every sender, within one window of requests each) and ends
 ``failed`` with Google's message: the same request would fail for every recipient, and no
@@ -44,6 +51,9 @@ class FcmError(StrEnum):
     UNREGISTERED = "UNREGISTERED"
     SENDER_ID_MISMATCH = "SENDER_ID_MISMATCH"
     QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    DEVICE_QUOTA_EXCEEDED = "DEVICE_QUOTA_EXCEEDED"
+    """``QUOTA_EXCEEDED`` about one device's message rate (a qualified code: FCM's errorCode
+    is ``QUOTA_EXCEEDED`` for the project's, a device's and a topic's rate alike)."""
     UNAVAILABLE = "UNAVAILABLE"
     INTERNAL = "INTERNAL"
     THIRD_PARTY_AUTH_ERROR = "THIRD_PARTY_AUTH_ERROR"
@@ -66,9 +76,12 @@ class Consequence(StrEnum):
     UNCERTAIN = "uncertain"  # may have been delivered: recorded, never re-sent blindly
 
 
-RETRYABLE = frozenset({FcmError.QUOTA_EXCEEDED, FcmError.UNAVAILABLE, FcmError.INTERNAL,
-                       FcmError.CONNECTION_ERROR})
+RETRYABLE = frozenset({FcmError.QUOTA_EXCEEDED, FcmError.DEVICE_QUOTA_EXCEEDED,
+                       FcmError.UNAVAILABLE, FcmError.INTERNAL, FcmError.CONNECTION_ERROR})
 """Worth another try after a back-off (FCM's guidance for 429 and 5xx; nothing was delivered)."""
+ONE_DEVICE = frozenset({FcmError.DEVICE_QUOTA_EXCEEDED})
+"""Push-back about one device: it holds that device alone. Any other push-back's ``Retry-After``
+holds every request of the fleet (the project's quota, an overload)."""
 
 CONFIGURATION_ERRORS = frozenset({FcmError.INVALID_PAYLOAD, FcmError.PERMISSION_DENIED,
                                   FcmError.THIRD_PARTY_AUTH_ERROR, FcmError.NOT_FOUND,

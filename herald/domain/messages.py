@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from herald.domain.lanes import Route
+from herald.domain.suppression import Rule
 from herald.domain.types import MAX_TOKEN_CHARS, ObjectIdStr, PlainText, UserId
 
 CANCEL_MESSAGE_MAX_BYTES = 64 * 1024
@@ -108,6 +109,10 @@ class Recipient(BaseModel):
     user_id: UserId | None = None
     profile: Profile | None = None
     erased: Literal[True] | None = None
+    suppressed: Rule | None = None
+    """Set by the dispatcher for a recipient a rule holds back before any send (quiet hours
+    that skip, ``domain/quiet_hours.py``): the sender records it ``suppressed`` with that
+    rule and sends it nothing."""
 
     @model_validator(mode="after")
     def _has_token(self) -> Recipient:

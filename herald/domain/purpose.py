@@ -71,6 +71,12 @@ class HoldBack(StrEnum):
 
     MARKETING_OPT_OUT = "marketing_opt_out"
     """Push enabled, not opted in to marketing: a marketing campaign never reaches it."""
+    FREQUENCY_CAP = "frequency_cap"
+    """Its person had as many marketing pushes as the cap allows: recorded suppressed."""
+    QUIET_HOURS_HELD = "quiet_hours_held"
+    """Its local time is inside the quiet window: sent when the window ends there."""
+    QUIET_HOURS_SKIPPED = "quiet_hours_skipped"
+    """Its local time is inside the quiet window of a campaign that skips: suppressed."""
 
 
 def looser(purpose: Purpose | None) -> tuple[HoldBack, Purpose] | None:

@@ -1,6 +1,6 @@
 """Suppressed: the fourth outcome beside sent, failed and unsent (issue 32).
 
-A rule of Herald's held the recipient back at send time, on purpose: nothing was asked of FCM,
+A rule of Herald's held the recipient back, on purpose: nothing was asked of FCM,
 and nothing went wrong. It is counted apart (``sent + failed + unsent + suppressed =
 targeted``), listed in the audit with its rule, and left out of a retarget unless the request
 asks for it. Through the sender it travels as an outcome whose code names the rule
@@ -19,6 +19,9 @@ class Rule(StrEnum):
     FREQUENCY_CAP = "frequency_cap"
     """The person had as many marketing pushes as ``HERALD_MARKETING_CAP`` allows
     (``domain/frequency_cap.py``)."""
+    QUIET_HOURS = "quiet_hours"
+    """The recipient's local time was inside the quiet window of a campaign that skips
+    rather than holds (``domain/quiet_hours.py``)."""
 
 
 _PREFIX = "suppressed:"

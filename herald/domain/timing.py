@@ -116,11 +116,17 @@ class Wave:
 
     ``others`` marks the wave of the campaign's own timezone, which also takes every device
     with no timezone, or one that was unknown when the waves were planned.
+
+    Quiet hours (``herald/domain/quiet_hours.py``) make waves too: ``held`` marks the zones
+    whose local time was inside the quiet window, due when it ends there; ``skipped`` those
+    whose recipients are recorded ``suppressed`` (rule ``quiet_hours``) instead of sent.
     """
 
     due_at: datetime
     zones: tuple[str, ...]
     others: bool = False
+    held: bool = False
+    skipped: bool = False
 
 
 def first_instant_anywhere(wall: datetime) -> datetime:

@@ -36,7 +36,13 @@ from typing import Any
 
 import orjson
 
-from herald.domain.archive import ERASED_VARIANT, ArchiveRecord, VariantCounts, archive_name
+from herald.domain.archive import (
+    ERASED_VARIANT,
+    ArchiveRecord,
+    VariantCounts,
+    archive_name,
+    erased_line,
+)
 from herald.domain.documents import Campaign, Outcome
 from herald.domain.status import TERMINAL
 from herald.observability import (
@@ -74,7 +80,7 @@ def archive_line(line: RecipientLine) -> dict[str, Any]:
     """One archive line: the audit export's fields; an erased person's place says only that
     (and its outcome, so that the archive's lines add up to the campaign's counts)."""
     if line.erased:
-        return {"token": "", "erased": True, "outcome": line.outcome.value, "error": line.error}
+        return erased_line({"outcome": line.outcome.value, "error": line.error})
     return line.as_dict()
 
 
@@ -136,6 +142,21 @@ async def every_line(records: CampaignRecords, campaign: Campaign) -> AsyncItera
             yield line
 
 
+class Throttle:
+    """At most one run every ``every_s`` (the api's loop asks more often)."""
+
+    def __init__(self, every_s: float) -> None:
+        self._every_s = every_s
+        self._ran_at = -float("inf")
+
+    def due(self) -> bool:
+        """Whether a run may start now (and if so, from now on it has)."""
+        if time.monotonic() - self._ran_at < self._every_s:
+            return False
+        self._ran_at = time.monotonic()
+        return True
+
+
 class ArchiveRefused(Exception):
     """The archive could not be verified: nothing of the campaign is deleted."""
 
@@ -154,14 +175,12 @@ class Archivist:
         self._target = target
         self._pod_id = pod_id
         self._policy = policy
-        self._ran_at = -float("inf")
+        self._throttle = Throttle(policy.every_s)
 
     async def recover(self, now: datetime) -> None:
         """Archive what is due and delete what is archived, at most every ``every_s``."""
-        if time.monotonic() - self._ran_at < self._policy.every_s:
-            return
-        self._ran_at = time.monotonic()
-        await self.run(now)
+        if self._throttle.due():
+            await self.run(now)
 
     async def run(self, now: datetime) -> list[Campaign]:
         """One pass, now: the campaigns archived by this pod."""

@@ -37,6 +37,8 @@ from herald.domain.documents import (
 from herald.domain.frequency_cap import follow_up_choice
 from herald.domain.lanes import Lane
 from herald.domain.purpose import Purpose, follow_up_purpose
+from herald.domain.quiet_hours import QuietHoursChoice
+from herald.domain.quiet_hours import campaign_choice as quiet_campaign_choice
 from herald.domain.rollout import HaltWhen, Rollout, RolloutProgress, RolloutWave
 from herald.domain.status import EDITABLE, TERMINAL, Status, Transition, apply
 from herald.domain.timing import AmbiguousTime, first_instant_anywhere, to_utc
@@ -158,7 +160,8 @@ def new_campaign(*, content: CampaignContent, name: str | None, audience: Audien
                  local_time: LocalTime | None = None, run_key: str | None = None,
                  replace_key: str | None = None, created_by: Actor | None = None,
                  rollout: Rollout | None = None, lane: Lane = Lane.STANDARD,
-                 purpose: Purpose | None = None, frequency_cap: str | None = None) -> Campaign:
+                 purpose: Purpose | None = None, frequency_cap: str | None = None,
+                 quiet_hours: QuietHoursChoice | None = None) -> Campaign:
     """A fresh campaign, ``scheduled`` if ``due_at`` is in the future, else ``pending``;
     ``replace_key`` is the key it names (None: the one derived from its id). ``purpose`` is
     what the request named or defaulted to (``marketing``, ``contracts/http.py``); None builds
@@ -167,11 +170,20 @@ def new_campaign(*, content: CampaignContent, name: str | None, audience: Audien
         id=new_campaign_id(), status=Status.SCHEDULED if due_at > now else Status.PENDING,
         content=content, name=name, audience=audience, follow_up=follow_up,
         chunk_size=chunk_size, rate_per_s=rate_per_s, lane=lane, purpose=purpose,
-        frequency_cap=frequency_cap, source=source,
+        frequency_cap=frequency_cap, quiet_hours=quiet_hours, source=source,
         schedule_id=schedule_id,
         local_time=local_time, run_key=run_key, replace_key=replace_key,
         created_by=created_by, created_at=now, updated_at=now, due_at=due_at,
         rollout=rollout, rollout_progress=RolloutProgress() if rollout else None)
+
+
+def quiet_hours_of(asked: http.QuietHoursAsked, purpose: Purpose,
+                   timezone: str | None) -> QuietHoursChoice | None:
+    """The quiet hours a validated request asks for (``quiet_hours``) for a campaign of
+    ``purpose``, its devices without a timezone read in ``timezone`` (the campaign's, or a
+    schedule's)."""
+    window, mode = http.quiet_hours_asked(asked)
+    return quiet_campaign_choice(window, mode, timezone, purpose, asked=asked is not None)
 
 
 def rollout_of(request: http.RolloutIn | None) -> Rollout | None:
@@ -302,7 +314,8 @@ class CampaignCreator:
             due_at=_due_at(request, now), now=now, source="api",
             local_time=_local_time(request), replace_key=request.replace_key, created_by=by,
             rollout=rollout_of(request.rollout), lane=request.lane, purpose=request.purpose,
-            frequency_cap=request.frequency_cap)
+            frequency_cap=request.frequency_cap,
+            quiet_hours=quiet_hours_of(request.quiet_hours, request.purpose, request.timezone))
         if idempotency_key is not None:
             earlier = await self._earlier_campaign(f"{by.id}:{idempotency_key}",
                                                    fingerprint(request), campaign)

@@ -26,13 +26,14 @@ import asyncio
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from herald.clock import utcnow
 from herald.domain.documents import Campaign
 from herald.domain.forecast import FleetRates, Job, Phase, finishes_in_s, rollout_phases
 from herald.domain.lanes import Lane
+from herald.domain.quiet_hours import held_until
 from herald.domain.rollout import Rollout
 from herald.domain.status import Status
 from herald.service_layer.ports import CampaignReads, DeviceRepository, FleetMeasure, PodRegistry
@@ -94,10 +95,10 @@ def recorded(campaign: Campaign) -> int:
 
 
 def known_size(campaign: Campaign) -> int | None:
-    """Its recipients in all, when known without a read: paged to the end, or sent in local
-    time (what is paged now), or counted when created; None otherwise."""
+    """Its recipients in all, when known without a read: paged to the end, or sent in waves
+    (local time, quiet hours: what is paged now), or counted when created; None otherwise."""
     counts = campaign.counts
-    if campaign.dispatch.done or campaign.local_time is not None:
+    if campaign.dispatch.done or campaign.local_time is not None or campaign.dispatch.waves:
         return counts.targeted
     if campaign.audience_estimate is not None and campaign.follow_up is None:
         return max(campaign.audience_estimate, counts.targeted)
@@ -164,14 +165,19 @@ class Forecaster:
         return await _forecast(new_job(devices, lane, rate_per_s, rollout), load)
 
     async def campaign(self, campaign: Campaign) -> Forecast | None:
-        """The forecast of a campaign that sends (or is about to); None in any other status."""
+        """The forecast of a campaign that sends (or is about to); None in any other status.
+        One that quiet hours hold is not done before its last held zone is due."""
         if campaign.status not in SENDING:
             return None
         load = await self.load()
         job = job_of(campaign, await self._size(campaign, counts_left=[1]), load.at)
+        held_s = _held_for_s(campaign, load.at)
         if job is None:
-            return None
-        return await _forecast(job, load)
+            return None if held_s is None else _waiting(held_s, load)
+        forecast = await _forecast(job, load)
+        if held_s is None or forecast.finishes_in_s is None:
+            return forecast
+        return replace(forecast, finishes_in_s=max(forecast.finishes_in_s, held_s))
 
     async def load(self) -> Load:
         """The running campaigns and the fleet's rate, read at most once per ``LOAD_TTL_S``."""
@@ -214,6 +220,18 @@ class Forecaster:
         if original is None:
             return 0
         return follow_up.size_in(original.counts)
+
+
+def _held_for_s(campaign: Campaign, now: datetime) -> float | None:
+    """Seconds until the last zone quiet hours hold is due, if it is still to come."""
+    until = held_until(campaign.dispatch.waves or ())
+    return None if until is None or until <= now else (until - now).total_seconds()
+
+
+def _waiting(held_s: float, load: Load) -> Forecast:
+    """A campaign with nothing left to send before its held zones are due."""
+    return Forecast(finishes_in_s=held_s, fleet_rate_per_s=load.fleet.total_per_s,
+                    fleet_rate_measured=load.measured, recipients_ahead=0, at=load.at)
 
 
 async def _forecast(job: Job, load: Load) -> Forecast:

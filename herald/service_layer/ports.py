@@ -300,6 +300,40 @@ class ArchiveTarget(Protocol):
     async def sha256(self, name: str) -> str | None:
         """The SHA-256 of ``name`` as stored, read back whole; None if there is none."""
         ...
+    def get(self, name: str) -> AsyncIterator[bytes]:
+        """``name`` as stored, block by block (FileNotFoundError or the client's error if
+        there is none)."""
+        ...
+
+
+class ArchivedErasures(Protocol):
+    """People erased after some campaigns' archives were written, waiting for those files to
+    be rewritten without them (``archive_erasure.py``), and the archived campaigns' side of it:
+    a claim on one while its file is rewritten, and its record updated after."""
+
+    async def queue(self, person: ErasedPerson, now: datetime) -> bool:
+        """Keep ``person`` (user id and tokens) until every archive is rewritten without them;
+        False when no campaign is archived (nothing to rewrite, nothing kept)."""
+        ...
+    async def waiting(self, limit: int) -> list[tuple[str, ErasedPerson]]:
+        """People queued (with each entry's id), oldest first."""
+        ...
+    async def done(self, entry_ids: Sequence[str]) -> None:
+        """Forget these entries: every archive was rewritten without them."""
+        ...
+    async def archived(self, after_id: str | None, limit: int) -> list[Campaign]:
+        """Campaigns with an archive, by id after ``after_id``."""
+        ...
+    async def claim_archived(self, campaign_id: str, pod_id: str, now: datetime,
+                             until: datetime) -> Campaign | None:
+        """Hold an archived campaign while its file is rewritten (the archive's own claim)."""
+        ...
+    async def mark_rewritten(self, campaign_id: str, pod_id: str, record: ArchiveRecord,
+                             variants: dict[str, VariantCounts]) -> Campaign | None:
+        """Write the rewritten file's record and summary and release the claim, if ``pod_id``
+        still holds it."""
+        ...
+    async def release(self, campaign_id: str, pod_id: str) -> None: ...
 
 
 class DeviceImporter(Protocol):
@@ -327,6 +361,9 @@ class DeviceRepository(DeviceImporter, Protocol):
         """The profiles of the devices with these tokens, by token (unknown ones left out)."""
         ...
     async def timezones(self, audience: Audience) -> list[str]: ...
+    async def by_timezone(self, audience: Audience) -> dict[str | None, int]:
+        """How many devices ``audience`` admits, by timezone as registered (None: none)."""
+        ...
     async def count(self, audience: Audience) -> int: ...
     async def locales(self, audience: Audience) -> dict[str | None, int]:
         """How many devices ``audience`` admits, by locale as registered (None: no locale)."""
@@ -519,6 +556,19 @@ class RateLimits(Protocol):
         ...
 
 
+class DevicePace(Protocol):
+    """Each device's pace, shared by every sender (``domain/pace.py``)."""
+
+    async def reserve(self, tokens: Sequence[str]) -> list[float]:
+        """For each of ``tokens`` (a batch, one atomic step): 0.0 if a message to it may start
+        now (its next moment moves on one interval), else the seconds until it may."""
+        ...
+
+    async def hold(self, token: str, seconds: float) -> None:
+        """No message to ``token`` starts within ``seconds`` (FCM said it had too many)."""
+        ...
+
+
 class FrequencyCaps(Protocol):
     """Each person's marketing pushes within the cap's windows, shared by every sender
     (``domain/frequency_cap.py``)."""
@@ -538,4 +588,10 @@ class FrequencyCaps(Protocol):
 
     async def forget(self, people: Sequence[str]) -> None:
         """Everything counted for these people (their erasure)."""
+        ...
+
+    async def histories(self, people: Sequence[str]) -> dict[str, list[tuple[str, float]]]:
+        """What is counted for each of ``people``, read without changing anything: (send key,
+        when it was counted in seconds) pairs, a person with nothing counted left out (the
+        estimate's forecast of the cap)."""
         ...

@@ -188,9 +188,16 @@ class FollowUpSource:
         return [*outcomes, Outcome.SUPPRESSED] if self._with_suppressed else outcomes
 
 
+def _skipped(recipient: Recipient) -> Recipient:
+    """A recipient of a wave quiet hours skip: the sender records it suppressed."""
+    return recipient.model_copy(update={"suppressed": Rule.QUIET_HOURS})
+
+
 class LocalTimeSource:
-    """Per-device local-time delivery: the audience wave by wave (a wave is the timezones where
-    the campaign's wall-clock time happens at one instant), each in id order.
+    """The audience wave by wave, each in id order: per-device local-time delivery (a wave is
+    the timezones where the campaign's wall-clock time happens at one instant), quiet hours
+    (the zones inside the window: due when it ends there, or due at once and marked
+    suppressed), or both.
 
     Positions are ``(wave, device id)``. With ``due_by`` the stream stops before the first wave
     that is not due yet; without it, it runs to the end (what the audit counts as unsent).
@@ -222,7 +229,7 @@ class LocalTimeSource:
             async for device_id, recipient in self._stores.devices.stream(
                     self._audience, start, self._until, zones=self._zones(wave),
                     need=self._need):
-                yield (index, device_id), recipient
+                yield (index, device_id), _skipped(recipient) if wave.skipped else recipient
 
     async def count(self, after: Cursor) -> int:
         first_wave, after_id = after if isinstance(after, tuple) else (0, None)
@@ -256,7 +263,7 @@ async def source_for(stores: CampaignRecords, campaign: Campaign,
                               with_suppressed=campaign.follow_up.with_suppressed)
     audience = campaign.reach or Audience()
     dispatch = campaign.dispatch
-    if campaign.local_time is not None and dispatch.waves is not None:
+    if dispatch.waves is not None:
         return LocalTimeSource(stores, audience, dispatch.waves, dispatch.until, due_by, need)
     return AudienceSource(stores, audience, dispatch.until, need)
 

@@ -35,7 +35,12 @@ from herald.observability import (
     SCHEDULE_LAG_SECONDS,
     SCHEDULE_MISSED,
 )
-from herald.service_layer.campaigns import CampaignCreator, content_of, new_campaign
+from herald.service_layer.campaigns import (
+    CampaignCreator,
+    content_of,
+    new_campaign,
+    quiet_hours_of,
+)
 from herald.service_layer.ports import ScheduledCampaigns, ScheduleRepository
 
 log = logging.getLogger(__name__)
@@ -172,7 +177,9 @@ class Scheduling:
             schedule_id=schedule.id, run_key=run_key(schedule, occurrence),
             created_by=schedule.created_by, lane=template.lane,
             purpose=template_purpose(schedule.template),
-            frequency_cap=template.frequency_cap if schedule.template.get("purpose") else None)
+            frequency_cap=template.frequency_cap if schedule.template.get("purpose") else None,
+            quiet_hours=quiet_hours_of(template.quiet_hours, template.purpose, schedule.timezone)
+            if schedule.template.get("purpose") else None)
         # A large run (its audience counted now) waits, awaiting_approval, for a person other
         # than the schedule's creator and whoever wrote its template.
         held = await self._creator.held_if_large(

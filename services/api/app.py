@@ -27,12 +27,15 @@ from herald.contracts.sizes import CAMPAIGN_BODY_MAX_BYTES
 from herald.observability import CANCEL_FLAGS, PODS_LIVE
 from herald.runtime.identity import VERSION
 from herald.runtime.resources import Resources
+from herald.runtime.rules import marketing_cap, quiet_window
 from herald.runtime.worker import PodParts, StartTimedOut, exit_unstarted, running_pod
 from herald.service_layer.access import Authenticator, OperatorLog, ensure_bootstrap_key
 from herald.service_layer.approval import ApprovalGate
+from herald.service_layer.archive_erasure import ArchiveEraser
 from herald.service_layer.archiving import ArchivePolicy, Archivist
 from herald.service_layer.campaigns import CampaignCreator
 from herald.service_layer.forecasting import Forecaster, ForecastSettings
+from herald.service_layer.holding_back import HoldingBack, RuleSettings
 from herald.service_layer.retention import Retention, RetentionPolicy
 from herald.service_layer.test_sends import TestSender, TestSendPolicy
 from herald.settings import Settings
@@ -137,6 +140,7 @@ def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient,
     })
     settings, stores = parts.settings, resources.stores
     approvals = ApprovalGate(stores.devices, settings.approval_min_audience)
+    caps = RedisFrequencyCaps(resources.redis, resources.keys)
     return AppServices(
         pod_id=parts.identity.id, settings=settings, stores=stores,
         creator=CampaignCreator(stores.campaigns, stores.idempotency, resources.bus, approvals),
@@ -163,7 +167,10 @@ def _services(parts: PodParts, gauges: GaugeLoop, client: fcm.FcmClient,
             settings.api_auth_failures_per_min / 60, settings.api_auth_failure_burst)),
         stream_slots=StreamSlots(resources.redis, resources.keys, settings.api_streams_per_key,
                                  stale_s=STREAM_STALE_S),
-        frequency_caps=RedisFrequencyCaps(resources.redis, resources.keys),
+        frequency_caps=caps,
+        holding_back=HoldingBack(stores.devices, caps, RuleSettings(marketing_cap(settings),
+                                                                    quiet_window(settings))),
+        archived_erasures=ArchivalStore(resources.db),
         body_checks=BodyChecks())
 
 
@@ -208,19 +215,21 @@ async def _refresh_gauges(parts: PodParts, loop: GaugeLoop, fleet_rate: FleetRat
 
 
 async def _expire(parts: PodParts) -> None:
-    """The api's part of retention (``service_layer/retention.py``, ``archiving.py``): what
-    expired is deleted, finished campaigns past the retention archived then deleted, every few
-    minutes; a failure is logged and tried again."""
+    """The api's part of retention (``service_layer/retention.py``, ``archiving.py``,
+    ``archive_erasure.py``): what expired is deleted, finished campaigns past the retention
+    archived then deleted, archives rewritten without people erased since, every few minutes;
+    a failure is logged and tried again."""
     stores, settings = parts.resources.stores, parts.settings
     retention = Retention(stores.idempotency, stores.test_sends, RetentionPolicy(
         idempotency_ttl=timedelta(seconds=settings.idempotency_ttl_s),
         test_sends_kept=timedelta(days=settings.retention_days)))
-    archivist = Archivist(stores, ArchivalStore(parts.resources.db), archive_target(settings),
-                          parts.identity.id, ArchivePolicy(
-                              kept=timedelta(days=settings.retention_days),
-                              every_s=settings.retention_interval_s))
+    archival, target = ArchivalStore(parts.resources.db), archive_target(settings)
+    policy = ArchivePolicy(kept=timedelta(days=settings.retention_days),
+                           every_s=settings.retention_interval_s)
+    archivist = Archivist(stores, archival, target, parts.identity.id, policy)
+    eraser = ArchiveEraser(archival, target, parts.identity.id, policy)
     while True:
-        for protocol in (retention, archivist):
+        for protocol in (retention, archivist, eraser):
             try:
                 await protocol.recover(utcnow())
             except Exception:

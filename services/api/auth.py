@@ -19,6 +19,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.routing import BaseRoute
 
+from herald.contracts.http import QuietHoursAsked, overrides_quiet_hours
 from herald.domain.access import Actor, ApiKey, Role, Scope, allows
 from herald.domain.lanes import LANES_FIRST_TO_LAST, Lane
 from herald.domain.purpose import Purpose
@@ -118,6 +119,19 @@ def require_frequency_cap(caller: Caller, choice: str | None,
                        f"the key {caller.key.name!r} ({caller.key.role.value}) may not set a "
                        f"campaign's frequency_cap (roles allowed: "
                        f"{', '.join(sorted(frequency_cap_roles)) or 'none'})")
+
+
+def require_quiet_hours(caller: Caller, asked: QuietHoursAsked,
+                        quiet_hours_roles: frozenset[str]) -> None:
+    """Only keys of the roles in ``HERALD_QUIET_HOURS_ROLES`` (operator and admin by default)
+    give a campaign quiet hours of its own, or none (``off`` sends at any hour): 403
+    ``quiet_hours_not_allowed`` for any other. Choosing ``hold`` or ``skip`` within the
+    setting's window needs nothing more than the right to send."""
+    if overrides_quiet_hours(asked) and caller.key.role.value not in quiet_hours_roles:
+        raise ApiError(403, "quiet_hours_not_allowed",
+                       f"the key {caller.key.name!r} ({caller.key.role.value}) may not set a "
+                       f"campaign's own quiet_hours window or turn them off (roles allowed: "
+                       f"{', '.join(sorted(quiet_hours_roles)) or 'none'})")
 
 
 def _caller(request: Request, key: ApiKey) -> Caller:

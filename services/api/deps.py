@@ -31,7 +31,6 @@ from herald.domain.audience import Audience
 from herald.domain.device_import import ImportReport, LineProblem
 from herald.domain.documents import Campaign, Outcome, Schedule, UpsertCounts
 from herald.domain.pods import PodBeat
-from herald.domain.purpose import HoldBack, Purpose
 from herald.domain.status import CancelDecision, PauseDecision, Status
 from herald.runtime.tasks import Background
 from herald.service_layer import approval, queries, scheduling
@@ -49,8 +48,10 @@ from herald.service_layer.device_import import import_devices
 from herald.service_layer.devices import register_devices
 from herald.service_layer.erasure import Erasure, erase_user, unregister_device
 from herald.service_layer.forecasting import Forecaster
+from herald.service_layer.holding_back import HoldingBack
 from herald.service_layer.ports import (
     ApiKeyRepository,
+    ArchivedErasures,
     FrequencyCaps,
     OperatorLogRepository,
     PodRegistry,
@@ -85,6 +86,8 @@ class AppServices:
     failed_authentications: FailedAuthentications
     stream_slots: StreamSlots
     frequency_caps: FrequencyCaps
+    archived_erasures: ArchivedErasures
+    holding_back: HoldingBack
     approvals: ApprovalGate
     test_sender: TestSender
     forecaster: Forecaster
@@ -116,6 +119,8 @@ TransactionalRoles = Annotated[frozenset[str],
 FrequencyCapRoles = Annotated[frozenset[str],
                               provided(lambda s: s.settings.frequency_cap_role_names)]
 """Roles whose keys may give a campaign its own frequency cap (``HERALD_FREQUENCY_CAP_ROLES``)."""
+QuietHoursRoles = Annotated[frozenset[str], provided(lambda s: s.settings.quiet_hours_role_names)]
+"""Roles whose keys may give a campaign its own quiet hours (``HERALD_QUIET_HOURS_ROLES``)."""
 Creator = Annotated[CampaignCreator, provided(lambda s: s.creator)]
 """Create, retry, retarget, amend, correct."""
 CancelUseCase = Annotated[Callable[..., Awaitable[Decided[CancelDecision]]],
@@ -165,15 +170,13 @@ UnregisterDevice = Annotated[Callable[[str], Awaitable[bool]],
                              provided(lambda s: partial(unregister_device, s.stores.devices))]
 EraseUser = Annotated[Callable[[str], Awaitable[Erasure]], provided(lambda s: partial(
     erase_user, s.stores.devices, s.stores.chunks, s.stores.test_sends,
-    caps=s.frequency_caps))]
+    caps=s.frequency_caps, archives=s.archived_erasures))]
 """A person leaves: their devices, and their place in every record (``erasure.py``)."""
 AudienceSplit = Annotated[
     Callable[[Audience, Sequence[str]], Awaitable[tuple[int, dict[str, int] | None]]],
     provided(lambda s: partial(queries.audience_split, s.stores.devices))]
-HeldBack = Annotated[
-    Callable[[Audience, Purpose | None, int], Awaitable[dict[HoldBack, int]]],
-    provided(lambda s: partial(queries.held_back, s.stores.devices))]
-"""The devices of an audience a campaign's purpose keeps from it, by rule."""
+HeldBack = Annotated[HoldingBack, provided(lambda s: s.holding_back)]
+"""What each rule holds back of an audience (the estimate's ``held_back``)."""
 Forecasts = Annotated[Forecaster, provided(lambda s: s.forecaster)]
 """When a new campaign (or a sending one) is expected to reach its last recipient."""
 PreviewMessage = Annotated[Callable[[PreviewRequest], Awaitable[Preview]],

@@ -33,6 +33,7 @@ from herald.domain.access import Actor, ApiKey, LogEntry
 from herald.domain.approval import approval_digest
 from herald.domain.documents import Approval, Campaign, CampaignCounts, PauseRecord, Schedule, TestSend
 from herald.domain.lanes import Lane
+from herald.domain.quiet_hours import held_until
 from herald.domain.status import TESTABLE, Status
 from herald.service_layer.campaigns import Correction
 from herald.service_layer.forecasting import Forecast
@@ -78,6 +79,8 @@ def campaign_view(campaign: Campaign) -> CampaignView:
                           on_behalf_of=cancel.on_behalf_of) if cancel else None,
         pause=pause_info(campaign.pause), rate_per_s=campaign.rate_per_s, lane=campaign.lane,
         purpose=campaign.purpose, frequency_cap=campaign.frequency_cap,
+        quiet_hours=asdict(campaign.quiet_hours) if campaign.quiet_hours else None,
+        quiet_hours_until=held_until(dispatch.waves or ()),
         rollout=rollout_view(campaign),
         created_by=actor_view(campaign.created_by), edited_by=actor_view(campaign.edited_by),
         schedule_id=campaign.schedule_id,

@@ -29,6 +29,7 @@ from herald.adapters import rabbit
 from herald.clock import utcnow
 from herald.domain.documents import Campaign
 from herald.domain.messages import DispatchCampaign
+from herald.runtime.rules import quiet_window
 from herald.runtime.tasks import Background
 from herald.runtime.tracking import WorkTracker
 from herald.runtime.worker import PodParts, Worker
@@ -197,6 +198,7 @@ class Dispatcher(Worker):
 
 def compose(parts: PodParts) -> Dispatcher:
     settings, resources, pod_id = parts.settings, parts.resources, parts.identity.id
+    quiet = quiet_window(settings)  # first: one it cannot read ends the start
     policy = DispatchPolicy(pod_id=pod_id, lease_s=settings.lease_s,
                             sweep_interval_s=settings.sweep_interval_s,
                             grace_period_s=settings.grace_period_s,
@@ -207,7 +209,7 @@ def compose(parts: PodParts) -> Dispatcher:
     paging = Paging(resources.stores, resources.bus.send_chunk, parts.view.verdict,
                     stopping.is_set, pod_id, settings.lease_s, backpressure,
                     campaign_window=settings.dispatch_campaign_window,
-                    settled=parts.settler.settled)
+                    settled=parts.settler.settled, quiet_setting=quiet)
     stores = resources.stores
     rescue = ChunkRescue(stores.campaigns, stores.chunks, resources.registry, resources.bus,
                          settings.heartbeat_ttl_s)

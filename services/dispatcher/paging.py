@@ -28,8 +28,9 @@ from herald.clock import utcnow
 from herald.domain.documents import Campaign, Cursor
 from herald.domain.lanes import offer_window
 from herald.domain.messages import Recipient, SendChunk
+from herald.domain.quiet_hours import DEFAULT_ZONE, QuietWindow, in_force, plan_waves, touches
 from herald.domain.status import Verdict, verdict_for
-from herald.domain.timing import Wave, local_time_waves
+from herald.domain.timing import Wave
 from herald.observability import CHUNKS_PUBLISHED
 from herald.service_layer.ports import CampaignRecords
 from herald.service_layer.recipients import LocalTimeSource, source_for
@@ -76,8 +77,10 @@ class Paging:
     def __init__(self, stores: CampaignRecords, publish: Callable[[SendChunk], Awaitable[None]],
                  verdict: Callable[[str], Awaitable[Verdict]], is_stopping: Callable[[], bool],
                  pod_id: str, lease_s: float, backpressure: Backpressure | None = None,
-                 campaign_window: int = 12, settled: Settled = _no_settler) -> None:
+                 campaign_window: int = 12, settled: Settled = _no_settler,
+                 quiet_setting: QuietWindow | None = None) -> None:
         self._stores = stores
+        self._quiet_setting = quiet_setting
         self._campaign_window = campaign_window
         self._publish_message = publish
         self._verdict = verdict
@@ -135,25 +138,33 @@ class Paging:
             raise Parked(resume_at)
 
     async def _bound(self, campaign: Campaign) -> Campaign:
-        """Fix the newest device the campaign may reach (and, for local-time delivery, its
-        waves), once, so a resumed run sees the same audience."""
+        """Fix the newest device the campaign may reach (and, for local-time delivery or
+        quiet hours, its waves), once, so a resumed run sees the same audience."""
         if campaign.follow_up is not None or campaign.dispatch.until is not None:
             return campaign
-        waves = await self._plan_waves(campaign) if campaign.local_time else None
+        waves = await self._plan_waves(campaign)
         bounded = await self._stores.campaigns.fix_dispatch_bound(
             campaign.id, self._pod_id, await self._stores.devices.newest_id(), waves)
         if bounded is None:
             raise StopPaging("campaign vanished")
         return bounded
 
-    async def _plan_waves(self, campaign: Campaign) -> list[Wave]:
-        reach = campaign.reach
-        assert campaign.local_time is not None and reach is not None
-        local = campaign.local_time
+    async def _plan_waves(self, campaign: Campaign) -> list[Wave] | None:
+        """Its waves: by local time, by quiet hours, or both; None when it has neither, or
+        when quiet hours hold and skip none of its zones (it is paged as one)."""
+        quiet = in_force(campaign.quiet_hours, campaign.purpose, self._quiet_setting)
+        local, reach = campaign.local_time, campaign.reach
+        if (local is None and quiet is None) or reach is None:
+            return None
         zones = await self._stores.devices.timezones(reach)
-        waves = local_time_waves(datetime.fromisoformat(local.wall), local.timezone, zones)
-        log.info("%s: %d waves of local-time delivery, from %s to %s", campaign.id,
-                 len(waves), waves[0].due_at.isoformat(), waves[-1].due_at.isoformat())
+        default = local.timezone if local else quiet.timezone if quiet else DEFAULT_ZONE
+        wall = datetime.fromisoformat(local.wall) if local else None
+        waves = plan_waves(utcnow(), default, zones, quiet, wall)
+        if local is None and not touches(waves):
+            return None
+        log.info("%s: %d waves (local time: %s, quiet hours: %s), from %s to %s", campaign.id,
+                 len(waves), local is not None, quiet is not None, waves[0].due_at.isoformat(),
+                 waves[-1].due_at.isoformat())
         return waves
 
     async def _checkpointed_cursor(self, campaign_id: str, next_seq: int) -> Cursor:

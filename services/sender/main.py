@@ -5,23 +5,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 
 from faststream.rabbit.annotations import RabbitMessage
 from pydantic import ValidationError
 
 from herald import names
 from herald.adapters import fcm, rabbit
+from herald.adapters.device_pace import RedisDevicePace
 from herald.adapters.errors import INFRASTRUCTURE_ERRORS
 from herald.adapters.frequency_caps import RedisFrequencyCaps
 from herald.adapters.rate_limit import RedisRateLimits as RateLimits
-from herald.domain.frequency_cap import Cap, CapSpecInvalid, setting_cap
+from herald.adapters.redis import Redis
 from herald.domain.lanes import Route
 from herald.domain.messages import SendChunk
+from herald.domain.pace import interval_ms
 from herald.domain.status import Verdict
+from herald.names import RedisKeys
 from herald.observability import CHUNKS_DEFERRED
+from herald.runtime.rules import marketing_cap
 from herald.runtime.worker import PodParts, Worker
-from herald.service_layer.ports import Bus
+from herald.service_layer.ports import Bus, DevicePace
 from herald.service_layer.sending.campaigns import CampaignCache
 from herald.service_layer.sending.capping import Capping
 from herald.service_layer.sending.chunk import ChunkSender, SendingPolicy, Settlement
@@ -29,7 +32,7 @@ from herald.service_layer.sending.claims import ChunkClaims
 from herald.service_layer.sending.dead_chunks import DeadChunks
 from herald.service_layer.sending.lifecycle import ChunkLifecycle
 from herald.service_layer.sending.refusals import CampaignRefusals
-from herald.service_layer.sending.window import SendWindow, WindowPolicy
+from herald.service_layer.sending.window import NO_PACE, SendWindow, WindowPolicy
 from herald.settings import Settings
 from services.sender.dead_letters import DeadChunkConsumer
 
@@ -152,12 +155,10 @@ def channel_closed(message: RabbitMessage) -> bool:
     return bool(message.raw_message.channel.is_closed)
 
 
-def marketing_cap(settings: Settings) -> Cap | None:
-    """``HERALD_MARKETING_CAP`` read, or an exit naming what is wrong (as for any setting)."""
-    try:
-        return setting_cap(settings.marketing_cap)
-    except CapSpecInvalid as exc:
-        sys.exit(f"herald: invalid configuration\n  HERALD_MARKETING_CAP: {exc}")
+def device_pace(settings: Settings, redis: Redis, keys: RedisKeys) -> DevicePace:
+    """``HERALD_DEVICE_RATE_PER_MIN`` in Redis, or no pace at all (0)."""
+    interval = interval_ms(settings.device_rate_per_min)
+    return NO_PACE if interval is None else RedisDevicePace(redis, keys, interval)
 
 
 def compose(parts: PodParts) -> Sender:
@@ -173,7 +174,8 @@ def compose(parts: PodParts) -> Sender:
                                              unrecorded=settings.sender_batch_size,
                                              max_retries=settings.fcm_max_retries,
                                              is_outage=is_outage),
-                        limits.project)
+                        limits.project, pace=device_pace(settings, resources.redis,
+                                                         resources.keys))
     lifecycle = ChunkLifecycle(stores, pod_id, settled=parts.settler.settled)
     claims = ChunkClaims(stores.chunks, resources.registry, pod_id,
                          settings.chunk_budget_s + settings.grace_period_s)

@@ -32,13 +32,26 @@ class Fleet:
         stack.start(senders=senders, schedulers=0)
         self._services = {"api": "api", "dispatcher": "dispatcher",
                           **{replica_name("sender", i): "sender" for i in range(1, senders + 1)}}
+        self._kept: set[str] = set()
+
+    def keep(self, name: str) -> None:
+        """Let a process a module added (an api replica with other settings) outlive ``heal``
+        until ``release``: its tests share it instead of starting one each."""
+        self._kept.add(name)
+
+    def release(self, name: str) -> None:
+        self._kept.discard(name)
+        process = self.stack.processes.pop(name, None)
+        if process is not None:
+            process.terminate(timeout_s=15)
 
     def heal(self) -> None:
-        """Stop what a test added, restart what it stopped or killed, wait until every
-        restarted worker announced itself and the api is ready; reset the emulator and remove
-        the devices, chunks and deliveries of earlier tests."""
+        """Stop what a test added (unless a module keeps it), restart what it stopped or
+        killed, wait until every restarted worker announced itself and the api is ready; reset
+        the emulator and remove the devices, chunks and deliveries of earlier tests."""
         stack = self.stack
-        for name in [n for n in stack.processes if n not in self._services and n not in self.STORES]:
+        for name in [n for n in stack.processes
+                     if n not in self._services and n not in self.STORES and n not in self._kept]:
             stack.processes.pop(name).terminate(timeout_s=15)
         restarted = [stack.start_service(service, name, HERALD_METRICS_PORT=str(free_port()))
                      for name, service in self._services.items()

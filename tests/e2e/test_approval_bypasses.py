@@ -1,7 +1,7 @@
 """Issue 31, point 1, end to end on the shared fleet: each way one person got a large send onto
 devices without a second person, tried again and refused. A second api replica and a scheduler
-run with ``HERALD_APPROVAL_MIN_AUDIENCE`` (the setting is theirs; ``Fleet.heal`` stops both
-after each test); the fleet's dispatcher and senders send what is approved, and the FCM
+run with ``HERALD_APPROVAL_MIN_AUDIENCE`` (the setting is theirs; the module's tests share them
+and its end stops both); the fleet's dispatcher and senders send what is approved, and the FCM
 emulator's record says what reached devices.
 
 People: ``ann`` creates, ``ben`` edits (and holds two keys), ``cat`` approves; the stack's admin
@@ -24,6 +24,7 @@ from devstack.processes import free_port
 from devstack.stack import Stack
 from fcm_emulator.client import EmulatorClient
 from herald.domain.rollout import wave_bucket
+from tests.e2e.fleet import Fleet
 from tests.e2e.harness import Api, reachable_devices
 from tests.support import wait_for
 
@@ -37,22 +38,35 @@ def stack(shared_stack: Stack) -> Stack:
     return shared_stack
 
 
-@pytest.fixture
-def approving(stack: Stack) -> Iterator[Api]:
-    """The api replica with approvals on, as the stack's admin (``bootstrap``)."""
+@pytest.fixture(scope="module")
+def replicas(fleet: Fleet) -> Iterator[Api]:
+    """The api replica with approvals on, as the stack's admin (``bootstrap``), and a scheduler
+    with the same setting: started once for the module's tests (``Fleet.keep``)."""
+    fleet.heal()
+    stack = fleet.stack
     port = free_port()
     stack.start_service("api", "api-approval", HERALD_API_PORT=str(port),
                         HERALD_APPROVAL_MIN_AUDIENCE=str(MIN_AUDIENCE))
+    stack.start_service("scheduler", "scheduler-approval",
+                        HERALD_APPROVAL_MIN_AUDIENCE=str(MIN_AUDIENCE))
+    for name in ("api-approval", "scheduler-approval"):
+        fleet.keep(name)
+    stack.wait_for_pods({"scheduler": 1})
     client = Api(f"http://127.0.0.1:{port}", stack.config.api_key)
     yield client
     client.http.close()
+    for name in ("api-approval", "scheduler-approval"):
+        fleet.release(name)
 
 
 @pytest.fixture
-def scheduler(stack: Stack) -> None:
-    stack.start_service("scheduler", "scheduler-approval",
-                        HERALD_APPROVAL_MIN_AUDIENCE=str(MIN_AUDIENCE))
-    stack.wait_for_pods({"scheduler": 1})
+def approving(stack: Stack, replicas: Api) -> Api:
+    return replicas
+
+
+@pytest.fixture
+def scheduler(replicas: Api) -> None:
+    """The module's scheduler runs for every test (see ``replicas``)."""
 
 
 class People:

@@ -12,10 +12,12 @@ import asyncio
 import csv
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import aio_pika
 import pytest
@@ -45,6 +47,13 @@ VIEWPORT = {"width": 1280, "height": 800}
 UI_TIMEOUT_MS = 15_000
 CANCEL_TIMEOUT_S = 30
 CAMPAIGN_URL = re.compile(r"#/campaigns/([0-9a-f]{24})$")
+OWLS = 20
+"""The quiet-hours test's people: the first half in Seoul, the rest in London."""
+CAPPED = 4
+"""Of London's half, those who already had the one marketing push a day the cap allows."""
+SEOUL = ZoneInfo("Asia/Seoul")
+OPERATOR_ZONE = "America/New_York"
+"""The operator's own clock, neither the devices' nor UTC: the console shows both."""
 
 
 @pytest.fixture(scope="module")
@@ -105,9 +114,10 @@ class PageMaker:
         self._api_url = api_url
         self._contexts: list[object] = []
 
-    def signed_in(self, key: str, shot: str | None = None) -> Page:
+    def signed_in(self, key: str, shot: str | None = None,
+                  timezone_id: str | None = None) -> Page:
         context = self._browser.new_context(viewport=VIEWPORT, locale="en-US",
-                                            accept_downloads=True)
+                                            timezone_id=timezone_id, accept_downloads=True)
         self._contexts.append(context)
         page = context.new_page()
         page.set_default_timeout(UI_TIMEOUT_MS)
@@ -157,9 +167,9 @@ def create_in_the_console(page: Page, name: str) -> str:
                                       {"landingUrl": BROKEN}, replace_key=LONGEST_DEFAULT_KEY))
     expect(page.locator("#payload-size")).to_have_text(f"{size:,} of 4,096 bytes")
     page.fill("#rate", str(RATE_PER_S))
-    expect(page.locator("#estimate")).to_have_text(
-        f"This will reach {POPULATION:,} devices. {OPTED_OUT} more held back: not opted in to "
-        "marketing.")
+    expect(page.locator("#estimate")).to_have_text(f"This will reach {POPULATION:,} devices.")
+    expect(page.locator("#held-back li[data-rule=marketing_opt_out]")).to_have_text(
+        f"{OPTED_OUT} more held back: not opted in to marketing.")
     # Issue 29: the key's lanes (an operator may send urgent by default), standard chosen, and
     # the forecast before the Send button, for this audience at this cap.
     expect(page.locator("#lane input[type=radio]")).to_have_count(3)
@@ -598,3 +608,108 @@ def test_suppressed_recipients_are_shown_beside_sent_failed_and_unsent(
     follow_up = admin.wait_finished(campaign_id_of(page), timeout_s=30)
     assert follow_up["retarget"] == {"campaign_id": second, "outcome": "unsent"}
     assert (follow_up["counts"]["targeted"], follow_up["counts"]["suppressed"]) == (20, 20)
+
+
+def seoul_window(ahead_s: float) -> tuple[str, datetime]:
+    """A quiet window from an hour ago to ``ahead_s`` from now on Seoul's clock (London, eight
+    or nine hours behind, is outside it), and when it ends."""
+    now = datetime.now(SEOUL).replace(microsecond=0)
+    end = now + timedelta(seconds=ahead_s)
+    return f"{now - timedelta(hours=1):%H:%M:%S}-{end:%H:%M:%S}", end
+
+
+def compose_for_the_owls(page: Page, name: str, quiet_window: str, mode: str) -> None:
+    """The new-campaign form for the owls, with quiet hours of its own."""
+    page.click("#nav a[data-page=new]")
+    page.fill("#name", name)
+    page.fill("#title", "Late-night sale")
+    page.fill("#body", "Half price until dawn")
+    page.fill("#topics", "night-owls")
+    page.select_option("#quiet-hours", "window")
+    page.fill("#quiet-window", quiet_window)
+    page.select_option("#quiet-mode", mode)
+
+
+def held_back_figure(page: Page, rule: str) -> int:
+    return int(page.locator(f"#held-back li[data-rule={rule}]").get_attribute("data-count") or -1)
+
+
+def test_the_estimate_names_what_quiet_hours_and_the_cap_hold_back_and_the_send_does_it(
+        pages: PageMaker, admin: Api, operator_key: str, fcm: EmulatorClient) -> None:
+    """Issue 32, points 2, 3 and 5 in the console: 20 people, half in Seoul inside a quiet window
+    of the campaign's own, 4 in London already capped. An operator skips the window and sets a
+    cap of 1/24h: the lines under the count say 10 skipped and 4 capped, and the send suppresses
+    exactly those. Then one that holds: 10 held until the window ends (the operator's time and
+    UTC), London sent, the campaign shows until when; a cancel leaves the held 10 unsent."""
+    fcm.configure(latency_ms=0)
+    owls = [{**device, "token": f"{device['token']}-owl", "user_id": f"owl-{i}",
+             "topics": ["night-owls"], "timezone": "Asia/Seoul" if i < OWLS // 2 else "Europe/London"}
+            for i, device in enumerate(reachable_devices(OWLS))]
+    admin.import_devices(owls)
+    seoul = {d["token"] for d in owls if d["timezone"] == "Asia/Seoul"}
+    earlier = admin.create_campaign(audience={"user_ids": [f"owl-{i}" for i in range(
+        OWLS // 2, OWLS // 2 + CAPPED)]}, frequency_cap="1/24h")
+    assert admin.wait_finished(earlier, timeout_s=30)["counts"]["sent"] == CAPPED
+
+    page = pages.signed_in(operator_key, timezone_id=OPERATOR_ZONE)
+    quiet, _ = seoul_window(600)
+    compose_for_the_owls(page, "owls-skip", quiet, "skip")
+    page.select_option("#purpose", "transactional")  # neither held nor capped: no such choice
+    expect(page.locator("#person-rules")).to_be_hidden()
+    expect(page.locator("#held-back li")).to_have_count(0)
+    page.select_option("#purpose", "marketing")
+    page.select_option("#frequency-cap", "own")
+    page.fill("#frequency-cap-own", "1/24h")
+    expect(page.locator("#estimate")).to_have_text(f"This will reach {OWLS} devices.")
+    expect(page.locator("#held-back li[data-rule=quiet_hours_skipped]")).to_have_text(
+        f"{OWLS // 2} of them suppressed: inside quiet hours in their time zone, skipped.")
+    expect(page.locator("#held-back li[data-rule=frequency_cap]")).to_have_text(
+        f"{CAPPED} of them suppressed by the frequency cap (as of now: other campaigns move it).")
+    skipped, capped = (held_back_figure(page, rule) for rule in ("quiet_hours_skipped", "frequency_cap"))
+    page.locator("#create").scroll_into_view_if_needed()
+    screenshot(page, "new-campaign-skip-and-cap")
+    page.click("#create")
+    page.wait_for_url(CAMPAIGN_URL)
+    skipping = campaign_id_of(page)
+    done = admin.wait_finished(skipping, timeout_s=30)
+    assert (done["status"], done["counts"]["sent"], done["counts"]["suppressed"]) == (
+        "completed", OWLS - skipped - capped, skipped + capped)
+    assert Counter(line["rule"] for line in admin.audit(skipping, "suppressed")) == {
+        "quiet_hours": skipped, "frequency_cap": capped}
+    expect(page.locator("#count-suppressed")).to_have_text(str(skipped + capped))
+    expect(page.locator("#count-sent")).to_have_text(str(OWLS - skipped - capped))
+    expect(page.locator("#quiet-hours-shown")).to_have_text(
+        f"Quiet hours: {done['quiet_hours']['window']}, skipped (suppressed), in each device's "
+        "time zone (else UTC).")
+    expect(page.locator("#frequency-cap-shown")).to_have_text("Frequency cap: 1/24h, with Herald's.")
+
+    quiet, ends = seoul_window(3600)
+    compose_for_the_owls(page, "owls-hold", quiet, "hold")
+    until = f"your time ({ends.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC)"
+    line = page.locator("#held-back li[data-rule=quiet_hours_held]")
+    expect(line).to_contain_text(f"{OWLS // 2} of them held by quiet hours in their time zone until ")
+    expect(line).to_contain_text(until)
+    expect(page.locator("#held-back li[data-rule=frequency_cap]")).to_have_text(
+        "Frequency cap: it holds back none of them now.")  # none set on this stack
+    held = held_back_figure(page, "quiet_hours_held")
+    forecast_until = re.search(r"until (.*), sent then\.$", line.inner_text())
+    assert forecast_until is not None
+    page.locator("#create").scroll_into_view_if_needed()
+    screenshot(page, "new-campaign-quiet-hours")
+    page.click("#create")
+    page.wait_for_url(lambda url: bool(CAMPAIGN_URL.search(url)) and skipping not in url)
+    holding = campaign_id_of(page)
+    wait_for(lambda: admin.campaign(holding)["counts"]["sent"] == OWLS - held, 30,
+             "the half outside quiet hours to be sent")
+    expect(page.locator("#quiet-until")).to_have_text(
+        f"Held by quiet hours until {forecast_until.group(1)}: devices in Asia/Seoul, targeted then.")
+    expect(page.locator("#count-sent")).to_have_text(str(OWLS - held))
+    page.evaluate("window.scrollTo(0, 0)")
+    screenshot(page, "campaign-held-by-quiet-hours")
+    assert admin.http.post(f"/v1/campaigns/{holding}/cancel").status_code == 202
+    stopped = admin.wait_until(holding, {"cancelled"}, timeout_s=CANCEL_TIMEOUT_S)["counts"]
+    assert (stopped["sent"], stopped["unsent"], stopped["suppressed"]) == (OWLS - held, held, 0)
+    expect(page.locator("#count-unsent")).to_have_text(str(held))
+    expect(page.locator("#quiet-until")).to_have_text(
+        f"Quiet hours held part of it until {forecast_until.group(1)}: devices in Asia/Seoul.")
+    assert not seoul & {r.token for r in fcm.received()}  # neither skipped nor held was sent

@@ -29,6 +29,7 @@ from herald.clock import utcnow
 from herald.domain.archive import ArchiveUrl, VariantCounts, parse_archive_url
 from herald.domain.documents import Campaign, FollowUp, FollowUpOf
 from herald.domain.suppression import Rule, suppressed_code
+from herald.service_layer.archive_erasure import ArchiveEraser
 from herald.service_layer.archiving import ArchivePolicy, Archivist
 from herald.service_layer.erasure import erase_user
 from herald.service_layer.ports import ArchiveTarget, Stores
@@ -296,3 +297,79 @@ async def test_a_campaign_not_archived_yet_is_audited_as_before(
     audit = await api.get(f"/v1/campaigns/{campaign.id}/recipients", params={"outcome": "sent"})
     assert audit.status_code == 200 and len(audit.text.splitlines()) == 12
     assert (await api.get(f"/v1/campaigns/{campaign.id}")).json()["archive"] is None
+
+
+# --- a person erased after the archive was written (issue 33, point 4: past archives) ------------
+def eraser(db: Database, target: ArchiveTarget | None, pod_id: str = "api-1") -> ArchiveEraser:
+    return ArchiveEraser(ArchivalStore(db), target, pod_id, POLICY)
+
+
+async def test_a_person_erased_after_the_archive_is_rewritten_out_of_it(
+        db: Database, stores: Stores, s3: Any, bucket: str, s3_endpoint: str) -> None:
+    target = s3_target(bucket, s3_endpoint)
+    campaign = await finished_with_an_erased_person(stores)
+    [archived] = await archivist(db, stores, target).run(utcnow() + LATER)
+    assert archived.archive is not None
+    key = f"herald/archive/campaign-{campaign.id}.ndjson.gz"
+    before = read_archive(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    assert await eraser(db, target).run(utcnow()) == []  # nobody waits
+
+    erased = await erase_user(stores.devices, stores.chunks, stores.test_sends, "u11",
+                              archives=ArchivalStore(db))
+    assert erased.archives_pending and erased.recipients == 0  # their chunks went with the archive
+    [rewritten] = await eraser(db, target).run(utcnow())
+
+    data = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    after = read_archive(data)
+    place = before.index({"token": "tok-00011", "user_id": "u11", "outcome": "failed",
+                          "error": "UNREGISTERED", "variant": "default", "rule": None})
+    assert after[place] == {"token": "", "erased": True, "outcome": "failed",
+                            "error": "UNREGISTERED"}
+    assert after[:place] + after[place + 1:] == before[:place] + before[place + 1:]
+    assert b"u11" not in gzip.decompress(data) and b"tok-00011" not in gzip.decompress(data)
+    record = rewritten.archive
+    assert record is not None and record.rewritten_at is not None
+    assert (record.sha256, record.bytes) == (hashlib.sha256(data).hexdigest(), len(data))
+    assert (record.lines, record.location, record.at) == (30, archived.archive.location,
+                                                          archived.archive.at)
+    assert rewritten.variants == {"default": VariantCounts(sent=11, unsent=17),
+                                  "erased": VariantCounts(sent=1, failed=1)}
+    assert await ArchivalStore(db).waiting(10) == []  # forgotten once every archive was passed
+    assert rewritten.counts == campaign.counts
+
+
+async def test_an_archive_that_does_not_name_the_person_is_left_as_it_was(
+        db: Database, stores: Stores, tmp_path: Path) -> None:
+    target = DirectoryArchive(parse_archive_url(f"file://{tmp_path}/archive"))
+    campaign = await finished_with_an_erased_person(stores)
+    await archivist(db, stores, target).run(utcnow() + LATER)
+    path = tmp_path / "archive" / f"campaign-{campaign.id}.ndjson.gz"
+    written = path.stat().st_mtime_ns, path.read_bytes()
+
+    erased = await erase_user(stores.devices, stores.chunks, stores.test_sends, "u-unknown",
+                              archives=ArchivalStore(db))
+    assert erased.archives_pending
+    assert await eraser(db, target).run(utcnow()) == []
+    assert (path.stat().st_mtime_ns, path.read_bytes()) == written
+    assert await ArchivalStore(db).waiting(10) == []
+
+
+async def test_an_archive_held_by_another_replica_keeps_the_person_queued(
+        db: Database, stores: Stores, tmp_path: Path) -> None:
+    target = DirectoryArchive(parse_archive_url(f"file://{tmp_path}/archive"))
+    campaign = await finished_with_an_erased_person(stores)
+    await archivist(db, stores, target).run(utcnow() + LATER)
+    await erase_user(stores.devices, stores.chunks, stores.test_sends, "u5",
+                     archives=ArchivalStore(db))
+    held = await ArchivalStore(db).claim_archived(campaign.id, "api-2", utcnow(),
+                                                   utcnow() + timedelta(minutes=15))
+    assert held is not None
+
+    assert await eraser(db, target).run(utcnow()) == []
+    assert len(await ArchivalStore(db).waiting(10)) == 1, "forgotten before its archive was done"
+    await ArchivalStore(db).release(campaign.id, "api-2")
+    [rewritten] = await eraser(db, target).run(utcnow())
+    assert b'"u5"' not in gzip.decompress((tmp_path / "archive" /
+                                           f"campaign-{campaign.id}.ndjson.gz").read_bytes())
+    assert rewritten.archive is not None and rewritten.archive.rewritten_at is not None
+    assert await ArchivalStore(db).waiting(10) == []

@@ -166,8 +166,10 @@ async def test_campaigns_and_chunks_stored_before_translations_read_and_audit_as
     await db[names.CAMPAIGNS].update_one({"_id": ObjectId(campaign_id)},
                                          {"$unset": {"content.translations": ""}})
     async for chunk in db[names.CHUNKS].find({"campaign_id": campaign_id}):  # nulls, as before
-        legacy = [{"token": r["token"], "user_id": None} for r in chunk["recipients"]]
-        await db[names.CHUNKS].update_one({"_id": chunk["_id"]}, {"$set": {"recipients": legacy}})
+        legacy = [{"token": token, "user_id": None} for token in chunk["t"]]
+        await db[names.CHUNKS].update_one({"_id": chunk["_id"]},
+                                          {"$set": {"recipients": legacy},
+                                           "$unset": {"t": "", "u": "", "p": ""}})
     stored = await stores.campaigns.get(campaign_id)
     assert stored is not None and stored.content.translations == {}
     assert stored.content.profile_need is None

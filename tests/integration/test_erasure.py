@@ -70,6 +70,33 @@ async def test_a_person_is_erased_everywhere_and_every_count_stays(stores: Store
         Erasure(devices=0, recipients=0, test_outcomes=0)
 
 
+async def test_chunks_written_before_the_parallel_arrays_are_erased_in_their_own_format(
+        stores: Stores, db: Database) -> None:
+    """A chunk stored as an array of subdocuments (before issue 33's codec) is found by the
+    person's tokens and user id, and rewritten as it was written, placeholders in place."""
+    await dana(stores)
+    campaign = await stores.campaigns.get(await paged_campaign(stores))
+    assert campaign is not None
+    async for chunk in db[names.CHUNKS].find({"campaign_id": campaign.id}):
+        legacy = [{"token": token, "user_id": user_id}
+                  for token, user_id in zip(chunk["t"], chunk["u"], strict=True)]
+        await db[names.CHUNKS].update_one({"_id": chunk["_id"]},
+                                          {"$set": {"recipients": legacy},
+                                           "$unset": {"t": "", "u": ""}})
+    before = await final_counts(stores, campaign)
+
+    erased = await erase_user(stores.devices, stores.chunks, stores.test_sends, "dana")
+
+    assert erased.recipients == 3
+    assert await final_counts(stores, campaign) == before
+    chunk = await db[names.CHUNKS].find_one({"campaign_id": campaign.id, "seq": 0})
+    assert chunk is not None and "t" not in chunk
+    assert chunk["recipients"][3] == {"token": "", "erased": True}
+    every_line = [line.token for outcome in Outcome
+                  async for line in audit(stores, campaign, outcome)]
+    assert len(every_line) == 27 and not set(DANA_TOKENS) & set(every_line)
+
+
 async def test_two_erasures_of_one_chunk_at_once_both_hold(stores: Stores, db: Database) -> None:
     """Each rewrites the chunk conditionally on its erased count: neither undoes the other."""
     import asyncio
@@ -81,7 +108,7 @@ async def test_two_erasures_of_one_chunk_at_once_both_hold(stores: Stores, db: D
     chunk = await db[names.CHUNKS].find_one({"campaign_id": campaign_id, "seq": 0})
     assert chunk is not None
     assert chunk["erased"] == 10
-    assert all(r == {"token": "", "erased": True} for r in chunk["recipients"])
+    assert chunk["t"] == [""] * 10 and chunk.get("u") is None
 
 
 async def test_the_routes_erase_and_log_without_the_erased_data(
@@ -102,11 +129,11 @@ async def test_the_routes_erase_and_log_without_the_erased_data(
 
     assert (gone.status_code, again.status_code, longest.status_code) == (204, 204, 204)
     assert (erased.status_code, erased.json()) == (200, {
-        "devices": 3, "chunk_recipients": 0, "test_send_outcomes": 1})
+        "devices": 3, "chunk_recipients": 0, "test_send_outcomes": 1, "archives_pending": False})
     assert (too_long.status_code, error_code(too_long)) == (422, "validation_error")
     log = (await api.get("/v1/operator-log", params={"limit": 20})).json()["items"]
     entries = {(e["action"], e["detail"]) for e in log if e["actor"]["name"] == "app-backend"}
-    assert ("user.erase", "devices=3 chunk_recipients=0 test_send_outcomes=1") in entries
+    assert ("user.erase", "devices=3 chunk_recipients=0 test_send_outcomes=1 archives=none") in entries
     assert {("device.delete", "devices=1"), ("device.delete", "devices=0")} <= entries
     assert not mentions(log, ("dana", "tok-00004", "t" * 64))
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
 from bson import ObjectId
+from pymongo.errors import BulkWriteError
 
 from herald import names
 from herald.adapters.mongo import Database
@@ -201,3 +203,42 @@ async def test_a_range_of_object_ids_is_paged_and_counted_in_id_order(db: Databa
     before = [doc["_id"] async for doc in collection.find({"_id": {"$lt": ids[2]}})]
     assert before == ids[:2]
     await collection.drop()
+
+
+async def test_an_insert_of_many_with_a_duplicate_fails_that_one_alone(db: Database) -> None:
+    """MongoDB inserts each document of an ``insert`` command on its own: a duplicate key is a
+    ``writeErrors`` entry for it; an ordered insert stops there, an unordered one goes on, and
+    what was inserted stays. The launcher runs a command's documents in one SQLite transaction
+    (nx-27017 commits each alone): still one failure, the others committed, nothing rolled back."""
+    devices = db[names.DEVICES]
+    await devices.insert_one({"token": "dup-2", "platform": "ios"})
+    batch = [{"token": f"dup-{i}", "platform": "ios"} for i in range(5)]
+    with pytest.raises(BulkWriteError) as unordered:
+        await devices.insert_many([dict(d) for d in batch], ordered=False)
+    assert unordered.value.details["nInserted"] == 4
+    assert [e["index"] for e in unordered.value.details["writeErrors"]] == [2]
+    ordered = [{"token": f"ord-{i}", "platform": "ios"} for i in range(3)] + [
+        {"token": "dup-0", "platform": "ios"}, {"token": "ord-9", "platform": "ios"}]
+    with pytest.raises(BulkWriteError) as stopped:
+        await devices.insert_many(ordered)
+    assert stopped.value.details["nInserted"] == 3
+    tokens = sorted([d["token"] async for d in devices.find({}, {"token": 1})])
+    assert tokens == ["dup-0", "dup-1", "dup-2", "dup-3", "dup-4", "ord-0", "ord-1", "ord-2"]
+    await devices.insert_many([{"token": f"many-{i}", "platform": "ios"} for i in range(2_000)])
+    assert await devices.count_documents({"token": {"$regex": "^many-"}}) == 2_000
+
+
+async def test_the_lookup_of_a_chunks_recorded_outcomes_uses_its_index(
+        stores: Stores, db: Database) -> None:
+    """A sender that takes a chunk over reads what was recorded for it with an equality on
+    ``campaign_id`` and ``seq``, the keys of the ``campaign_seq`` index. nx-27017 keeps an
+    equality on a string indexed only if the field is the last key of an index (it adds
+    MongoDB's "or an array holding it" arm otherwise, which no index serves): it scanned every
+    delivery of every campaign (issue 33). The launcher counts every key of an index; MongoDB
+    answers with an IXSCAN of ``campaign_seq``."""
+    await stores.deliveries.record(new_id(), 3, "pod", [], utcnow())
+    explained = await db.command("explain", {"find": names.DELIVERIES,
+                                             "filter": {"campaign_id": new_id(), "seq": 3}})
+    plan = str(explained["queryPlanner"]["winningPlan"])
+    assert "COLLSCAN" not in plan and f"SCAN {names.DELIVERIES}" not in plan, plan
+    assert "IXSCAN" in plan or "USING INDEX" in plan, plan

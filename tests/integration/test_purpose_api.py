@@ -91,6 +91,10 @@ async def test_a_marketing_audience_of_opted_out_devices_is_a_422_naming_the_fie
     assert (await api.get("/v1/campaigns")).json()["items"] == []
 
 
+NO_OTHER_RULE = {"frequency_cap": 0, "quiet_hours_held": 0, "quiet_hours_skipped": 0}
+"""No cap nor quiet hours in force here."""
+
+
 async def test_the_estimate_counts_the_devices_the_purpose_reaches(
         api: httpx.AsyncClient) -> None:
     devices = [{"token": f"purpose-{push}-{marketing}", "platform": "android",
@@ -102,14 +106,14 @@ async def test_the_estimate_counts_the_devices_the_purpose_reaches(
         "audience": audience, "purpose": purpose})).json()
         for purpose in ("marketing", "transactional")}
     assert {p: (a["devices"], a["held_back"]) for p, a in answers.items()} == {
-        "marketing": (1, {"marketing_opt_out": 1}),  # push enabled, not opted in
+        "marketing": (1, {"marketing_opt_out": 1, **NO_OTHER_RULE}),  # push on, not opted in
         "transactional": (2, {})}                   # push disabled is no rule's: nobody's
     default = await api.post("/v1/audiences/estimate", json={"audience": audience})
     assert default.json()["devices"] == 1
     opted_in = await api.post("/v1/audiences/estimate", json={
         "audience": {**audience, "marketing_enabled": True}})
     assert (opted_in.json()["devices"], opted_in.json()["held_back"]) == (
-        1, {"marketing_opt_out": 0})  # the audience itself asked for the opted in
+        1, {"marketing_opt_out": 0, **NO_OTHER_RULE})  # the audience asked for the opted in
 
 
 async def test_a_campaign_stored_before_purposes_reads_purpose_null(

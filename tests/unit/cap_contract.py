@@ -103,3 +103,14 @@ class CapContract:
         assert await caps.admit(A, one, {"u:1": sends(A, 1)}, T0 + HOUR + 1) == {"u:1"}
         # A's first send was forgotten and its second counted anew, an hour later.
         assert await caps.admit(B, one, {"u:1": sends(B, 0)}, T0 + HOUR + 2) == set()
+
+    async def test_histories_read_what_is_counted_without_changing_it(
+            self, caps: FrequencyCaps) -> None:
+        one = rule("1/24h")
+        assert await caps.admit(A, one, {"u:1": sends(A, 0, 1), "u:2": sends(A, 2)},
+                                T0) == {"u:1", "u:2"}
+        read = await caps.histories(["u:1", "u:2", "u:3"])
+        assert {person: sorted(read[person]) for person in read} == {
+            "u:1": [(sends(A, 0)[0], T0), (sends(A, 1)[0], T0)], "u:2": [(sends(A, 2)[0], T0)]}
+        assert await caps.histories(["u:1"]) == {"u:1": read["u:1"]}  # nothing changed
+        assert await caps.admit(B, one, {"u:1": sends(B, 0)}, T0 + HOUR) == set()

@@ -75,6 +75,7 @@ from herald.domain.frequency_cap import CapRule, admits
 from herald.domain.lanes import Lane, Route
 from herald.domain.messages import CancelCampaign, Profile, ProfileNeed, Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome
+from herald.domain.pace import hold, reserve
 from herald.domain.pods import PodBeat
 from herald.domain.rollout import RolloutProgress
 from herald.domain.status import TERMINAL, Status, Transition, sources_for, target_of
@@ -753,6 +754,11 @@ class FakeFrequencyCaps:
         for person in people:
             self.history.pop(person, None)
 
+    async def histories(self, people: Sequence[str]) -> dict[str, list[tuple[str, float]]]:
+        await _round_trip()
+        return {person: sorted(self.history[person].items(), key=lambda kept: kept[1])
+                for person in people if self.history.get(person)}
+
 
 # --- devices -----------------------------------------------------------------------------------
 class FakeDevices:
@@ -833,6 +839,10 @@ class FakeDevices:
         found = [device_id for device_id, d in self._documents.items()
                  if d.get("user_id") == user_id and not d.get("invalid")]
         return from_bson(Device, self._documents[max(found)]) if found else None
+
+    async def by_timezone(self, audience: Audience) -> dict[str | None, int]:
+        await _round_trip()
+        return dict(Counter(device.timezone for device in self._admitted(audience)))
 
     async def timezones(self, audience: Audience) -> list[str]:
         await _round_trip()
@@ -1368,3 +1378,34 @@ class HeldFcm(FcmClient):
         for answered in self.on_wire[:count]:
             answered.set_result(None)
         del self.on_wire[:count]
+
+
+class FakeDevicePace:
+    """``DevicePace`` in memory, on the event loop's clock, by the domain's own rule: one
+    device's messages at least ``interval_s`` apart. Records each batch it was asked for (one
+    round trip each) and each hold."""
+
+    def __init__(self, interval_s: float) -> None:
+        self._interval_ms = round(interval_s * 1000)
+        self._next_ms: dict[str, int] = {}
+        self.batches: list[list[str]] = []
+        self.holds: list[tuple[str, float]] = []
+
+    @staticmethod
+    def _now_ms() -> int:
+        return round(asyncio.get_running_loop().time() * 1000)
+
+    async def reserve(self, tokens: Sequence[str]) -> list[float]:
+        await _round_trip()
+        self.batches.append(list(tokens))
+        now, waits = self._now_ms(), []
+        for token in tokens:
+            reserved = reserve(self._next_ms.get(token, 0), now, self._interval_ms)
+            self._next_ms[token] = reserved.next_ms
+            waits.append(reserved.wait_ms / 1000)
+        return waits
+
+    async def hold(self, token: str, seconds: float) -> None:
+        await _round_trip()
+        self.holds.append((token, seconds))
+        self._next_ms[token] = hold(self._next_ms.get(token, 0), self._now_ms(), seconds)

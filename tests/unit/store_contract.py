@@ -743,6 +743,13 @@ class DeviceContract:
         found = await stores.devices.timezones(Audience())
         assert sorted(found) == ["Asia/Seoul", "Europe/Madrid"]
 
+    async def test_devices_are_counted_by_timezone(self, stores: Stores) -> None:
+        zones = ["Asia/Seoul", "Europe/Madrid", None, "Asia/Seoul", "Asia/Tokyo", None]
+        await stores.devices.upsert([device(i, timezone=zone, push_enabled=i != 4)
+                                     for i, zone in enumerate(zones)], utcnow())
+        assert await stores.devices.by_timezone(Audience()) == {
+            "Asia/Seoul": 2, "Europe/Madrid": 1, None: 2}
+
     @pytest.mark.parametrize(("audience", "selected"), AUDIENCES)
     async def test_an_audience_counts_exactly_the_devices_it_streams(
             self, stores: Stores, audience: Audience, selected: list[int]) -> None:

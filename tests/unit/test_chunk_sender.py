@@ -21,10 +21,12 @@ from herald.domain.documents import (
     new_id,
 )
 from herald.domain.fcm_errors import ERASED
-from herald.domain.messages import SendChunk
+from herald.domain.messages import Recipient, SendChunk
 from herald.domain.rollout import Rollout, RolloutProgress, RolloutWave, wave_bucket
 from herald.domain.status import Status, Transition
 from herald.domain.status import Verdict as May
+from herald.domain.suppression import Rule, suppressed_code
+from herald.observability import SUPPRESSED
 from herald.runtime.tracking import WorkTracker
 from herald.service_layer.erasure import erase_user
 from herald.service_layer.ports import Stores
@@ -39,10 +41,12 @@ from tests.factories import (
     at,
     begin_cancel,
     device,
+    paged,
     pod_beat,
     recipients_of,
     sending_campaign,
 )
+from tests.factories import campaign as factory_campaign
 from tests.unit.fakes import (
     FakeCampaigns,
     FakeClock,
@@ -161,6 +165,31 @@ async def test_a_person_erased_after_the_chunk_was_published_is_never_sent_to(ri
     assert done.counts == CampaignCounts(targeted=5, sent=3, failed=2)
     recorded = await rig.stores.deliveries.recorded(campaign.id, 0)
     assert recorded[1] == ERASED
+
+
+async def test_recipients_quiet_hours_skip_are_recorded_suppressed_without_a_request(
+        rig: Rig) -> None:
+    """The dispatcher marks them (a wave quiet hours skip); the sender records each one
+    ``suppressed`` with the rule, counted apart, and asks FCM nothing for them."""
+    await rig.stores.devices.upsert([device(i, token=token) for i, token in enumerate(TOKENS)],
+                                    utcnow())
+    quiet = [Recipient(token=t, suppressed=Rule.QUIET_HOURS if t in TOKENS[3:] else None)
+             for t in TOKENS]
+    campaign = factory_campaign(**paged(1, len(quiet)))
+    await rig.stores.campaigns.insert(campaign)
+    await rig.stores.chunks.create(campaign.id, 0, quiet, None, utcnow())
+    chunk = SendChunk(campaign_id=campaign.id, seq=0, recipients=quiet)
+    before = SUPPRESSED.labels(Rule.QUIET_HOURS.value)._value.get()
+    verdict = await rig.sender().process(chunk, open_channel)
+    assert verdict is Settlement.ACK and rig.fcm.sent == TOKENS[:3]
+    recorded = await rig.stores.deliveries.recorded(campaign.id, 0)
+    assert {recorded[3], recorded[4]} == {suppressed_code(Rule.QUIET_HOURS)}
+    state = await chunk_state(rig, campaign.id)
+    assert (state.status, state.sent, state.failed, state.suppressed) == (ChunkStatus.DONE, 2, 1,
+                                                                          2)
+    assert SUPPRESSED.labels(Rule.QUIET_HOURS.value)._value.get() - before == 2
+    assert (await stored(rig, campaign.id)).counts == CampaignCounts(targeted=5, sent=2,
+                                                                     failed=1, suppressed=2)
 
 
 async def test_a_chunk_recorded_whole_by_a_sender_that_died_is_only_closed(rig: Rig) -> None:

@@ -31,7 +31,18 @@ def test_create_sends_the_campaigns_own_cap(run: Any) -> None:
 def test_create_without_a_cap_leaves_it_to_the_setting(run: Any) -> None:
     fake = FakeApi({"id": "b" * 24, "status": "pending"}, status=202)
     assert run(fake, "campaigns", "create", "--title", "T", "--body", "B").exit_code == 0
-    assert "frequency_cap" not in fake.body()
+    assert "frequency_cap" not in fake.body() and "quiet_hours" not in fake.body()
+
+
+@pytest.mark.parametrize(("choice", "sent"), [
+    ("skip", "skip"), ("off", "off"), ("22:00-07:00", {"window": "22:00-07:00", "mode": "hold"}),
+    ("22:00-07:00/skip", {"window": "22:00-07:00", "mode": "skip"})])
+def test_create_sends_the_campaigns_quiet_hours(run: Any, choice: str, sent: Any) -> None:
+    fake = FakeApi({"id": "b" * 24, "status": "pending"}, status=202)
+    result = run(fake, "campaigns", "create", "--title", "Sale", "--body", "Today",
+                 "--quiet-hours", choice)
+    assert result.exit_code == 0, result.output
+    assert fake.body()["quiet_hours"] == sent
 
 
 @pytest.mark.parametrize("action", ["retarget", "correct"])

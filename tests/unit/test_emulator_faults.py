@@ -97,6 +97,24 @@ async def test_quota_comes_with_retry_after(fcm: Client) -> None:
     assert response.status == 429 and response.headers["Retry-After"] == "1"
 
 
+async def test_a_device_over_its_rate_is_refused_once_in_google_s_shape(fcm: Client) -> None:
+    """FCM's errorCode is QUOTA_EXCEEDED for the project's rate and a device's alike; the
+    ``QuotaFailure`` names which (Google's ErrorCode reference)."""
+    response = await fcm.post(SEND, data=TEMPLATE.body_for("devicequota-1"))
+    body = await response.json()
+    assert response.status == 429 and response.headers["Retry-After"] == "1"
+    assert error_code(body) == "QUOTA_EXCEEDED"
+    [quota] = [d for d in body["error"]["details"]
+               if d["@type"] == "type.googleapis.com/google.rpc.QuotaFailure"]
+    assert "device" in quota["violations"][0]["description"]
+    assert (await send(fcm, "devicequota-1"))[0] == 200
+    assert [row.error for row in await rows(fcm)] == ["QUOTA_EXCEEDED", None]
+    _, project = await send(fcm, "quota-1")
+    [quota] = [d for d in project["error"]["details"]
+               if d["@type"] == "type.googleapis.com/google.rpc.QuotaFailure"]
+    assert "device" not in str(quota)
+
+
 async def test_a_flaky_token_fails_once_then_is_accepted(fcm: Client) -> None:
     assert (await send(fcm, "flaky-1"))[0] == 503
     assert (await send(fcm, "flaky-1"))[0] == 200

@@ -24,6 +24,7 @@ from fcm_emulator.discovery import Violation
 from herald.adapters.fcm import SENT, SendResult, parse_error, parse_retry_after
 from herald.domain.fcm_errors import (
     CONFIGURATION_ERRORS,
+    ONE_DEVICE,
     RETRYABLE,
     TOKEN_IS_DEAD,
     Consequence,
@@ -236,7 +237,8 @@ def test_send_result_flags(error: FcmError) -> None:
 
 def test_what_is_retried() -> None:
     """Push-back and outages (nothing was delivered); never a timeout, which may have been."""
-    assert frozenset({FcmError.QUOTA_EXCEEDED, FcmError.UNAVAILABLE, FcmError.INTERNAL,
+    assert frozenset({FcmError.QUOTA_EXCEEDED, FcmError.DEVICE_QUOTA_EXCEEDED,
+                      FcmError.UNAVAILABLE, FcmError.INTERNAL,
                       FcmError.CONNECTION_ERROR}) == RETRYABLE
     assert consequence(FcmError.TIMEOUT) is Consequence.UNCERTAIN
 
@@ -259,7 +261,8 @@ def test_dead_tokens_and_unusable_tokens() -> None:
 
 @pytest.mark.parametrize("error", sorted(CONFIGURATION_ERRORS | {FcmError.UNAUTHENTICATED,
                                                                   FcmError.TIMEOUT,
-                                                                  FcmError.QUOTA_EXCEEDED}))
+                                                                  FcmError.QUOTA_EXCEEDED,
+                                                                  FcmError.DEVICE_QUOTA_EXCEEDED}))
 def test_configuration_errors_and_outages_never_make_a_token_unusable(error: FcmError) -> None:
     assert not token_is_unusable(error)
 
@@ -291,6 +294,7 @@ HERALD_READS = {
     "SENDER_ID_MISMATCH": FcmError.SENDER_ID_MISMATCH,
     "THIRD_PARTY_AUTH_ERROR": FcmError.THIRD_PARTY_AUTH_ERROR,
     "QUOTA_EXCEEDED": FcmError.QUOTA_EXCEEDED, "UNAVAILABLE": FcmError.UNAVAILABLE,
+    "DEVICE_QUOTA_EXCEEDED": FcmError.DEVICE_QUOTA_EXCEEDED,
     "INTERNAL": FcmError.INTERNAL, "PERMISSION_DENIED": FcmError.PERMISSION_DENIED,
     "UNAUTHENTICATED": FcmError.UNAUTHENTICATED, "NOT_FOUND": FcmError.NOT_FOUND,
     "UNSPECIFIED_ERROR": FcmError.UNSPECIFIED_ERROR,
@@ -310,3 +314,55 @@ def test_a_payload_violation_the_emulator_answers_is_the_payloads_fault(
     violation = Violation("message.android.ttl", "Invalid duration", "fcm")
     body = json.dumps(faults.violation_error(violation, with_fcm_error=with_fcm_error)).encode()
     assert parse_error(400, body) is FcmError.INVALID_PAYLOAD
+
+
+# --- QUOTA_EXCEEDED: the project's rate, or one device's? ------------------------------------------
+QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
+
+
+def quota_answer(*details: dict[str, object]) -> bytes:
+    return json.dumps({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED",
+                                 "message": "Quota exceeded.", "details": list(details)}}).encode()
+
+
+FCM_QUOTA = {"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError",
+             "errorCode": "QUOTA_EXCEEDED"}
+
+
+def violations(*texts: dict[str, str]) -> dict[str, object]:
+    return {"@type": QUOTA_FAILURE, "violations": list(texts)}
+
+
+@pytest.mark.parametrize(("body", "read"), [
+    # Google's ErrorCode reference: a QuotaFailure names the quota exceeded.
+    (quota_answer(FCM_QUOTA, violations({"subject": "device", "description": "Device message "
+                                         "rate exceeded"})), FcmError.DEVICE_QUOTA_EXCEEDED),
+    (quota_answer(violations({"quotaMetric": "fcm.googleapis.com/device_messages"})),
+     FcmError.DEVICE_QUOTA_EXCEEDED),
+    # The project's rate, and every doubt: the project's (it slows everything).
+    (quota_answer(FCM_QUOTA, violations({"subject": "project:demo", "description": "Message "
+                                         "rate exceeded"})), FcmError.QUOTA_EXCEEDED),
+    (quota_answer(FCM_QUOTA), FcmError.QUOTA_EXCEEDED),
+    (quota_answer(FCM_QUOTA, violations()), FcmError.QUOTA_EXCEEDED),
+    (quota_answer(FCM_QUOTA, violations({"subject": "device", "description": "device rate"},
+                                        {"subject": "project:demo"})), FcmError.QUOTA_EXCEEDED),
+    (quota_answer(FCM_QUOTA, {"@type": QUOTA_FAILURE, "violations": "device"}),
+     FcmError.QUOTA_EXCEEDED),
+    # A project's quota as FCM was reported answering it (firebase/firebase-admin-go#719): no
+    # FcmError, an ErrorInfo of the project's per-minute limit.
+    (quota_answer({"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                   "reason": "RATE_LIMIT_EXCEEDED", "domain": "googleapis.com",
+                   "metadata": {"quota_metric": "fcm.googleapis.com/send_requests",
+                                "quota_unit": "1/min/{project}",
+                                "quota_limit": "SendsPerMinutePerProject"}}),
+     FcmError.QUOTA_EXCEEDED),
+])
+def test_a_429_is_one_device_s_only_when_its_quota_failure_says_so(body: bytes,
+                                                                  read: FcmError) -> None:
+    assert parse_error(429, body) is read
+
+
+def test_only_a_device_s_push_back_spares_the_project() -> None:
+    assert frozenset({FcmError.DEVICE_QUOTA_EXCEEDED}) == ONE_DEVICE
+    assert consequence(FcmError.DEVICE_QUOTA_EXCEEDED) is Consequence.RETRY
+    assert not token_is_unusable(FcmError.DEVICE_QUOTA_EXCEEDED)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -22,7 +23,10 @@ from herald.domain.documents import (
 )
 from herald.domain.lanes import Route
 from herald.domain.messages import SendChunk
+from herald.domain.purpose import Purpose
+from herald.domain.quiet_hours import QuietHoursChoice, QuietMode
 from herald.domain.status import Status, Transition, Verdict
+from herald.domain.suppression import Rule
 from herald.service_layer.ports import Stores
 from herald.service_layer.recipients import unpaged, unsent
 from herald.service_layer.sending.lifecycle import ChunkLifecycle, Tally
@@ -291,6 +295,80 @@ async def test_a_local_time_campaign_pages_the_due_waves_and_parks_until_the_nex
     assert published(bus) == [(0, tokens(0, 1, 2))]
     assert parked.dispatch.lease_until == wall.replace(tzinfo=UTC) == waves[1].due_at
     assert not parked.dispatch.done
+
+
+# --- quiet hours: the zones inside the window are later waves, or skipped ------------------------
+SEOUL = ZoneInfo("Asia/Seoul")
+
+
+def quiet_in_seoul(mode: QuietMode) -> QuietHoursChoice:
+    """A window from an hour ago to an hour from now in Seoul: quiet there, not in UTC (nine
+    hours behind)."""
+    seoul_now = utcnow().astimezone(SEOUL).replace(tzinfo=None, microsecond=0)
+    window = f"{(seoul_now - timedelta(hours=1)):%H:%M:%S}-{(seoul_now + timedelta(hours=1)):%H:%M:%S}"
+    return QuietHoursChoice(window, mode, "UTC")
+
+
+async def marketing_devices(stores: Stores) -> None:
+    await register(stores, range(3), timezone="Asia/Seoul", marketing_enabled=True)
+    await register(stores, range(3, 5), timezone="Europe/London", marketing_enabled=True)
+    await register(stores, range(5, 7), marketing_enabled=True)
+
+
+async def test_quiet_hours_page_the_zones_outside_and_park_until_the_window_ends_inside(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    await marketing_devices(stores)
+    choice = quiet_in_seoul(QuietMode.HOLD)
+    campaign_id = await insert(stores, purpose=Purpose.MARKETING, quiet_hours=choice)
+    await dispatcher.run(campaign_id)
+    parked = await stored(stores, campaign_id)
+    waves = parked.dispatch.waves
+    assert waves is not None
+    assert [(w.zones, w.others, w.held) for w in waves] == [
+        (("Europe/London", "UTC"), True, False), (("Asia/Seoul",), False, True)]
+    assert published(bus) == [(0, tokens(3, 4, 5, 6))]
+    assert parked.status is Status.IN_PROGRESS and not parked.dispatch.done
+    assert parked.dispatch.lease_until == waves[1].due_at
+    assert abs((waves[1].due_at - utcnow()).total_seconds() - 3600) < 5
+
+    later = utcnow() + timedelta(seconds=3601)  # the window ended in Seoul
+    monkeypatch.setattr("services.dispatcher.paging.utcnow", lambda: later)
+    await dispatcher.run(campaign_id, later_s=3601)
+    assert published(bus)[1:] == [(1, tokens(0, 1, 2))]
+    assert (await stored(stores, campaign_id)).dispatch.done
+
+
+async def test_quiet_hours_that_skip_page_everyone_at_once_marked_suppressed_inside(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    await marketing_devices(stores)
+    campaign_id = await insert(stores, purpose=Purpose.MARKETING,
+                               quiet_hours=quiet_in_seoul(QuietMode.SKIP))
+
+    async def sent(message: SendChunk) -> None:
+        await send_at_once(stores, message)
+
+    dispatcher.after_publish = sent
+    await dispatcher.run(campaign_id)
+    marked = {r.token: r.suppressed for m in bus.chunks for r in m.recipients}
+    assert marked == {**dict.fromkeys(tokens(0, 1, 2), Rule.QUIET_HOURS),
+                      **dict.fromkeys(tokens(3, 4, 5, 6))}
+    assert (await stored(stores, campaign_id)).dispatch.done
+
+
+async def test_quiet_hours_that_hold_nobody_page_the_audience_as_one(
+        stores: Stores, bus: FakeBus, dispatcher: Dispatcher) -> None:
+    await register(stores, range(3), timezone="Europe/London", marketing_enabled=True)
+    campaign_id = await insert(stores, purpose=Purpose.MARKETING,
+                               quiet_hours=quiet_in_seoul(QuietMode.HOLD))
+    transactional = await insert(stores, purpose=Purpose.TRANSACTIONAL,
+                                 quiet_hours=quiet_in_seoul(QuietMode.HOLD))
+    await register(stores, range(3, 4), timezone="Asia/Seoul", marketing_enabled=False)
+    await dispatcher.run(campaign_id)
+    await dispatcher.run(transactional)
+    assert (await stored(stores, campaign_id)).dispatch.waves is None
+    assert (await stored(stores, transactional)).dispatch.waves is None  # never held
+    assert published(bus) == [(0, tokens(0, 1, 2)), (0, tokens(0, 1, 2, 3))]
 
 
 # --- backpressure: no more than the bound waits in the queue ------------------------------------

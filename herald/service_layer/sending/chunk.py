@@ -25,6 +25,7 @@ from herald.domain.messages import Recipient, SendChunk
 from herald.domain.outcomes import RecipientOutcome, Target, dead_tokens
 from herald.domain.rendering import CompiledContent
 from herald.domain.status import Verdict as May
+from herald.domain.suppression import suppressed_code
 from herald.observability import CHUNKS
 from herald.service_layer.ports import RateLimits
 from herald.service_layer.sending.campaigns import UNKNOWN, CampaignCache, CampaignInfo
@@ -279,7 +280,8 @@ def targets(chunk: SendChunk, recorded: Recorded, content: CompiledContent,
             ) -> tuple[list[Target], list[RecipientOutcome]]:
     """The chunk's recipients still to send (of those ``admits`` lets through: a staged
     rollout's open waves), and those whose message cannot be sent at all (rendered over FCM's
-    size limit, or not renderable), as failed outcomes.
+    size limit, or not renderable), as failed outcomes, with those the dispatcher marked
+    suppressed (quiet hours that skip) as suppressed outcomes.
 
     A campaign whose devices all get one message (no translations, no placeholders) sends the
     shared one, its token spliced in, as before; only a per-device campaign renders here, each
@@ -288,8 +290,10 @@ def targets(chunk: SendChunk, recorded: Recorded, content: CompiledContent,
             if position not in recorded and admits(r.token)]
     erased = [RecipientOutcome(Target(position, ""), ERASED) for position, r in todo
               if r.erased]
-    if erased:  # never sent: recorded failed, so the chunk closes with every place counted
-        todo = [(position, r) for position, r in todo if not r.erased]
+    erased += [RecipientOutcome(Target(position, r.token), suppressed_code(r.suppressed))
+               for position, r in todo if r.suppressed is not None and not r.erased]
+    if erased:  # never sent: recorded failed (or suppressed), so every place is counted
+        todo = [(position, r) for position, r in todo if not r.erased and r.suppressed is None]
     if not content.per_device:
         return [Target(position, r.token) for position, r in todo], erased
     sendable, refused, first_failure = _rendered(todo, content)

@@ -18,6 +18,15 @@ With 256 connections and batches of 500, 256 requests can be on the wire while u
 answered ones wait for (or are in) their write: the write of one group overlaps the sending of
 the next, and the connections stay busy as long as a group's write is quicker than a round trip.
 
+The device pace (``HERALD_DEVICE_RATE_PER_MIN``, ``domain/pace.py``): a delivery asks the pace for
+a block of its targets at once, after their rate tokens and before their permits (one round trip
+per block, as for the tokens). A target whose device had a message from Herald less than an
+interval ago (from any campaign, any sender) waits aside until its device's moment, without a
+token or a permit, while the rest of the delivery goes on; it is then asked for again like any
+other. A device FCM answered "device message rate exceeded" is retried alone, after FCM's
+``Retry-After`` (or the back-off), and held in the pace meanwhile; the project's rate is not
+slowed for it (any other push-back's ``Retry-After`` holds the whole fleet's bucket).
+
 Cancel: a request checks its campaign's cancel event (set by the broadcast) right before it
 starts, after it got its connection; the chunk's own check (``may_start``: the Redis flag, the
 channel, the budget) runs before each request is admitted to the window.
@@ -27,6 +36,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 import random
 import time
@@ -35,12 +46,17 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from herald.domain.fcm_errors import Consequence, FcmError, SendResult
+from herald.domain.fcm_errors import ONE_DEVICE, Consequence, FcmError, SendResult
 from herald.domain.lanes import LANES_FIRST_TO_LAST, Lane
 from herald.domain.outcomes import RecipientOutcome, Target
 from herald.domain.payload import MessageTemplate
-from herald.observability import FCM_ERRORS, FCM_REQUEST_SECONDS, FCM_RETRIES
-from herald.service_layer.ports import Fcm, RateBucket
+from herald.observability import (
+    DEVICE_PACE_DEFERRED,
+    FCM_ERRORS,
+    FCM_REQUEST_SECONDS,
+    FCM_RETRIES,
+)
+from herald.service_layer.ports import DevicePace, Fcm, RateBucket
 from herald.service_layer.sending.permits import LanePermits
 
 log = logging.getLogger(__name__)
@@ -52,6 +68,9 @@ TOKEN_BLOCK = 64
 """Rate-limit tokens taken from Redis at once: one round trip per 64 requests, not per request.
 A delivery never takes more than it still has to send (a rollout's wave of 5 recipients in a
 chunk takes 5)."""
+PACE_MARGIN_S = 0.002
+"""Added to the pace's wait: the device's moment has surely come when its target is asked for
+again (the pace counts whole milliseconds of Redis' clock)."""
 RECORD_GROUP_WAIT_S = 0.05
 """Longest an answered request waits for its group to be written."""
 
@@ -67,6 +86,19 @@ def backoff_s(attempt: int, retry_after_s: float | None) -> float:
 
 def never(_failure: BaseException) -> bool:
     return False
+
+
+class NoPace:
+    """No per-device pace (``HERALD_DEVICE_RATE_PER_MIN=0``): every message may start now."""
+
+    async def reserve(self, tokens: Sequence[str]) -> list[float]:
+        return [0.0] * len(tokens)
+
+    async def hold(self, token: str, seconds: float) -> None:
+        return None
+
+
+NO_PACE = NoPace()
 
 
 @dataclass(frozen=True)
@@ -195,8 +227,6 @@ class _Delivery:
     """True once this pod may no longer act for the delivery (it was away: see ``fence.py``)."""
     rank: int = Lane.STANDARD.rank
     """Its lane's rank: a full window starts the requests of the lowest rank first."""
-    unadmitted: int = 0
-    """Targets not admitted yet: the most tokens it may still use."""
     tokens: int = 0
     failure: BaseException | None = None
     in_window: int = 0
@@ -215,6 +245,46 @@ class _Delivery:
     def may_send(self) -> bool:
         """Asked right before a request's bytes leave: not cancelled, not fenced off."""
         return not (self.cancelled.is_set() or self.fenced())
+
+
+class _Waiting:
+    """A delivery's targets not admitted yet: those that may be asked for now, in order, and
+    those the device pace put aside, by the moment their device may have the next message."""
+
+    def __init__(self, targets: Iterable[Target]) -> None:
+        self._now: deque[Target] = deque(targets)
+        self._later: list[tuple[float, int, Target]] = []
+        self._order = itertools.count()
+        self._loop = asyncio.get_running_loop()
+
+    def __bool__(self) -> bool:
+        return bool(self._now or self._later)
+
+    @property
+    def ready(self) -> int:
+        """How many may be asked for now."""
+        return len(self._now)
+
+    def take(self, count: int) -> list[Target]:
+        return [self._now.popleft() for _ in range(min(count, len(self._now)))]
+
+    def put_aside(self, target: Target, wait_s: float) -> None:
+        due = self._loop.time() + wait_s + PACE_MARGIN_S
+        heapq.heappush(self._later, (due, next(self._order), target))
+
+    async def due(self, cancelled: asyncio.Event) -> bool:
+        """Wait until one may be asked for (at once if one may); False if cancelled first."""
+        self._return_due()
+        if not self._now and self._later:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(cancelled.wait(), self._later[0][0] - self._loop.time())
+            self._return_due()
+        return not cancelled.is_set()
+
+    def _return_due(self) -> None:
+        now = self._loop.time()
+        while self._later and self._later[0][0] <= now:
+            self._now.append(heapq.heappop(self._later)[2])
 
 
 @dataclass(slots=True)
@@ -242,8 +312,9 @@ class SendWindow:
     """
 
     def __init__(self, fcm: Fcm, policy: WindowPolicy, project_bucket: RateBucket,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, pace: DevicePace = NO_PACE) -> None:
         self._fcm = fcm
+        self._pace = pace
         self._wall_clock = wall_clock
         self._policy = policy
         self._unrecorded = LanePermits(policy.unrecorded)
@@ -275,7 +346,7 @@ class SendWindow:
                                self._policy.group_wait_s, self._policy.is_outage)
         delivery = _Delivery(template, cancelled,
                              tuple(buckets) if buckets is not None else (self._project_bucket,),
-                             groups, stop, fenced, rank=lane.rank, unadmitted=len(targets))
+                             groups, stop, fenced, rank=lane.rank)
         try:
             await self._admit(delivery, targets, may_start)
         finally:
@@ -287,20 +358,50 @@ class SendWindow:
 
     async def _admit(self, delivery: _Delivery, targets: Iterable[Target],
                      may_start: MayStart) -> None:
-        """Tokens first, then a permit: a campaign waiting for its rate holds no permit another
-        campaign could use. Whether the chunk may go on is asked again once the permit is
-        there (a cancel, a pause or a shutdown may have come while it waited)."""
-        for target in targets:
-            if delivery.tokens == 0 and not await self._refill(delivery):
-                return
-            await self._unrecorded.acquire(delivery.rank)
-            if not await self._may_continue(delivery, may_start):
-                self._unrecorded.release()
-                return
-            delivery.tokens -= 1
-            delivery.unadmitted -= 1
-            delivery.enter()
-            self._enqueue(_Try(delivery, target))
+        """Tokens first, then the device pace, then a permit: a campaign waiting for its rate,
+        or a target for its device, holds no permit another campaign could use. Whether the
+        chunk may go on is asked again once the permit is there (a cancel, a pause or a
+        shutdown may have come while it waited)."""
+        waiting = _Waiting(targets)
+        while block := await self._next_block(delivery, waiting):
+            for target in block:
+                await self._unrecorded.acquire(delivery.rank)
+                if not await self._may_continue(delivery, may_start):
+                    self._unrecorded.release()
+                    return
+                delivery.tokens -= 1
+                delivery.enter()
+                self._enqueue(_Try(delivery, target))
+
+    async def _next_block(self, delivery: _Delivery, waiting: _Waiting) -> list[Target]:
+        """The next targets whose devices may have a message now, at most as many as the
+        delivery has tokens (taken first); those the pace puts aside wait in ``waiting``.
+        Empty once none is left, or the delivery must stop."""
+        while waiting:
+            if not await waiting.due(delivery.cancelled):
+                return []
+            if not waiting.ready:  # woken a hair early
+                continue
+            if delivery.tokens == 0 and not await self._refill(delivery, waiting.ready):
+                return []
+            ready = await self._paced(waiting.take(delivery.tokens), waiting)
+            if ready:
+                return ready
+        return []
+
+    async def _paced(self, block: list[Target], waiting: _Waiting) -> list[Target]:
+        """Of ``block``, the targets whose devices may have a message now (their moment moved
+        on); the others are put aside until their device's moment."""
+        waits = await self._pace.reserve([target.token for target in block])
+        ready = []
+        for target, wait_s in zip(block, waits, strict=True):
+            if wait_s > 0:
+                waiting.put_aside(target, wait_s)
+            else:
+                ready.append(target)
+        if len(ready) < len(block):
+            DEVICE_PACE_DEFERRED.inc(len(block) - len(ready))
+        return ready
 
     async def _may_continue(self, delivery: _Delivery, may_start: MayStart) -> bool:
         if (delivery.failure or delivery.groups.failure or delivery.cancelled.is_set()
@@ -308,14 +409,13 @@ class SendWindow:
             return False
         return await may_start()
 
-    async def _refill(self, delivery: _Delivery) -> bool:
+    async def _refill(self, delivery: _Delivery, ready: int) -> bool:
         """Take the delivery's next tokens: at most ``TOKEN_BLOCK``, and never more than it
-        has targets left; False if it must stop (or was cancelled while waiting). ``may_start``
-        is asked once per target, after its permit."""
+        has targets ready; False if it must stop (or was cancelled while waiting).
+        ``may_start`` is asked once per target, after its permit."""
         if delivery.failure or delivery.groups.failure or delivery.cancelled.is_set():
             return False
-        delivery.tokens = await self._take_tokens(min(TOKEN_BLOCK, delivery.unadmitted),
-                                                  delivery)
+        delivery.tokens = await self._take_tokens(min(TOKEN_BLOCK, ready), delivery)
         return delivery.tokens > 0
 
     async def _take_tokens(self, count: int, delivery: _Delivery) -> int:
@@ -417,7 +517,7 @@ class SendWindow:
         cancelled target leaves unsent."""
         delivery = attempt.delivery
         try:
-            await self._back_off(attempt.attempt, result, delivery)
+            await self._back_off(attempt, result)
         except Exception as exc:
             delivery.failure = delivery.failure or exc
         if delivery.cancelled.is_set() or delivery.failure is not None or delivery.fenced():
@@ -427,11 +527,29 @@ class SendWindow:
         attempt.attempt += 1
         self._enqueue(attempt)
 
-    async def _back_off(self, attempt: int, result: SendResult, delivery: _Delivery) -> None:
-        if result.retry_after_s:
-            await self._project_bucket.penalize(result.retry_after_s)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(delivery.cancelled.wait(),
-                                   backoff_s(attempt, result.retry_after_s))
+    async def _back_off(self, attempt: _Try, result: SendResult) -> None:
+        """FCM's ``Retry-After`` holds the whole fleet, unless it is about one device: then
+        that device alone waits (every campaign's messages to it), the rest goes on."""
+        delivery = attempt.delivery
+        wait_s = backoff_s(attempt.attempt, result.retry_after_s)
+        if result.error in ONE_DEVICE:
+            await self._pace.hold(attempt.target.token, wait_s)
+            await self._device_moment(attempt)
+        else:
+            if result.retry_after_s:
+                await self._project_bucket.penalize(result.retry_after_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(delivery.cancelled.wait(), wait_s)
         if not delivery.cancelled.is_set():
             await self._take_tokens(1, delivery)  # a retry is a request: it costs a token
+
+    async def _device_moment(self, attempt: _Try) -> None:
+        """Wait until the device's pace lets a message start (its hold first): a retry for a
+        device FCM found over its rate is a message to it like any other."""
+        cancelled = attempt.delivery.cancelled
+        while not cancelled.is_set():
+            [wait_s] = await self._pace.reserve([attempt.target.token])
+            if wait_s <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(cancelled.wait(), wait_s + PACE_MARGIN_S)

@@ -52,6 +52,12 @@ function localTime(iso) {
   return iso ? new Date(iso).toLocaleString() : "—";
 }
 
+// A moment people in several places read: the operator's own clock, then UTC.
+function bothTimes(iso) {
+  const utc = new Date(iso).toISOString().slice(0, 19).replace("T", " ");
+  return `${localTime(iso)} your time (${utc} UTC)`;
+}
+
 function notify(message, ok = false) {
   const box = $("#notice");
   box.textContent = message;
@@ -293,6 +299,7 @@ function campaignPage(main, id) {
   const view = { campaign: null, stopRequested: false };
   const parts = {
     title: h("h1"), status: h("span"), meta: h("p", { class: "muted" }), bar: h("div"),
+    rules: h("p", { class: "rules-line", id: "rules-shown" }),
     counts: h("dl", { class: "counts" }), stop: h("div"), stopped: h("div"),
     live: h("span", { class: "muted", id: "stream-state" }),
     timeline: h("ol", { class: "timeline", id: "timeline" }), followUps: h("div"),
@@ -310,7 +317,7 @@ function campaignPage(main, id) {
   if (parts.stopButton) parts.stop.append(parts.stopButton);
   addHoldButtons(parts, view);
   main.append(h("section", { class: "panel" },
-    h("div", { class: "head" }, h("div", {}, parts.title, h("p", {}, parts.status, " ", parts.live), parts.meta), parts.stop),
+    h("div", { class: "head" }, h("div", {}, parts.title, h("p", {}, parts.status, " ", parts.live), parts.meta, parts.rules), parts.stop),
     parts.stopped, parts.approval, parts.bar, parts.eta, parts.counts),
   parts.rollout,
   parts.followUps,
@@ -332,8 +339,9 @@ function campaignPage(main, id) {
     ETA_REFRESH_MS);
 }
 
-// While it sends, when its last recipient is expected (GET /v1/campaigns/{id}: eta); the
-// event stream carries no forecast, so it is read apart, every few seconds.
+// While it sends, when its last recipient is expected (GET /v1/campaigns/{id}: eta, never before
+// quiet hours let the last held one go, shown above it); the event stream carries no forecast,
+// so it is read apart, every few seconds.
 async function refreshEta(parts, view, id) {
   if (!view.campaign || !SENDING.has(view.campaign.status)) { parts.eta.hidden = true; return; }
   const { eta } = await get(`/v1/campaigns/${id}`);
@@ -351,6 +359,7 @@ function renderCampaign(parts, view) {
   parts.status.replaceChildren(statusBadge(c.status), " ", laneBadge(c.lane), " ", purposeBadge(c.purpose));
   const tags = Object.keys(c.translations || {});
   parts.meta.textContent = `${c.title} — ${c.body}` + (tags.length ? ` (also in ${tags.join(", ")})` : "");
+  parts.rules.replaceChildren(...personRulesShown(c));
   parts.bar.replaceChildren(progressBar(c.counts, true));
   if (!SENDING.has(c.status)) parts.eta.hidden = true;  // no forecast once it stopped sending
   // Suppressed: held back by a rule (the frequency cap), never sent; in the audit with the rule.
@@ -374,6 +383,32 @@ function renderCampaign(parts, view) {
     view.closeDialog();
     notify(`“${label(c)}” is ${c.status}: there is nothing left to stop.`, true);
   }
+}
+
+// A marketing campaign's quiet hours and frequency cap as it was created (GET /v1/campaigns/{id}:
+// quiet_hours, null for the setting's, held; frequency_cap, null for the setting's), and until
+// when quiet hours hold some of its recipients (quiet_hours_until, once its dispatcher planned).
+function personRulesShown(c) {
+  if (c.purpose !== "marketing") return [];
+  const q = c.quiet_hours || {};
+  const mode = q.mode === "skip" ? "skipped (suppressed)" : "held until they end";
+  const quiet = q.window === "off" ? "off"
+    : `${q.window ? q.window : "Herald's window"}, ${mode}, in each device's time zone (else ${q.timezone || "UTC"})`;
+  const cap = c.frequency_cap === null || c.frequency_cap === undefined ? "Herald's"
+    : c.frequency_cap === "none" ? "none (its sends still count)" : `${c.frequency_cap}, with Herald's`;
+  const shown = [h("span", { id: "quiet-hours-shown", text: `Quiet hours: ${quiet}.` }), " ",
+    h("span", { id: "frequency-cap-shown", text: `Frequency cap: ${cap}.` })];
+  const until = c.quiet_hours_until;
+  if (until) {  // still to come while it may send; what was planned once it stopped
+    const waiting = !FINAL.has(c.status) && new Date(until) > new Date();
+    // Counts have no figure for the held: they are targeted when their wave is paged.
+    const zones = (c.waves || []).filter((w) => w.held).flatMap((w) => w.zones).join(", ");
+    const where = zones ? `: devices in ${zones}` : "";
+    shown.push(" ", h("strong", { id: "quiet-until", "data-until": until, text: waiting
+      ? `Held by quiet hours until ${bothTimes(until)}${where}, targeted then.`
+      : `Quiet hours held part of it until ${bothTimes(until)}${where}.` }));
+  }
+  return shown;
 }
 
 const stillToGo = (c) => `${fmt(c.counts.unsent)} of ${fmt(c.counts.targeted)} are still to go.`;
@@ -918,16 +953,61 @@ function renderPreview(preview) {
     h("pre", { class: "mono fcm-message", id: "preview-message", text: JSON.stringify({ message: preview.message }, null, 2) }));
 }
 
-const HELD_BACK = { marketing_opt_out: "not opted in to marketing" };
-
 function splitText(found) {
   const total = `This will reach ${fmt(found.devices)} devices`;
-  const held = Object.entries(found.held_back || {}).filter(([, count]) => count > 0)
-    .map(([rule, count]) => ` ${fmt(count)} more held back: ${HELD_BACK[rule] || rule}.`).join("");
-  if (!found.by_language) return total + "." + held;
+  if (!found.by_language) return total + ".";
   const parts = Object.entries(found.by_language).sort((a, b) => b[1] - a[1])
     .map(([variant, count]) => `${variant} ${fmt(count)}`);
-  return `${total}: ${parts.join(", ")}.${held}`;
+  return `${total}: ${parts.join(", ")}.`;
+}
+
+// Each rule's figure under the count (POST /v1/audiences/estimate: held_back, for a marketing
+// campaign only), one line each, so that the choices above visibly move them. The opt-out is
+// not among the devices counted; the others are: targeted, then suppressed or sent later.
+function heldBackLines(found, asked) {
+  const rules = found.held_back || {};
+  const line = (rule, text) => h("li", { "data-rule": rule, "data-count": rules[rule], text });
+  const lines = [];
+  if (rules.marketing_opt_out > 0) {
+    lines.push(line("marketing_opt_out", `${fmt(rules.marketing_opt_out)} more held back: not opted in to marketing.`));
+  }
+  if ("frequency_cap" in rules) lines.push(line("frequency_cap", capLine(rules.frequency_cap, asked)));
+  if ("quiet_hours_held" in rules) lines.push(...quietLines(rules, found, asked, line));
+  if (lines.length && asked.later) {
+    lines.push(h("li", { class: "hint", text: "Judged as if it were sent now: quiet hours and the cap are applied when it is sent." }));
+  }
+  return lines;
+}
+
+function capLine(count, asked) {
+  if (count > 0) return `${fmt(count)} of them suppressed by the frequency cap (as of now: other campaigns move it).`;
+  return asked.frequency_cap === "none" ? "Frequency cap: none for this campaign (its sends still count for later ones)."
+    : "Frequency cap: it holds back none of them now.";
+}
+
+function quietLines(rules, found, asked, line) {
+  const mode = quietMode(asked.quiet_hours);
+  if (mode === "off") return [line("quiet_hours_held", "Quiet hours: off for this campaign.")];
+  const lines = [];
+  if (mode === "hold" || rules.quiet_hours_held > 0) {
+    lines.push(line("quiet_hours_held", rules.quiet_hours_held > 0
+      ? `${fmt(rules.quiet_hours_held)} of them held by quiet hours in their time zone until ${bothTimes(found.quiet_hours_until)}, sent then.`
+      : "Quiet hours: none of them is inside quiet hours now; none held."));
+  }
+  if (mode === "skip" || rules.quiet_hours_skipped > 0) {
+    lines.push(line("quiet_hours_skipped", rules.quiet_hours_skipped > 0
+      ? `${fmt(rules.quiet_hours_skipped)} of them suppressed: inside quiet hours in their time zone, skipped.`
+      : "Quiet hours: none of them is inside quiet hours now; none skipped."));
+  }
+  return lines;
+}
+
+// A campaign's quiet_hours as a create sends it: omitted (the setting's, held), "hold", "skip",
+// "off", or {window, mode}.
+function quietMode(asked) {
+  if (asked === undefined || asked === null) return "hold";
+  if (typeof asked === "string") return asked;
+  return asked.window === "off" ? "off" : asked.mode || "hold";
 }
 
 // --- new campaign ------------------------------------------------------------------------------
@@ -938,10 +1018,12 @@ function newCampaignPage(main) {
   const name = h("input", { type: "text", id: "name", maxlength: 200, placeholder: "optional, e.g. live-stream-2026-11" });
   const rate = h("input", { type: "number", id: "rate", min: 1, step: 1, placeholder: "no cap: as fast as FCM allows" });
   const lane = laneChooser(() => estimate());
-  const purpose = purposeSelect(() => estimate());
+  const rules = personRules(() => estimate());
+  const purpose = purposeSelect(() => { rules.showFor(purpose.value()); estimate(); });
   const audience = audienceEditor(() => estimate());
-  const when = whenEditor();
+  const when = whenEditor(() => estimate());
   const reach = h("p", { class: "reach", id: "estimate", text: "Counting the audience…" });
+  const heldBack = h("ul", { class: "held-back", id: "held-back" });
   const forecast = h("p", { class: "forecast", id: "forecast", text: "" });
   const content = () => ({ ...editor.value(), translations: translations.value() });
   const preview = previewPanel(content);
@@ -954,15 +1036,21 @@ function newCampaignPage(main) {
       const mine = ++counter;
       try {
         const languages = Object.keys(translations.value());
-        const asked = { audience: audience.value(), languages, lane: lane.value(), purpose: purpose.value() };
+        // What the create would send that changes who is held back, and so the figures.
+        const chosen = { ...rules.value(purpose.value()), ...zoneOf(when.value()) };
+        const asked = { audience: audience.value(), languages, lane: lane.value(), purpose: purpose.value(), ...chosen };
         if (rate.value && Number(rate.value) > 0) asked.rate_per_s = Number(rate.value);
         const found = await post("/v1/audiences/estimate", asked);
         if (mine === counter) {
           reach.textContent = splitText(found);
+          heldBack.replaceChildren(...heldBackLines(found, { ...chosen, later: Boolean(when.value().send_at) }));
           forecast.textContent = forecastText(found, asked.lane);
         }
       } catch (error) {
-        if (mine === counter && error.name !== "AbortError") reach.textContent = `The audience or a language is not valid: ${error.message}`;
+        if (mine === counter && error.name !== "AbortError") {
+          reach.textContent = `The audience, a language, the quiet hours or the cap is not valid: ${error.message}`;
+          heldBack.replaceChildren();
+        }
       }
     }, ESTIMATE_DELAY_MS);
   };
@@ -975,6 +1063,7 @@ function newCampaignPage(main) {
     if (rate.value) body.rate_per_s = Number(rate.value);
     body.lane = lane.value();
     body.purpose = purpose.value();
+    Object.assign(body, rules.value(body.purpose));
     submit.disabled = true;
     try {
       const created = await post("/v1/campaigns", body, { "Idempotency-Key": idempotencyKey });
@@ -989,7 +1078,7 @@ function newCampaignPage(main) {
   h("label", { for: "rate", text: "Rate cap (messages per second, this campaign only)" }), rate,
   h("h2", { text: "Lane" }), lane.element,
   h("label", { for: "purpose", text: "Purpose" }), purpose.element,
-  reach, forecast, h("p", {}, submit));
+  rules.element, reach, heldBack, forecast, h("p", {}, submit));
   rate.addEventListener("input", () => estimate());
   main.append(h("div", { class: "compose" }, form, preview.element));
   estimate();
@@ -1038,6 +1127,75 @@ function purposeSelect(onChange) {
   select.value = "marketing";
   const value = () => select.value || "marketing";
   return { element: select, value };
+}
+
+// The campaign's timezone as the create sends it (only with a time to send at): quiet hours read
+// devices without a timezone of their own in it, else in UTC.
+const zoneOf = (when) => (when.timezone ? { timezone: when.timezone } : {});
+
+// Quiet hours and the frequency cap (docs/sending-safely.md), for a marketing campaign only (the
+// API refuses them on a transactional one). Hold and skip of the setting's window need only the
+// right to send; off, a window of its own and a cap of its own what GET /v1/me says the key
+// may (HERALD_QUIET_HOURS_ROLES, HERALD_FREQUENCY_CAP_ROLES); the API refuses the others anyway.
+function personRules(onChange) {
+  const quiet = quietHoursChooser(onChange);
+  const cap = frequencyCapChooser(onChange);
+  const element = h("fieldset", { class: "rules", id: "person-rules" },
+    h("legend", { text: "Respecting the person (marketing)" }),
+    h("label", { for: "quiet-hours", text: "Quiet hours, in each device's time zone" }), quiet.element,
+    h("label", { for: "frequency-cap", text: "Frequency cap per person" }), cap.element);
+  const showFor = (purpose) => { element.hidden = purpose !== "marketing"; };
+  const value = (purpose) => (purpose === "marketing" ? { ...quiet.value(), ...cap.value() } : {});
+  return { element, value, showFor };
+}
+
+const QUIET_CHOICES = {
+  hold: "hold — sent when Herald's quiet hours end where they are",
+  skip: "skip — never sent inside Herald's quiet hours (suppressed)",
+  off: "off — no quiet hours for this campaign",
+  window: "a window of its own…",
+};
+
+function quietHoursChooser(onChange) {
+  const own = Boolean(session.me && session.me.quiet_hours);
+  const select = h("select", { id: "quiet-hours" }, (own ? ["hold", "skip", "off", "window"] : ["hold", "skip"])
+    .map((name) => h("option", { value: name, text: QUIET_CHOICES[name] })));
+  const ownWindow = h("input", { type: "text", id: "quiet-window", maxlength: 40, placeholder: "22:00-07:00" });
+  const mode = h("select", { id: "quiet-mode" }, h("option", { value: "hold", text: "hold until it ends" }),
+    h("option", { value: "skip", text: "skip (suppressed)" }));
+  const ownRow = h("div", { class: "row", id: "quiet-own", hidden: true }, ownWindow, mode,
+    h("span", { class: "hint", text: "wall-clock times; a window whose end comes first crosses midnight" }));
+  const element = h("div", { oninput: onChange, onchange: () => { ownRow.hidden = select.value !== "window"; onChange(); } },
+    select, ownRow, own ? "" : h("p", { class: "hint", id: "quiet-hours-hint",
+      text: "Off and a window of its own are kept for the roles allowed to change quiet hours; yours is not one of them." }));
+  // Hold is the default: omitted, as a create without a choice (the setting's window, held).
+  const value = () => {
+    if (select.value === "hold") return {};
+    if (select.value === "window") return { quiet_hours: { window: ownWindow.value.trim(), mode: mode.value } };
+    return { quiet_hours: select.value };
+  };
+  return { element, value };
+}
+
+function frequencyCapChooser(onChange) {
+  if (!(session.me && session.me.frequency_cap)) {
+    return { element: h("p", { class: "hint", id: "frequency-cap-hint",
+      text: "Herald's cap applies (HERALD_MARKETING_CAP); only the roles allowed to change it may give a campaign its own." }),
+    value: () => ({}) };
+  }
+  const select = h("select", { id: "frequency-cap" },
+    h("option", { value: "", text: "Herald's cap (HERALD_MARKETING_CAP, if set)" }),
+    h("option", { value: "none", text: "none — not capped (its sends still count for later campaigns)" }),
+    h("option", { value: "own", text: "a lower cap of its own…" }));
+  const cap = h("input", { type: "text", id: "frequency-cap-own", maxlength: 100, hidden: true,
+    placeholder: "1/24h, or several: 1/1h,3/7d" });
+  const element = h("div", { class: "row", oninput: onChange,
+    onchange: () => { cap.hidden = select.value !== "own"; onChange(); } }, select, cap);
+  const value = () => {
+    if (select.value === "own") return { frequency_cap: cap.value.trim() };
+    return select.value ? { frequency_cap: select.value } : {};
+  };
+  return { element, value };
 }
 
 function listInput(id, placeholder) {
@@ -1101,7 +1259,7 @@ function scalar(raw) {
   return text;
 }
 
-function whenEditor() {
+function whenEditor(onChange) {
   const now = h("input", { type: "radio", name: "when", id: "when-now", checked: true });
   const later = h("input", { type: "radio", name: "when", id: "when-later" });
   const at = h("input", { type: "datetime-local", id: "send-at" });
@@ -1111,7 +1269,7 @@ function whenEditor() {
   const zone = h("select", { id: "timezone" }, zones.map((z) => h("option", { value: z, text: z, selected: z === here })));
   const value = () => (later.checked && at.value
     ? { send_at: at.value.length === 16 ? `${at.value}:00` : at.value, timezone: zone.value } : {});
-  const element = h("div", { class: "row" },
+  const element = h("div", { class: "row", onchange: onChange },
     h("label", { class: "row" }, now, "Now"), h("label", { class: "row" }, later, "At"), at, zone);
   return { element, value };
 }

@@ -21,6 +21,7 @@ from services.api.deps import (
     FrequencyCapRoles,
     MintKey,
     OperatorLogEntries,
+    QuietHoursRoles,
     RevokeKey,
     TransactionalRoles,
     UrgentRoles,
@@ -82,7 +83,7 @@ async def operator_log(
 @router.get("/me", response_model=Me)
 async def me(caller: Annotated[Caller, RequireKey()], urgent_roles: UrgentRoles,
              transactional_roles: TransactionalRoles,
-             frequency_cap_roles: FrequencyCapRoles) -> Me:
+             frequency_cap_roles: FrequencyCapRoles, quiet_hours_roles: QuietHoursRoles) -> Me:
     """The calling key: its name, role, scopes and the lanes it may send in (what the console
     shows and hides)."""
     key = caller.key
@@ -91,4 +92,6 @@ async def me(caller: Annotated[Caller, RequireKey()], urgent_roles: UrgentRoles,
               expires_at=key.expires_at, lanes=lanes_of(key.role, urgent_roles),
               purposes=purposes_of(key.role, transactional_roles),
               frequency_cap=allows(key.role, Scope.CAMPAIGNS_SEND)
-              and key.role.value in frequency_cap_roles)
+              and key.role.value in frequency_cap_roles,
+              quiet_hours=allows(key.role, Scope.CAMPAIGNS_SEND)
+              and key.role.value in quiet_hours_roles)

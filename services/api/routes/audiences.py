@@ -3,6 +3,7 @@ done, before it is sent."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter
@@ -10,7 +11,9 @@ from fastapi import APIRouter
 from herald.contracts.http import AudienceEstimate, AudienceEstimateRequest
 from herald.domain.access import Scope, allows, roles_allowed
 from herald.domain.purpose import reach
-from herald.service_layer.campaigns import rollout_of
+from herald.service_layer.campaigns import quiet_hours_of, rollout_of
+from herald.service_layer.forecasting import Forecast
+from herald.service_layer.holding_back import Asked
 from services.api.auth import Caller, devices_read_adds, scoped
 from services.api.bodies import OffLoopRoute
 from services.api.deps import AudienceSplit, Forecasts, HeldBack
@@ -41,10 +44,22 @@ async def estimate_audience(body: AudienceEstimateRequest, audience_split: Audie
             "and marketing consent, platform and locale only: user_ids, attributes and topics "
             f"can single out a device and need the scope {Scope.DEVICES_READ.value} "
             f"(roles {', '.join(r.value for r in roles_allowed(Scope.DEVICES_READ))})"))
-    devices, by_language = await audience_split(reach(body.audience, body.purpose),
-                                                body.languages)
+    reached = reach(body.audience, body.purpose)
+    devices, by_language = await audience_split(reached, body.languages)
     forecast = await forecasts.new_campaign(devices, body.lane, body.rate_per_s,
                                             rollout_of(body.rollout))
-    held = await held_back(body.audience, body.purpose, devices)
-    return AudienceEstimate(devices=devices, by_language=by_language, held_back=held,
-                            finishes_in_s=forecast.finishes_in_s, **forecast_fields(forecast))
+    held = await held_back(Asked(body.audience, reached, body.purpose, devices,
+                                 quiet_hours_of(body.quiet_hours, body.purpose, body.timezone),
+                                 body.frequency_cap),
+                           forecast.at)
+    return AudienceEstimate(devices=devices, by_language=by_language, held_back=held.by_rule,
+                            quiet_hours_until=held.quiet_hours_until,
+                            finishes_in_s=_not_before(forecast, held.quiet_hours_until),
+                            **forecast_fields(forecast))
+
+
+def _not_before(forecast: Forecast, until: datetime | None) -> float | None:
+    """Seconds to the last recipient: never before the last one quiet hours hold."""
+    if until is None or forecast.finishes_in_s is None:
+        return forecast.finishes_in_s
+    return max(forecast.finishes_in_s, (until - forecast.at).total_seconds())

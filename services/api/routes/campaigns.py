@@ -47,6 +47,7 @@ from services.api.auth import (
     require_frequency_cap,
     require_lane,
     require_purpose,
+    require_quiet_hours,
     scoped,
 )
 from services.api.bodies import BodyChecks, checked_later
@@ -64,6 +65,7 @@ from services.api.deps import (
     ListCampaigns,
     PauseUseCase,
     PreviewMessage,
+    QuietHoursRoles,
     ResumeUseCase,
     SendTest,
     TestSends,
@@ -101,12 +103,14 @@ async def create_campaign(
     raw: Annotated[dict[str, Any], checked_later(CampaignCreate)], check: CheckBody,
     creator: Creator, request: Request, response: Response,
     caller: Sender, urgent_roles: UrgentRoles, transactional_roles: TransactionalRoles,
-    frequency_cap_roles: FrequencyCapRoles, idempotency_key: IdempotencyKey = None,
+    frequency_cap_roles: FrequencyCapRoles, quiet_hours_roles: QuietHoursRoles,
+    idempotency_key: IdempotencyKey = None,
 ) -> CampaignCreated:
     body = await check(CampaignCreate, raw)
     require_lane(caller, body.lane, urgent_roles)
     require_purpose(caller, body.purpose, transactional_roles)
     require_frequency_cap(caller, body.frequency_cap, frequency_cap_roles)
+    require_quiet_hours(caller, body.quiet_hours, quiet_hours_roles)
     result = await creator.create(body, idempotency_key, caller.actor)
     log_detail(request, lane_detail(result.campaign))
     if not result.created:

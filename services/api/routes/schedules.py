@@ -15,6 +15,7 @@ from services.api.auth import (
     require_frequency_cap,
     require_lane,
     require_purpose,
+    require_quiet_hours,
     scoped,
 )
 from services.api.bodies import checked_later
@@ -26,6 +27,7 @@ from services.api.deps import (
     FrequencyCapRoles,
     ListSchedules,
     MisfireGrace,
+    QuietHoursRoles,
     Replan,
     TransactionalRoles,
     UrgentRoles,
@@ -53,11 +55,13 @@ async def create_schedule(raw: Annotated[dict[str, Any], checked_later(ScheduleC
                           request: Request, response: Response, caller: Writer,
                           urgent_roles: UrgentRoles,
                           transactional_roles: TransactionalRoles,
-                          frequency_cap_roles: FrequencyCapRoles) -> ScheduleView:
+                          frequency_cap_roles: FrequencyCapRoles,
+                          quiet_hours_roles: QuietHoursRoles) -> ScheduleView:
     body = await check(ScheduleCreate, raw)
     require_lane(caller, body.template.lane, urgent_roles)
     require_purpose(caller, body.template.purpose, transactional_roles)
     require_frequency_cap(caller, body.template.frequency_cap, frequency_cap_roles)
+    require_quiet_hours(caller, body.template.quiet_hours, quiet_hours_roles)
     schedule = await create(body, caller.actor)
     log_detail(request, f"lane={body.template.lane.value} "
                         f"purpose={body.template.purpose.value}")
@@ -89,7 +93,8 @@ async def patch_schedule(schedule_id: ScheduleId,
                          check: CheckBody, replan: Replan, grace_s: MisfireGrace, caller: Writer,
                          urgent_roles: UrgentRoles,
                          transactional_roles: TransactionalRoles,
-                         frequency_cap_roles: FrequencyCapRoles) -> ScheduleView:
+                         frequency_cap_roles: FrequencyCapRoles,
+                         quiet_hours_roles: QuietHoursRoles) -> ScheduleView:
     """Pause, resume or edit; the next run is recomputed from now when timing changes."""
     body = await check(SchedulePatch, raw)
     require_lane(caller, body.template.lane if body.template else None, urgent_roles)
@@ -97,6 +102,8 @@ async def patch_schedule(schedule_id: ScheduleId,
                     transactional_roles)
     require_frequency_cap(caller, body.template.frequency_cap if body.template else None,
                           frequency_cap_roles)
+    require_quiet_hours(caller, body.template.quiet_hours if body.template else None,
+                        quiet_hours_roles)
     changes = body.model_dump(exclude_unset=True, exclude_none=True, mode="json", by_alias=True)
     if body.template is not None:  # a new template names its purpose: never a legacy one
         changes["template"]["purpose"] = body.template.purpose.value

@@ -28,4 +28,5 @@ async def erase_user(user_id: UserIdPath, erase: EraseUser, request: Request,
     erased = await erase(user_id)
     log_detail(request, erased.summary())
     return UserErased(devices=erased.devices, chunk_recipients=erased.recipients,
-                      test_send_outcomes=erased.test_outcomes)
+                      test_send_outcomes=erased.test_outcomes,
+                      archives_pending=erased.archives_pending)
