@@ -32,9 +32,9 @@ from herald.domain.suppression import Rule
 from herald.observability import ARCHIVE_FAILURES, ARCHIVES_REWRITTEN
 from herald.service_layer.archiving import (
     GZIP_WBITS,
+    ArchivePass,
     ArchivePolicy,
     ArchiveRefused,
-    Throttle,
     Written,
     compressed,
     variant_counts,
@@ -96,21 +96,13 @@ async def text_of(blocks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         yield rest
 
 
-class ArchiveEraser:
+class ArchiveEraser(ArchivePass):
     """Rewrites archives without the people erased after they were written."""
 
     def __init__(self, erasures: ArchivedErasures, target: ArchiveTarget | None, pod_id: str,
                  policy: ArchivePolicy) -> None:
+        super().__init__(target, pod_id, policy)
         self._erasures = erasures
-        self._target = target
-        self._pod_id = pod_id
-        self._policy = policy
-        self._throttle = Throttle(policy.every_s)
-
-    async def recover(self, now: datetime) -> None:
-        """One pass when people wait, at most every ``every_s``."""
-        if self._throttle.due():
-            await self.run(now)
 
     async def run(self, now: datetime) -> list[Campaign]:
         """One pass for the people queued now: the campaigns whose archive this pod rewrote."""

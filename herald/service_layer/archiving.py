@@ -142,19 +142,25 @@ async def every_line(records: CampaignRecords, campaign: Campaign) -> AsyncItera
             yield line
 
 
-class Throttle:
-    """At most one run every ``every_s`` (the api's loop asks more often)."""
+class ArchivePass:
+    """What the archivist and the archive eraser (``archive_erasure.py``) share: the target,
+    this pod, the policy, and a pass at most every ``every_s`` (the api's loop asks more often)."""
 
-    def __init__(self, every_s: float) -> None:
-        self._every_s = every_s
+    def __init__(self, target: ArchiveTarget | None, pod_id: str, policy: ArchivePolicy) -> None:
+        self._target = target
+        self._pod_id = pod_id
+        self._policy = policy
         self._ran_at = -float("inf")
 
-    def due(self) -> bool:
-        """Whether a run may start now (and if so, from now on it has)."""
-        if time.monotonic() - self._ran_at < self._every_s:
-            return False
+    async def recover(self, now: datetime) -> None:
+        """A pass (``run``), unless one ran less than ``every_s`` ago."""
+        if time.monotonic() - self._ran_at < self._policy.every_s:
+            return
         self._ran_at = time.monotonic()
-        return True
+        await self.run(now)
+
+    async def run(self, now: datetime) -> list[Campaign]:
+        raise NotImplementedError
 
 
 class ArchiveRefused(Exception):
@@ -165,22 +171,14 @@ class ArchiveRefused(Exception):
         self.reason = reason
 
 
-class Archivist:
+class Archivist(ArchivePass):
     """Archives and deletes the records of finished campaigns past the retention."""
 
     def __init__(self, records: CampaignRecords, archival: CampaignArchival,
                  target: ArchiveTarget | None, pod_id: str, policy: ArchivePolicy) -> None:
+        super().__init__(target, pod_id, policy)
         self._records = records
         self._archival = archival
-        self._target = target
-        self._pod_id = pod_id
-        self._policy = policy
-        self._throttle = Throttle(policy.every_s)
-
-    async def recover(self, now: datetime) -> None:
-        """Archive what is due and delete what is archived, at most every ``every_s``."""
-        if self._throttle.due():
-            await self.run(now)
 
     async def run(self, now: datetime) -> list[Campaign]:
         """One pass, now: the campaigns archived by this pod."""
